@@ -1,0 +1,102 @@
+/*
+ * backend.h - the object store behind a mount: stat, list, read a range.
+ *
+ * Three schemes share this interface: s3://bucket[/prefix], http(s)://base/ and file:///dir.
+ * Paths are relative to the mount's root, '/'-separated, without a leading slash ("" is the
+ * root). Metadata calls are synchronous; range reads are asynchronous and complete on the
+ * backend's single I/O thread. Every error crossing this interface is a -errno: HTTP status
+ * and curl codes are mapped inside backend/ and never leave it.
+ */
+#ifndef TIERFS_BACKEND_H
+#define TIERFS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BK_ETAG_MAX 128
+
+struct bk_meta {
+	uint64_t size;
+	int64_t mtime;          /* seconds since epoch; INT64_MIN if the store gave none */
+	char etag[BK_ETAG_MAX]; /* as the store sends it (quotes included); "" if none */
+};
+
+struct backend_cfg {
+	const char *url;         /* s3://, http://, https:// or file:// */
+	const char *endpoint;    /* s3: http(s)://host[:port]; NULL = AWS for the region */
+	const char *region;      /* s3: NULL = us-east-1 */
+	bool path_style;         /* s3: bucket in the path instead of the host name */
+	const char *profile;     /* s3: credentials profile */
+	const char *credentials; /* s3: credentials file */
+	const char *manifest;    /* http: file of relative paths, one per line, instead of index */
+	const char *ca_file;     /* https: extra CA bundle */
+	bool insecure;           /* https: do not verify the peer */
+	unsigned max_conns;      /* parallel transfers (>= 2) */
+	unsigned timeout_s;      /* per request */
+	unsigned retries;        /* extra attempts for retryable failures */
+};
+
+struct backend;
+
+/*
+ * Parse @cfg->url and set up (credentials loaded, no thread yet, no network yet).
+ * @return 0 and *ret; or -errno with one line for the user in @err.
+ */
+int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, size_t errlen);
+void backend_free(struct backend *b);
+
+/* Start / stop the I/O thread. Metadata calls and reads need it running. Stopping fails every
+ * queued or running read with -ESHUTDOWN. @return 0 or -errno. */
+int backend_start(struct backend *b);
+void backend_stop(struct backend *b);
+
+/*
+ * Check the store answers at the root (bucket exists, credentials accepted, server up).
+ * @return 0, or -errno with one line for the user in @err.
+ */
+int backend_check(struct backend *b, char *err, size_t errlen);
+
+/* HEAD (or stat) one object. @return 0 and *ret, -ENOENT, -EACCES, -EIO, -ETIMEDOUT... */
+int backend_stat(struct backend *b, const char *path, struct bk_meta *ret);
+
+/*
+ * Called once per entry of a directory: @name is one path segment; @meta is NULL if the listing
+ * gave no metadata for a file (then the caller stats it). Return 0 to go on, negative to stop.
+ */
+typedef int (*bk_list_fn)(void *arg, const char *name, bool is_dir, const struct bk_meta *meta);
+
+/* List directory @dir ("" = root). Entries may repeat and come in any order.
+ * @return 0, the callback's negative value, or -errno. */
+int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg);
+
+/* Completion of a read: 0 when exactly the requested bytes are in dst, else -errno
+ * (-ESTALE: the object is no longer the version @etag named). */
+typedef void (*bk_done_fn)(void *arg, int err);
+
+/*
+ * Read @len bytes at @off of @path into @dst, asynchronously. If @etag is non-empty the
+ * request is conditional on it. Lagging reads use only part of the connection slots, so hot
+ * reads always have some. @done runs exactly once, on the I/O thread, also on failure; until
+ * then @dst must stay valid. @return 0 (queued) or -errno (not queued, @done not called).
+ */
+int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off,
+		 uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg);
+
+/* Run @cb(@arg) on the I/O thread after @delay_ns. @return 0 or -errno. */
+int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), void *arg);
+
+struct bk_stats {
+	uint64_t requests;   /* HTTP requests (or file reads) started, retries included */
+	uint64_t retries;
+	uint64_t errors;     /* requests that finished with an error after retries */
+	uint64_t bytes;      /* body bytes received for range reads */
+	uint64_t active;     /* transfers running now */
+	uint64_t queued;     /* reads waiting for a connection slot */
+};
+void backend_get_stats(struct backend *b, struct bk_stats *ret);
+
+/* "s3", "http" or "file", and the URL with any secret removed, for the config file. */
+const char *backend_scheme(const struct backend *b);
+
+#endif

@@ -1,0 +1,124 @@
+/*
+ * cache_i.h - declarations shared only inside cache/: the segmented ring store and the token
+ * bucket. Unit tests include this header; nothing outside cache/ and tests/ does.
+ */
+#ifndef TIERFS_CACHE_I_H
+#define TIERFS_CACHE_I_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * ring.c: one allocation cut into segments used as a ring (BookKeeper ReadCache, PIP-174).
+ * ------------------------------------------------------------------------------------------ */
+
+/* A block key: which object version (an id the fs layer never reuses for another version)
+ * and which block of it. Exact: two keys are equal only if both fields are. */
+struct ring_key {
+	uint64_t obj;
+	uint64_t blk;
+};
+
+/* A pinned reference to bytes in the ring. While a ref is held, the segment it points into is
+ * never rotated, so data stays valid. Every ref obtained from ring_reserve() or ring_lookup()
+ * must be given back with exactly one ring_commit()/ring_abort() (reserve) or ring_unpin()
+ * (lookup, ring_pin). */
+struct ring_ref {
+	void *data;   /* first byte of the block */
+	uint32_t len; /* its length */
+	uint32_t seg; /* segment index, for unpinning */
+	uint32_t slot; /* index slot inside the segment (used by commit/abort) */
+};
+
+struct ring_stats {
+	uint64_t rotations;       /* segments reused (an eviction of everything in them) */
+	uint64_t blocks;          /* committed, unexpired blocks now resident */
+	uint64_t bytes;           /* their total length */
+	uint64_t reserve_busy;    /* reservations refused because the next segment was pinned */
+};
+
+struct ring;
+
+/*
+ * Allocate a ring of @size bytes (rounded down to a whole number of segments) in @nseg
+ * segments (at least 4). A segment's blocks count as gone @ttl_ns after the first insert into
+ * that segment (0 = never). @max_block is the largest block ever inserted; a segment must hold
+ * at least two of them.
+ * @return the ring, or NULL if out of memory or the sizes are impossible.
+ */
+struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t ttl_ns);
+void ring_free(struct ring *r);
+
+/* Change the TTL live (hot_ttl / lagging_ttl); applies to lookups from now on. */
+void ring_set_ttl(struct ring *r, uint64_t ttl_ns);
+
+/*
+ * Reserve @len bytes for @key in the current segment, rotating to the next segment when the
+ * current one is full or expired. The reserved bytes are pinned and invisible to lookups
+ * until ring_commit(). Rotating clears the next segment's index, unless that segment is
+ * pinned, in which case nothing is reserved.
+ * @return 0 and *ret_ref; -EBUSY if the next segment is pinned; -EINVAL if @len is 0 or
+ * larger than max_block.
+ */
+int ring_reserve(struct ring *r, struct ring_key key, uint32_t len, uint64_t now_ns,
+		 struct ring_ref *ret_ref);
+
+/* Make a reserved block visible to lookups. @ref stays pinned; the caller unpins it. */
+void ring_commit(struct ring *r, const struct ring_ref *ref);
+
+/* Give up a reservation (failed fetch): the block never becomes visible; the pin is dropped. */
+void ring_abort(struct ring *r, const struct ring_ref *ref);
+
+/*
+ * Find the newest committed, unexpired block for @key, searching segments newest to oldest.
+ * @return 0 and a pinned *ret_ref, or -ENOENT.
+ */
+int ring_lookup(struct ring *r, struct ring_key key, uint64_t now_ns, struct ring_ref *ret_ref);
+
+/* Is @key resident (committed, unexpired)? Pins nothing. */
+bool ring_contains(struct ring *r, struct ring_key key, uint64_t now_ns);
+
+/* Take one more pin on the segment of @ref / drop one pin. */
+void ring_pin(struct ring *r, const struct ring_ref *ref);
+void ring_unpin(struct ring *r, const struct ring_ref *ref);
+
+/* Snapshot of counters; blocks/bytes count only unexpired committed blocks at @now_ns. */
+void ring_get_stats(struct ring *r, uint64_t now_ns, struct ring_stats *ret);
+
+/* Geometry, for tests and the config file. */
+uint32_t ring_nseg(const struct ring *r);
+uint64_t ring_seg_size(const struct ring *r);
+
+/* ---------------------------------------------------------------------------------------------
+ * ratelimit.c: token bucket in bytes, plus an optional request-rate bucket. Time is passed in.
+ * Not thread-safe: the caller holds its own lock.
+ * ------------------------------------------------------------------------------------------ */
+
+struct rl {
+	uint64_t rate;     /* bytes per second; 0 = unlimited */
+	uint64_t burst;    /* bucket capacity in bytes */
+	double tokens;     /* may be negative after an oversize charge: debt paid back by time */
+	uint64_t ops;      /* requests per second; 0 = unlimited */
+	double op_tokens;  /* request tokens, capacity max(1, ops) */
+	uint64_t last_ns;  /* time tokens were last refilled */
+};
+
+/* Start full. @burst 0 means 2 x @rate. */
+void rl_init(struct rl *r, uint64_t rate, uint64_t burst, uint64_t ops, uint64_t now_ns);
+
+/* Change the settings live, keeping the current tokens (clamped to the new burst). */
+void rl_set(struct rl *r, uint64_t rate, uint64_t burst, uint64_t ops, uint64_t now_ns);
+
+/*
+ * Try to charge one request of @bytes. A charge larger than the bucket passes once the
+ * bucket is full, leaving a debt that later charges wait out, so the long-run rate holds.
+ * @return 0 if charged now; otherwise the nanoseconds to wait before it can be charged
+ * (nothing was taken; call again then).
+ */
+uint64_t rl_take(struct rl *r, uint64_t bytes, uint64_t now_ns);
+
+/* Current byte tokens (after refilling to @now_ns), for the stats file. */
+double rl_tokens(struct rl *r, uint64_t now_ns);
+
+#endif
