@@ -35,6 +35,10 @@ struct backend_cfg {
 	unsigned max_conns;      /* parallel transfers (>= 2) */
 	unsigned timeout_s;      /* per request */
 	unsigned retries;        /* extra attempts for retryable failures */
+	/* Where the backend reports failures worth a log line (never a secret); may be NULL.
+	 * Called from any thread. level: 0 error, 1 warning, 2 info, 3 debug. */
+	void (*log)(void *log_arg, int level, const char *line);
+	void *log_arg;
 };
 
 struct backend;

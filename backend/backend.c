@@ -1,0 +1,171 @@
+/*
+ * backend.c - the scheme-independent half of the backend: picks the implementation from the
+ * URL, forwards the interface calls, and holds what s3:// and http(s):// share (range reads
+ * through the I/O loop, URL path encoding).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "backend_i.h"
+
+int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, size_t errlen)
+{
+	static bool curl_ready;
+	struct backend *b;
+	int r;
+
+	if (!curl_ready) {
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+			snprintf(err, errlen, "libcurl failed to initialise");
+			return -EIO;
+		}
+		curl_ready = true;
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->timeout_s = cfg->timeout_s;
+	b->log = cfg->log;
+	b->log_arg = cfg->log_arg;
+	if (strncasecmp(cfg->url, "s3://", 5) == 0)
+		r = s3_init(b, cfg, err, errlen);
+	else if (strncasecmp(cfg->url, "http://", 7) == 0 || strncasecmp(cfg->url, "https://", 8) == 0)
+		r = http_init(b, cfg, err, errlen);
+	else if (strncasecmp(cfg->url, "file://", 7) == 0)
+		r = file_init(b, cfg, err, errlen);
+	else {
+		snprintf(err, errlen, "URL %s: unsupported scheme (use s3://, http://, https:// or file://)",
+			 cfg->url);
+		r = -EINVAL;
+	}
+	if (r < 0) {
+		free(b);
+		return r;
+	}
+	*ret = b;
+	return 0;
+}
+
+void backend_free(struct backend *b)
+{
+	if (!b)
+		return;
+	backend_stop(b);
+	b->ops->free(b);
+	io_free(b->io);
+	free(b);
+}
+
+int backend_start(struct backend *b)
+{
+	return b->io ? io_start(b->io) : 0;
+}
+
+void backend_stop(struct backend *b)
+{
+	if (b->io)
+		io_stop(b->io);
+}
+
+int backend_check(struct backend *b, char *err, size_t errlen)
+{
+	return b->ops->check(b, err, errlen);
+}
+
+int backend_stat(struct backend *b, const char *path, struct bk_meta *ret)
+{
+	return b->ops->stat(b, path, ret);
+}
+
+int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
+{
+	return b->ops->list(b, dir, fn, arg);
+}
+
+int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off,
+		 uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+{
+	return b->ops->read(b, path, etag, off, len, dst, lagging, done, arg);
+}
+
+int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), void *arg)
+{
+	return io_defer(b->io, delay_ns, cb, arg);
+}
+
+void backend_get_stats(struct backend *b, struct bk_stats *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	if (b->io)
+		io_get_stats(b->io, ret);
+}
+
+const char *backend_scheme(const struct backend *b)
+{
+	return b->scheme;
+}
+
+struct io_cfg backend_io_cfg(const struct backend_cfg *cfg)
+{
+	return (struct io_cfg){
+		.max_conns = cfg->max_conns,
+		.timeout_s = cfg->timeout_s,
+		.retries = cfg->retries,
+		.ca_file = cfg->ca_file,
+		.insecure = cfg->insecure,
+		.log = cfg->log,
+		.log_arg = cfg->log_arg,
+	};
+}
+
+struct read_ctx {
+	bk_done_fn done;
+	void *arg;
+};
+
+static void read_done(struct io_req *r)
+{
+	struct read_ctx *rc = r->arg;
+	int err = r->err;
+
+	io_req_free(r);
+	rc->done(rc->arg, err);
+	free(rc);
+}
+
+int backend_io_read(struct backend *b, struct io_req *r, const char *etag, uint64_t off,
+		    uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+{
+	struct read_ctx *rc = malloc(sizeof(*rc));
+	int e;
+
+	if (!rc) {
+		io_req_free(r);
+		return -ENOMEM;
+	}
+	rc->done = done;
+	rc->arg = arg;
+	r->off = off;
+	r->len = len;
+	r->dst = dst;
+	r->etag = etag && etag[0] ? strdup(etag) : NULL;
+	r->lagging = lagging;
+	r->done = read_done;
+	r->arg = rc;
+	if (etag && etag[0] && (e = io_req_header(r, "If-Match", etag)) < 0)
+		goto fail;
+	e = io_submit(b->io, r);
+	if (e == 0)
+		return 0;
+fail:
+	free(rc);
+	io_req_free(r);
+	return e;
+}
+
+char *backend_url_path(const char *path)
+{
+	return sigv4_uri_encode(path, true);
+}

@@ -1,0 +1,901 @@
+/*
+ * io.c - the backend's single I/O thread.
+ *
+ * Every network request of a mount runs here, on one curl multi handle, so connections are
+ * kept alive and shared, and no FUSE worker waits on a socket for a block (metadata calls wait
+ * on a condition variable for their own request; see io_run).
+ *
+ *   submitters (any thread)                     I/O thread
+ *   io_submit ──► incoming list ──wakeup──►  hot queue ─┐      ┌─► curl multi (≤ max_conns)
+ *   io_defer  ──► incoming timers           lag queue ─┴─slots─┘        │ done
+ *                                           timers (sorted) ◄── retries ◄┤ retryable failure
+ *                                                                        └► r->done(r)
+ *
+ * Slots: at most max_conns transfers run; lagging ones at most max_conns - reserve, with
+ * reserve = max(1, max_conns / 4), so a burst of lagging fetches never takes the connections
+ * tail readers need. Hot requests always start first.
+ *
+ * A range read is trusted only after checking: a 206 must carry a Content-Range naming exactly
+ * the bytes asked for; a 200 (a server that ignores Range) is accepted by skipping to the
+ * offset and dropping the rest; an ETag other than the one expected means the object changed
+ * (-ESTALE); a body shorter or longer than asked is an error, and the bytes are never handed
+ * on. Retryable failures (connection errors, timeouts, 408, 429, 5xx, short bodies) are tried
+ * again after an exponential backoff with jitter, up to `retries` more times.
+ *
+ * Locking: io->lock guards the incoming lists and the stopping flag; everything else belongs
+ * to the I/O thread alone. Stats are relaxed atomics.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "backend_i.h"
+
+#define BODY_MAX (64u << 20) /* listings and error documents larger than this are refused */
+#define POOL_MAX 64          /* idle easy handles kept for reuse */
+
+struct timer {
+	uint64_t due;            /* CLOCK_MONOTONIC ns */
+	void (*fn)(void *arg);
+	void *arg;
+	struct io_req *retry;    /* a request waiting to be tried again (fn NULL) */
+	struct timer *next;
+};
+
+struct io {
+	struct io_cfg cfg;
+	char *ca_file;           /* copy of cfg.ca_file */
+	CURLM *multi;
+	pthread_t thread;
+	bool started;            /* thread started; owner's thread only */
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;     /* io_run waiters */
+	struct io_req *in_head, *in_tail; /* submitted, not yet taken; lock */
+	struct timer *tin;       /* timers submitted; lock */
+	bool stopping;           /* lock */
+
+	/* I/O thread only */
+	struct io_req *hot_head, *hot_tail;
+	struct io_req *lag_head, *lag_tail;
+	struct timer *timers;    /* sorted by due */
+	unsigned active, active_lag;
+	struct io_req *running;  /* transfers in the multi handle, linked by next */
+	CURL *pool[POOL_MAX];
+	unsigned npool;
+
+	struct bk_stats st;      /* relaxed atomics */
+};
+
+#define STAT_ADD(io, f, v) __atomic_fetch_add(&(io)->st.f, (v), __ATOMIC_RELAXED)
+#define STAT_SUB(io, f, v) __atomic_fetch_sub(&(io)->st.f, (v), __ATOMIC_RELAXED)
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void logf_(struct io *io, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void logf_(struct io *io, int level, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	if (!io->cfg.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	io->cfg.log(io->cfg.log_arg, level, line);
+}
+
+int io_status_errno(long status)
+{
+	if (status >= 200 && status < 300)
+		return 0;
+	switch (status) {
+	case 400:
+		return -EINVAL;
+	case 401:
+	case 403:
+		return -EACCES;
+	case 404:
+	case 410:
+		return -ENOENT;
+	case 405:
+	case 501:
+		return -EOPNOTSUPP;
+	case 408:
+	case 504:
+		return -ETIMEDOUT;
+	case 412:
+	case 416:
+		return -ESTALE; /* the object is not (or no longer) the version we know */
+	case 429:
+	case 503:
+		return -EAGAIN; /* slow down; becomes EIO if retries run out */
+	default:
+		return -EIO;
+	}
+}
+
+static bool status_retryable(long status)
+{
+	return status == 408 || status == 429 || status >= 500;
+}
+
+static int curl_errno(CURLcode code, bool *ret_retry)
+{
+	*ret_retry = false;
+	switch (code) {
+	case CURLE_OK:
+		return 0;
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY:
+		return -EHOSTUNREACH;
+	case CURLE_COULDNT_CONNECT:
+		*ret_retry = true;
+		return -ECONNREFUSED;
+	case CURLE_OPERATION_TIMEDOUT:
+		*ret_retry = true;
+		return -ETIMEDOUT;
+	case CURLE_OUT_OF_MEMORY:
+		return -ENOMEM;
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CONNECT_ERROR:
+		return -EPROTO;
+	case CURLE_URL_MALFORMAT:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		return -EINVAL;
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_GOT_NOTHING:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+	case CURLE_WEIRD_SERVER_REPLY:
+		*ret_retry = true;
+		return -EIO;
+	default:
+		return -EIO;
+	}
+}
+
+struct io_req *io_req_new(void)
+{
+	struct io_req *r = calloc(1, sizeof(*r));
+
+	if (r) {
+		r->mtime = INT64_MIN;
+		r->length = UINT64_MAX;
+	}
+	return r;
+}
+
+void io_req_free(struct io_req *r)
+{
+	if (!r)
+		return;
+	free(r->url);
+	free(r->etag);
+	curl_slist_free_all(r->headers);
+	curl_slist_free_all(r->att_headers);
+	free(r->body);
+	free(r);
+}
+
+int io_req_header(struct io_req *r, const char *name, const char *value)
+{
+	char line[8192];
+	struct curl_slist *l;
+	int n = snprintf(line, sizeof(line), "%s: %s", name, value);
+
+	if (n < 0 || (size_t)n >= sizeof(line))
+		return -EINVAL;
+	l = curl_slist_append(r->headers, line);
+	if (!l)
+		return -ENOMEM;
+	r->headers = l;
+	return 0;
+}
+
+/* ---- response parsing ---------------------------------------------------------------------- */
+
+static void reset_attempt(struct io_req *r)
+{
+	r->err = 0;
+	r->status = 0;
+	free(r->body);
+	r->body = NULL;
+	r->body_len = 0;
+	r->etag_got[0] = '\0';
+	r->mtime = INT64_MIN;
+	r->length = UINT64_MAX;
+	r->errmsg[0] = '\0';
+	r->got = 0;
+	r->skip = 0;
+	r->whole = false;
+	r->complete = false;
+	r->have_cr = false;
+}
+
+/* Does header line @h (length @n) start with @name (lower-case, with the colon)? Then return
+ * its value trimmed, else NULL. */
+static const char *header_value(const char *h, size_t n, const char *name, size_t *ret_len)
+{
+	size_t k = strlen(name);
+
+	if (n < k || strncasecmp(h, name, k) != 0)
+		return NULL;
+	h += k;
+	n -= k;
+	while (n && (*h == ' ' || *h == '\t')) {
+		h++;
+		n--;
+	}
+	while (n && (h[n - 1] == '\r' || h[n - 1] == '\n' || h[n - 1] == ' ' || h[n - 1] == '\t'))
+		n--;
+	*ret_len = n;
+	return h;
+}
+
+static size_t on_header(char *buf, size_t size, size_t nitems, void *arg)
+{
+	struct io_req *r = arg;
+	size_t n = size * nitems, vlen;
+	const char *v;
+
+	if (n >= 5 && memcmp(buf, "HTTP/", 5) == 0) {
+		/* a new response (after 100 Continue or a redirect): forget the previous one */
+		const char *sp = memchr(buf, ' ', n);
+
+		r->status = 0;
+		r->etag_got[0] = '\0';
+		r->mtime = INT64_MIN;
+		r->length = UINT64_MAX;
+		r->have_cr = false;
+		if (sp && (size_t)(sp - buf) + 4 <= n)
+			r->status = strtol(sp + 1, NULL, 10);
+		return n;
+	}
+	if ((v = header_value(buf, n, "etag:", &vlen))) {
+		if (vlen < sizeof(r->etag_got)) {
+			memcpy(r->etag_got, v, vlen);
+			r->etag_got[vlen] = '\0';
+		}
+	} else if ((v = header_value(buf, n, "last-modified:", &vlen))) {
+		int64_t t;
+
+		if (httphdr_date(v, vlen, &t) == 0)
+			r->mtime = t;
+	} else if ((v = header_value(buf, n, "content-length:", &vlen))) {
+		uint64_t len;
+
+		if (httphdr_content_length(v, vlen, &len) == 0)
+			r->length = len;
+	} else if ((v = header_value(buf, n, "content-range:", &vlen))) {
+		r->have_cr = httphdr_content_range(v, vlen, &r->cr_first, &r->cr_last,
+						   &r->cr_total) == 0;
+	}
+	return n;
+}
+
+static size_t body_append(struct io_req *r, const char *data, size_t n)
+{
+	char *b;
+
+	if (r->body_len + n > BODY_MAX) {
+		r->err = -EFBIG;
+		snprintf(r->errmsg, sizeof(r->errmsg), "response body larger than %u bytes",
+			 BODY_MAX);
+		return 0;
+	}
+	b = realloc(r->body, r->body_len + n + 1);
+	if (!b) {
+		r->err = -ENOMEM;
+		return 0;
+	}
+	memcpy(b + r->body_len, data, n);
+	r->body = b;
+	r->body_len += n;
+	b[r->body_len] = '\0';
+	return n;
+}
+
+/* First body bytes of a range read: is this answer what we asked for? */
+static int check_range_answer(struct io_req *r)
+{
+	uint64_t last = r->off + r->len - 1;
+
+	if (r->etag && r->etag[0] && r->etag_got[0] && strcmp(r->etag, r->etag_got) != 0) {
+		snprintf(r->errmsg, sizeof(r->errmsg), "object changed (ETag %s, expected %s)",
+			 r->etag_got, r->etag);
+		return -ESTALE;
+	}
+	if (r->status == 200) {
+		if (r->length != UINT64_MAX && r->length <= last) {
+			snprintf(r->errmsg, sizeof(r->errmsg), "object is now %llu bytes",
+				 (unsigned long long)r->length);
+			return -ESTALE;
+		}
+		r->whole = true;
+		r->skip = r->off;
+		return 0;
+	}
+	if (!r->have_cr) {
+		snprintf(r->errmsg, sizeof(r->errmsg), "206 answer without a valid Content-Range");
+		return -EIO;
+	}
+	if (r->cr_total != UINT64_MAX && r->cr_total <= last) {
+		snprintf(r->errmsg, sizeof(r->errmsg), "object is now %llu bytes",
+			 (unsigned long long)r->cr_total);
+		return -ESTALE;
+	}
+	if (r->cr_first != r->off || r->cr_last != last) {
+		snprintf(r->errmsg, sizeof(r->errmsg), "Content-Range %llu-%llu, asked %llu-%llu",
+			 (unsigned long long)r->cr_first, (unsigned long long)r->cr_last,
+			 (unsigned long long)r->off, (unsigned long long)last);
+		return -EIO;
+	}
+	return 0;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct io_req *r = arg;
+	size_t n = size * nmemb, take;
+
+	if (!r->len || (r->status != 200 && r->status != 206))
+		return body_append(r, data, n > 65536 ? 65536 : n) ? n : 0;
+
+	if (r->got == 0 && !r->whole && r->skip == 0) {
+		int e = check_range_answer(r);
+
+		if (e < 0) {
+			r->err = e;
+			return 0;
+		}
+	}
+	if (r->skip) {
+		size_t drop = r->skip < n ? (size_t)r->skip : n;
+
+		r->skip -= drop;
+		data += drop;
+		n -= drop;
+		if (!n)
+			return size * nmemb;
+	}
+	take = r->len - r->got;
+	if (n > take && !r->whole) {
+		snprintf(r->errmsg, sizeof(r->errmsg), "more bytes than asked for");
+		r->err = -EIO;
+		return 0;
+	}
+	if (take > n)
+		take = n;
+	memcpy((char *)r->dst + r->got, data, take);
+	r->got += take;
+	if (r->whole && r->got == r->len) {
+		r->complete = true; /* stop the transfer: the rest of the object is not wanted */
+		return 0;
+	}
+	return size * nmemb;
+}
+
+/* ---- the loop ------------------------------------------------------------------------------ */
+
+static void timer_insert(struct io *io, struct timer *t)
+{
+	struct timer **pp = &io->timers;
+
+	while (*pp && (*pp)->due <= t->due)
+		pp = &(*pp)->next;
+	t->next = *pp;
+	*pp = t;
+}
+
+static void enqueue(struct io *io, struct io_req *r)
+{
+	struct io_req **head = r->lagging ? &io->lag_head : &io->hot_head;
+	struct io_req **tail = r->lagging ? &io->lag_tail : &io->hot_tail;
+
+	r->next = NULL;
+	if (*tail)
+		(*tail)->next = r;
+	else
+		*head = r;
+	*tail = r;
+	STAT_ADD(io, queued, 1);
+}
+
+static struct io_req *dequeue(struct io *io, bool lagging)
+{
+	struct io_req **head = lagging ? &io->lag_head : &io->hot_head;
+	struct io_req **tail = lagging ? &io->lag_tail : &io->hot_tail;
+	struct io_req *r = *head;
+
+	if (r) {
+		*head = r->next;
+		if (!*head)
+			*tail = NULL;
+		r->next = NULL;
+		STAT_SUB(io, queued, 1);
+	}
+	return r;
+}
+
+static void finish(struct io *io, struct io_req *r)
+{
+	if (r->err) {
+		STAT_ADD(io, errors, 1);
+		if (r->err != -ENOENT && r->err != -ESHUTDOWN)
+			logf_(io, 1, "%s %s%s: %s", r->head ? "HEAD" : "GET", r->url,
+			      r->len ? " (range)" : "",
+			      r->errmsg[0] ? r->errmsg : strerror(-r->err));
+	}
+	r->done(r);
+}
+
+static int start_attempt(struct io *io, struct io_req *r)
+{
+	CURL *e = io->npool ? io->pool[--io->npool] : curl_easy_init();
+	struct curl_slist *l = NULL;
+	char range[64];
+	int err;
+
+	if (!e)
+		return -ENOMEM;
+	reset_attempt(r);
+	curl_slist_free_all(r->att_headers);
+	r->att_headers = NULL;
+	for (struct curl_slist *h = r->headers; h; h = h->next) {
+		struct curl_slist *n = curl_slist_append(l, h->data);
+
+		if (!n)
+			goto nomem;
+		l = n;
+	}
+	if (r->sign && (err = r->sign(r, &l, r->sign_arg)) < 0) {
+		curl_slist_free_all(l);
+		io->pool[io->npool++] = e;
+		return err;
+	}
+	r->att_headers = l;
+
+	curl_easy_setopt(e, CURLOPT_URL, r->url);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->att_headers);
+	curl_easy_setopt(e, CURLOPT_NOBODY, r->head ? 1L : 0L);
+	if (!r->head)
+		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+	if (r->len) {
+		snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)r->off,
+			 (unsigned long long)(r->off + r->len - 1));
+		curl_easy_setopt(e, CURLOPT_RANGE, range);
+	} else {
+		curl_easy_setopt(e, CURLOPT_RANGE, NULL);
+	}
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errmsg);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)io->cfg.timeout_s * 1000L);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)io->cfg.timeout_s * 1000L);
+	curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024L);
+	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+	if (io->ca_file)
+		curl_easy_setopt(e, CURLOPT_CAINFO, io->ca_file);
+	if (io->cfg.insecure) {
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
+	r->easy = e;
+	if (curl_multi_add_handle(io->multi, e) != CURLM_OK) {
+		r->easy = NULL;
+		io->pool[io->npool++] = e;
+		return -EIO;
+	}
+	r->next = io->running;
+	io->running = r;
+	io->active++;
+	if (r->lagging)
+		io->active_lag++;
+	STAT_ADD(io, requests, 1);
+	STAT_ADD(io, active, 1);
+	return 0;
+nomem:
+	curl_slist_free_all(l);
+	io->pool[io->npool++] = e;
+	return -ENOMEM;
+}
+
+static void start_queued(struct io *io)
+{
+	unsigned max = io->cfg.max_conns;
+	unsigned reserve = max / 4 ? max / 4 : 1;
+
+	for (;;) {
+		struct io_req *r = NULL;
+
+		if (io->active >= max)
+			return;
+		if (io->hot_head)
+			r = dequeue(io, false);
+		else if (io->lag_head && io->active_lag < max - reserve)
+			r = dequeue(io, true);
+		if (!r)
+			return;
+		int e = start_attempt(io, r);
+		if (e < 0) {
+			r->err = e;
+			finish(io, r);
+		}
+	}
+}
+
+static uint64_t backoff_ns(unsigned attempt)
+{
+	uint64_t base = 100000000ULL << (attempt < 6 ? attempt : 6); /* 100 ms .. 6.4 s */
+
+	/* full jitter in [base/2, base) */
+	return base / 2 + (uint64_t)((double)(base / 2) * ((double)rand() / ((double)RAND_MAX + 1)));
+}
+
+static void running_unlink(struct io *io, struct io_req *r)
+{
+	struct io_req **pp = &io->running;
+
+	while (*pp && *pp != r)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = r->next;
+	r->next = NULL;
+}
+
+static void transfer_done(struct io *io, CURL *e, CURLcode code)
+{
+	struct io_req *r = NULL;
+	bool retry = false;
+
+	curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&r);
+	running_unlink(io, r);
+	curl_multi_remove_handle(io->multi, e);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
+	if (io->npool < POOL_MAX)
+		io->pool[io->npool++] = e;
+	else
+		curl_easy_cleanup(e);
+	r->easy = NULL;
+	io->active--;
+	if (r->lagging)
+		io->active_lag--;
+	STAT_SUB(io, active, 1);
+
+	if (r->complete) {
+		r->err = 0; /* a 200 answer cut short on purpose */
+	} else if (r->err) {
+		retry = r->err == -EIO; /* a corrupt answer may be a passing fault */
+	} else if (code != CURLE_OK) {
+		r->err = curl_errno(code, &retry);
+		if (!r->errmsg[0])
+			snprintf(r->errmsg, sizeof(r->errmsg), "%s", curl_easy_strerror(code));
+	} else if ((r->err = io_status_errno(r->status)) != 0) {
+		retry = status_retryable(r->status);
+		if (!r->errmsg[0])
+			snprintf(r->errmsg, sizeof(r->errmsg), "HTTP %ld", r->status);
+	} else if (r->len && r->got != r->len) {
+		r->err = -EIO;
+		retry = true;
+		snprintf(r->errmsg, sizeof(r->errmsg), "short body: %llu of %u bytes",
+			 (unsigned long long)r->got, r->len);
+	}
+	if (r->len && !r->err)
+		STAT_ADD(io, bytes, r->len);
+
+	if (r->err && retry && r->attempt < io->cfg.retries) {
+		struct timer *t = calloc(1, sizeof(*t));
+
+		if (t) {
+			r->attempt++;
+			STAT_ADD(io, retries, 1);
+			t->due = mono_ns() + backoff_ns(r->attempt - 1);
+			t->retry = r;
+			timer_insert(io, t);
+			return;
+		}
+	}
+	if (r->err == -EAGAIN)
+		r->err = -EIO; /* the store kept asking us to slow down */
+	finish(io, r);
+}
+
+static void take_incoming(struct io *io, bool *ret_stopping)
+{
+	struct io_req *in;
+	struct timer *tin;
+
+	pthread_mutex_lock(&io->lock);
+	in = io->in_head;
+	io->in_head = io->in_tail = NULL;
+	tin = io->tin;
+	io->tin = NULL;
+	*ret_stopping = io->stopping;
+	pthread_mutex_unlock(&io->lock);
+
+	while (in) {
+		struct io_req *next = in->next;
+
+		enqueue(io, in);
+		in = next;
+	}
+	while (tin) {
+		struct timer *next = tin->next;
+
+		timer_insert(io, tin);
+		tin = next;
+	}
+}
+
+/* Run the timers due at @now. @return ms until the next one (capped), for the poll. */
+static int run_timers(struct io *io, uint64_t now)
+{
+	while (io->timers && io->timers->due <= now) {
+		struct timer *t = io->timers;
+
+		io->timers = t->next;
+		if (t->retry)
+			enqueue(io, t->retry);
+		else
+			t->fn(t->arg);
+		free(t);
+	}
+	if (!io->timers)
+		return 1000;
+	uint64_t ms = (io->timers->due - now + 999999) / 1000000;
+	return ms > 1000 ? 1000 : (int)ms;
+}
+
+static void fail_queue(struct io *io, bool lagging)
+{
+	struct io_req *r;
+
+	while ((r = dequeue(io, lagging))) {
+		r->err = -ESHUTDOWN;
+		finish(io, r);
+	}
+}
+
+static void shutdown_all(struct io *io)
+{
+	bool stopping;
+	CURL *e;
+
+	/* running transfers */
+	while (io->running) {
+		struct io_req *r = io->running;
+
+		io->running = r->next;
+		r->next = NULL;
+		e = r->easy;
+		curl_multi_remove_handle(io->multi, e);
+		curl_easy_cleanup(e);
+		io->active--;
+		STAT_SUB(io, active, 1);
+		r->easy = NULL;
+		r->err = -ESHUTDOWN;
+		finish(io, r);
+	}
+	/* timers run now (a drain timer then finds the store gone), retries fail; anything they
+	 * submit is refused, so this ends */
+	do {
+		take_incoming(io, &stopping);
+		while (io->timers) {
+			struct timer *t = io->timers;
+
+			io->timers = t->next;
+			if (t->retry) {
+				t->retry->err = -ESHUTDOWN;
+				finish(io, t->retry);
+			} else {
+				t->fn(t->arg);
+			}
+			free(t);
+		}
+		fail_queue(io, false);
+		fail_queue(io, true);
+		pthread_mutex_lock(&io->lock);
+		stopping = io->in_head || io->tin;
+		pthread_mutex_unlock(&io->lock);
+	} while (stopping);
+}
+
+static void *loop(void *arg)
+{
+	struct io *io = arg;
+	bool stopping;
+
+	for (;;) {
+		int running, timeout, nmsg;
+		CURLMsg *m;
+
+		take_incoming(io, &stopping);
+		if (stopping)
+			break;
+		start_queued(io);
+		curl_multi_perform(io->multi, &running);
+		while ((m = curl_multi_info_read(io->multi, &nmsg)))
+			if (m->msg == CURLMSG_DONE)
+				transfer_done(io, m->easy_handle, m->data.result);
+		timeout = run_timers(io, mono_ns());
+		start_queued(io);
+		if (io->in_head || io->hot_head)
+			timeout = 0;
+		curl_multi_poll(io->multi, NULL, 0, timeout, NULL);
+	}
+	shutdown_all(io);
+	return NULL;
+}
+
+/* ---- public -------------------------------------------------------------------------------- */
+
+struct io *io_new(const struct io_cfg *cfg)
+{
+	struct io *io = calloc(1, sizeof(*io));
+
+	if (!io)
+		return NULL;
+	io->cfg = *cfg;
+	if (io->cfg.max_conns < 2)
+		io->cfg.max_conns = 2;
+	if (cfg->ca_file && !(io->ca_file = strdup(cfg->ca_file)))
+		goto fail;
+	io->cfg.ca_file = io->ca_file;
+	io->multi = curl_multi_init();
+	if (!io->multi)
+		goto fail;
+	curl_multi_setopt(io->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)io->cfg.max_conns);
+	curl_multi_setopt(io->multi, CURLMOPT_MAXCONNECTS, (long)io->cfg.max_conns);
+	pthread_mutex_init(&io->lock, NULL);
+	pthread_cond_init(&io->cond, NULL);
+	return io;
+fail:
+	free(io->ca_file);
+	free(io);
+	return NULL;
+}
+
+void io_free(struct io *io)
+{
+	if (!io)
+		return;
+	io_stop(io);
+	while (io->npool)
+		curl_easy_cleanup(io->pool[--io->npool]);
+	curl_multi_cleanup(io->multi);
+	pthread_mutex_destroy(&io->lock);
+	pthread_cond_destroy(&io->cond);
+	free(io->ca_file);
+	free(io);
+}
+
+int io_start(struct io *io)
+{
+	int e;
+
+	if (io->started)
+		return 0;
+	pthread_mutex_lock(&io->lock);
+	io->stopping = false;
+	pthread_mutex_unlock(&io->lock);
+	e = pthread_create(&io->thread, NULL, loop, io);
+	if (e)
+		return -e;
+	io->started = true;
+	return 0;
+}
+
+void io_stop(struct io *io)
+{
+	if (!io->started)
+		return;
+	pthread_mutex_lock(&io->lock);
+	io->stopping = true;
+	pthread_mutex_unlock(&io->lock);
+	curl_multi_wakeup(io->multi);
+	pthread_join(io->thread, NULL);
+	io->started = false;
+}
+
+int io_submit(struct io *io, struct io_req *r)
+{
+	pthread_mutex_lock(&io->lock);
+	if (io->stopping || !io->started) {
+		pthread_mutex_unlock(&io->lock);
+		return -ESHUTDOWN;
+	}
+	r->next = NULL;
+	r->attempt = 0;
+	if (io->in_tail)
+		io->in_tail->next = r;
+	else
+		io->in_head = r;
+	io->in_tail = r;
+	pthread_mutex_unlock(&io->lock);
+	curl_multi_wakeup(io->multi);
+	return 0;
+}
+
+static void sync_done(struct io_req *r)
+{
+	struct io *io = r->arg;
+
+	pthread_mutex_lock(&io->lock);
+	r->sync_done = true;
+	pthread_cond_broadcast(&io->cond);
+	pthread_mutex_unlock(&io->lock);
+}
+
+int io_run(struct io *io, struct io_req *r)
+{
+	int e;
+
+	r->done = sync_done;
+	r->arg = io;
+	r->sync_done = false;
+	e = io_submit(io, r);
+	if (e < 0)
+		return e;
+	pthread_mutex_lock(&io->lock);
+	while (!r->sync_done)
+		pthread_cond_wait(&io->cond, &io->lock);
+	pthread_mutex_unlock(&io->lock);
+	return r->err;
+}
+
+int io_defer(struct io *io, uint64_t delay_ns, void (*fn)(void *), void *arg)
+{
+	struct timer *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	t->due = mono_ns() + delay_ns;
+	t->fn = fn;
+	t->arg = arg;
+	pthread_mutex_lock(&io->lock);
+	if (io->stopping || !io->started) {
+		pthread_mutex_unlock(&io->lock);
+		free(t);
+		return -ESHUTDOWN;
+	}
+	t->next = io->tin;
+	io->tin = t;
+	pthread_mutex_unlock(&io->lock);
+	curl_multi_wakeup(io->multi);
+	return 0;
+}
+
+void io_get_stats(struct io *io, struct bk_stats *ret)
+{
+	ret->requests = __atomic_load_n(&io->st.requests, __ATOMIC_RELAXED);
+	ret->retries = __atomic_load_n(&io->st.retries, __ATOMIC_RELAXED);
+	ret->errors = __atomic_load_n(&io->st.errors, __ATOMIC_RELAXED);
+	ret->bytes = __atomic_load_n(&io->st.bytes, __ATOMIC_RELAXED);
+	ret->active = __atomic_load_n(&io->st.active, __ATOMIC_RELAXED);
+	ret->queued = __atomic_load_n(&io->st.queued, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,427 @@
+/*
+ * s3.c - s3://bucket[/prefix]: ListObjectsV2, HEAD and ranged GET, signed with SigV4.
+ *
+ * Addressing: path style puts the bucket in the path (http://endpoint/bucket/key), virtual-hosted
+ * style in the host name (https://bucket.endpoint/key). The canonical URI that SigV4 signs is
+ * exactly the path of the URL we send, so the signer reads it back from the URL:
+ *
+ *     https://bucket.s3.us-east-1.amazonaws.com/logs/seg%2001.log?x=y
+ *             └──────────── Host ─────────────┘└─ canonical URI ─┘ └ query ┘
+ *
+ * Each attempt (retries too) is signed afresh with the current time. Anonymous access (no
+ * credentials anywhere) sends unsigned requests. Secrets live only in struct s3_creds and are
+ * never put in a URL, a log line or an error.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "backend_i.h"
+
+#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+struct s3 {
+	char *bucket;
+	char *prefix;      /* "" or "some/prefix/" */
+	char *endpoint;    /* scheme://host[:port], for messages */
+	char *base_url;    /* where keys start: "http://h:9000/bucket" or "https://bucket.h" */
+	char *region;
+	bool path_style;
+	struct s3_creds creds;
+};
+
+static void s3_free(struct backend *b)
+{
+	struct s3 *s = b->priv;
+
+	if (!s)
+		return;
+	free(s->bucket);
+	free(s->prefix);
+	free(s->endpoint);
+	free(s->base_url);
+	free(s->region);
+	explicit_bzero(&s->creds, sizeof(s->creds));
+	free(s);
+}
+
+/* Append SigV4 headers for the request @r (its method and URL are final). */
+static int sign(struct io_req *r, struct curl_slist **list, void *arg)
+{
+	struct s3 *s = arg;
+	const char *p = strstr(r->url, "://"), *q;
+	char host[512], curi[8192], date[17], auth[1024], line[4200];
+	struct kv hdr[4];
+	size_t nh = 0;
+	int e;
+
+	if (!s->creds.access_key[0])
+		return 0; /* anonymous */
+	p = p ? p + 3 : r->url;
+	q = strchr(p, '/');
+	if (!q || (size_t)(q - p) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, p, (size_t)(q - p));
+	host[q - p] = '\0';
+	const char *qm = strchr(q, '?');
+	size_t ulen = qm ? (size_t)(qm - q) : strlen(q);
+	if (ulen >= sizeof(curi))
+		return -ENAMETOOLONG;
+	memcpy(curi, q, ulen);
+	curi[ulen] = '\0';
+
+	sigv4_amz_date(time(NULL), date);
+	hdr[nh++] = (struct kv){"host", host};
+	hdr[nh++] = (struct kv){"x-amz-content-sha256", EMPTY_SHA256};
+	hdr[nh++] = (struct kv){"x-amz-date", date};
+	if (s->creds.session_token[0])
+		hdr[nh++] = (struct kv){"x-amz-security-token", s->creds.session_token};
+	struct sigv4_input in = {
+		.method = r->head ? "HEAD" : "GET",
+		.canonical_uri = curi,
+		.canonical_query = qm ? qm + 1 : "",
+		.headers = hdr,
+		.nheaders = nh,
+		.payload_hash = EMPTY_SHA256,
+		.amz_date = date,
+		.region = s->region,
+		.service = "s3",
+		.access_key = s->creds.access_key,
+		.secret_key = s->creds.secret_key,
+	};
+	e = sigv4_sign(&in, auth, sizeof(auth));
+	if (e < 0)
+		return e;
+	for (size_t i = 1; i < nh; i++) {
+		snprintf(line, sizeof(line), "%s: %s", hdr[i].k, hdr[i].v);
+		struct curl_slist *l = curl_slist_append(*list, line);
+		if (!l)
+			return -ENOMEM;
+		*list = l;
+	}
+	snprintf(line, sizeof(line), "Authorization: %s", auth);
+	struct curl_slist *l = curl_slist_append(*list, line);
+	explicit_bzero(line, sizeof(line));
+	explicit_bzero(auth, sizeof(auth));
+	if (!l)
+		return -ENOMEM;
+	*list = l;
+	return 0;
+}
+
+/* A request for key @key (prefix not yet added) or, with @key NULL, for the bucket. */
+static struct io_req *new_req(struct s3 *s, const char *key, const char *query)
+{
+	struct io_req *r = io_req_new();
+	char *full = NULL, *enc = NULL;
+
+	if (!r)
+		return NULL;
+	if (key) {
+		if (asprintf(&full, "%s%s", s->prefix, key) < 0)
+			goto fail;
+		if (!(enc = sigv4_uri_encode(full, true)))
+			goto fail;
+		if (asprintf(&r->url, "%s/%s%s%s", s->base_url, enc, query ? "?" : "",
+			     query ? query : "") < 0) {
+			r->url = NULL;
+			goto fail;
+		}
+	} else if (asprintf(&r->url, "%s%s?%s", s->base_url, s->path_style ? "" : "/", query) < 0) {
+		r->url = NULL;
+		goto fail;
+	}
+	free(full);
+	free(enc);
+	r->sign = sign;
+	r->sign_arg = s;
+	return r;
+fail:
+	free(full);
+	free(enc);
+	io_req_free(r);
+	return NULL;
+}
+
+/* One line for the user about a failed bucket-level request. */
+static void explain(struct s3 *s, struct io_req *r, char *err, size_t errlen)
+{
+	char code[64] = "", msg[160] = "";
+
+	if (r->body)
+		s3xml_parse_error(r->body, r->body_len, code, sizeof(code), msg, sizeof(msg));
+	if (!r->status)
+		snprintf(err, errlen, "cannot reach %s: %s", s->endpoint,
+			 r->errmsg[0] ? r->errmsg : strerror(-r->err));
+	else if (r->status == 404 && (!code[0] || strcmp(code, "NoSuchBucket") == 0))
+		snprintf(err, errlen, "bucket '%s' does not exist at %s", s->bucket, s->endpoint);
+	else if (r->status == 403 || r->status == 401)
+		snprintf(err, errlen, "access to bucket '%s' denied (%s%s%s): check the credentials",
+			 s->bucket, code[0] ? code : "HTTP 403", msg[0] ? ": " : "", msg);
+	else if (r->status == 301 || r->status == 307 || strcmp(code, "PermanentRedirect") == 0 ||
+		 strcmp(code, "AuthorizationHeaderMalformed") == 0)
+		snprintf(err, errlen, "bucket '%s' is not in region %s (%s): set -o region=",
+			 s->bucket, s->region, code[0] ? code : "redirect");
+	else
+		snprintf(err, errlen, "%s answered HTTP %ld%s%s%s%s for bucket '%s'", s->endpoint,
+			 r->status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg, s->bucket);
+}
+
+struct list_ctx {
+	const char *dir_prefix; /* full key prefix of the directory listed, with its slash */
+	size_t plen;
+	bk_list_fn fn;
+	void *arg;
+};
+
+static int on_list_entry(void *arg, const char *key, bool is_prefix, uint64_t size, int64_t mtime,
+			 const char *etag)
+{
+	struct list_ctx *lc = arg;
+	char name[1024];
+	size_t n;
+
+	if (strncmp(key, lc->dir_prefix, lc->plen) != 0)
+		return 0; /* not under the directory: a confused server */
+	key += lc->plen;
+	n = strlen(key);
+	if (is_prefix && n && key[n - 1] == '/')
+		n--;
+	if (n == 0 || n >= sizeof(name) || memchr(key, '/', n))
+		return 0; /* a directory marker ("dir/"), an empty segment, or too long */
+	memcpy(name, key, n);
+	name[n] = '\0';
+	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return 0;
+	if (is_prefix)
+		return lc->fn(lc->arg, name, true, NULL);
+	struct bk_meta m = {.size = size, .mtime = mtime};
+	snprintf(m.etag, sizeof(m.etag), "%s", etag ? etag : "");
+	return lc->fn(lc->arg, name, false, &m);
+}
+
+static int s3_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
+{
+	struct s3 *s = b->priv;
+	struct list_ctx lc = {.fn = fn, .arg = arg};
+	char *prefix = NULL, *token = NULL;
+	int e;
+
+	if (asprintf(&prefix, "%s%s%s", s->prefix, dir, dir[0] ? "/" : "") < 0)
+		return -ENOMEM;
+	lc.dir_prefix = prefix;
+	lc.plen = strlen(prefix);
+	for (int pages = 0;; pages++) {
+		struct io_req *r = NULL;
+		char *next = NULL;
+
+		if (pages > 1000000) {
+			e = -ELOOP;
+			break;
+		}
+		struct kv q[4];
+		size_t n = 0;
+		q[n++] = (struct kv){"list-type", "2"};
+		q[n++] = (struct kv){"delimiter", "/"};
+		q[n++] = (struct kv){"prefix", prefix};
+		if (token)
+			q[n++] = (struct kv){"continuation-token", token};
+		char *query = sigv4_canonical_query(q, n);
+		if (!query || !(r = new_req(s, NULL, query))) {
+			free(query);
+			e = -ENOMEM;
+			break;
+		}
+		free(query);
+		e = io_run(b->io, r);
+		if (e == 0)
+			e = s3xml_parse_list(r->body ? r->body : "", r->body_len, on_list_entry, &lc,
+					     &next);
+		io_req_free(r);
+		free(token);
+		token = next;
+		if (e < 0 || !token)
+			break;
+	}
+	free(token);
+	free(prefix);
+	return e;
+}
+
+static int ignore_entry(void *arg, const char *key, bool is_prefix, uint64_t size, int64_t mtime,
+			const char *etag)
+{
+	return 0;
+}
+
+static int s3_check(struct backend *b, char *err, size_t errlen)
+{
+	struct s3 *s = b->priv;
+	struct kv q[] = {{"list-type", "2"}, {"max-keys", "1"}, {"prefix", s->prefix}};
+	char *query = sigv4_canonical_query(q, 3);
+	struct io_req *r = query ? new_req(s, NULL, query) : NULL;
+	int e;
+
+	free(query);
+	if (!r)
+		return -ENOMEM;
+	char *token = NULL;
+
+	e = io_run(b->io, r);
+	if (e == 0 && s3xml_parse_list(r->body ? r->body : "", r->body_len, ignore_entry, NULL,
+				       &token) < 0) {
+		snprintf(err, errlen, "%s did not answer with an S3 bucket listing", s->endpoint);
+		e = -EPROTO;
+	} else if (e < 0) {
+		explain(s, r, err, errlen);
+	}
+	free(token);
+	io_req_free(r);
+	return e;
+}
+
+static int s3_stat(struct backend *b, const char *path, struct bk_meta *ret)
+{
+	struct s3 *s = b->priv;
+	struct io_req *r = new_req(s, path, NULL);
+	int e;
+
+	if (!r)
+		return -ENOMEM;
+	r->head = true;
+	e = io_run(b->io, r);
+	if (e == 0) {
+		ret->size = r->length == UINT64_MAX ? 0 : r->length;
+		ret->mtime = r->mtime;
+		snprintf(ret->etag, sizeof(ret->etag), "%s", r->etag_got);
+	}
+	io_req_free(r);
+	return e;
+}
+
+static int s3_read(struct backend *b, const char *path, const char *etag, uint64_t off,
+		   uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+{
+	struct io_req *r = new_req(b->priv, path, NULL);
+
+	if (!r)
+		return -ENOMEM;
+	return backend_io_read(b, r, etag, off, len, dst, lagging, done, arg);
+}
+
+static const struct bk_ops s3_ops = {
+	.check = s3_check,
+	.stat = s3_stat,
+	.list = s3_list,
+	.read = s3_read,
+	.free = s3_free,
+};
+
+/* Valid S3 bucket names are 3..63 of [a-z0-9.-]; be a little lenient (upper case, '_') for
+ * other stores, but refuse anything that would change the URL's meaning. */
+static bool bucket_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > 255)
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+		      *s == '.' || *s == '-' || *s == '_'))
+			return false;
+	return true;
+}
+
+int s3_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen)
+{
+	struct s3 *s = calloc(1, sizeof(*s));
+	const char *rest = cfg->url + 5, *slash;
+	const char *ep;
+	struct io_cfg ioc;
+	int e = -ENOMEM;
+
+	if (!s)
+		return -ENOMEM;
+	b->priv = s;
+	b->ops = &s3_ops;
+	b->scheme = "s3";
+	slash = strchr(rest, '/');
+	s->bucket = slash ? strndup(rest, (size_t)(slash - rest)) : strdup(rest);
+	if (!s->bucket)
+		goto fail;
+	if (!bucket_ok(s->bucket)) {
+		snprintf(err, errlen, "URL %s: '%s' is not a bucket name", cfg->url, s->bucket);
+		e = -EINVAL;
+		goto fail;
+	}
+	/* the prefix: without leading or repeated slashes, with one trailing slash */
+	{
+		const char *p = slash ? slash : "";
+		size_t n = 0;
+
+		s->prefix = malloc(strlen(p) + 2);
+		if (!s->prefix)
+			goto fail;
+		for (const char *seg = p; *seg;) {
+			while (*seg == '/')
+				seg++;
+			size_t l = strcspn(seg, "/");
+			if (!l)
+				break;
+			memcpy(s->prefix + n, seg, l);
+			n += l;
+			s->prefix[n++] = '/';
+			seg += l;
+		}
+		s->prefix[n] = '\0';
+	}
+	s->region = strdup(cfg->region && cfg->region[0] ? cfg->region : "us-east-1");
+	if (!s->region)
+		goto fail;
+	s->path_style = cfg->path_style;
+	if (cfg->endpoint && cfg->endpoint[0]) {
+		size_t n = strlen(cfg->endpoint);
+
+		while (n && cfg->endpoint[n - 1] == '/')
+			n--;
+		s->endpoint = strndup(cfg->endpoint, n);
+	} else if (asprintf(&s->endpoint, "https://s3.%s.amazonaws.com", s->region) < 0) {
+		s->endpoint = NULL;
+	}
+	if (!s->endpoint)
+		goto fail;
+	ep = strstr(s->endpoint, "://");
+	if (!ep || strncasecmp(s->endpoint, "http", 4) != 0 || !ep[3] || strchr(ep + 3, '/') ||
+	    strchr(ep + 3, '?')) {
+		snprintf(err, errlen, "endpoint %s: expected http(s)://host[:port]", s->endpoint);
+		e = -EINVAL;
+		goto fail;
+	}
+	if (s->path_style)
+		e = asprintf(&s->base_url, "%s/%s", s->endpoint, s->bucket);
+	else
+		e = asprintf(&s->base_url, "%.*s%s.%s", (int)(ep + 3 - s->endpoint), s->endpoint,
+			     s->bucket, ep + 3);
+	if (e < 0) {
+		s->base_url = NULL;
+		e = -ENOMEM;
+		goto fail;
+	}
+	e = creds_load(cfg->credentials, cfg->profile, &s->creds, err, errlen);
+	if (e < 0)
+		goto fail;
+	ioc = backend_io_cfg(cfg);
+	b->io = io_new(&ioc);
+	if (!b->io) {
+		e = -ENOMEM;
+		goto fail;
+	}
+	return 0;
+fail:
+	s3_free(b);
+	b->priv = NULL;
+	return e;
+}

@@ -1,0 +1,786 @@
+/*
+ * cache.c - the read engine: block alignment, tiers, single-flight, readahead, throttling.
+ *
+ * A read of [off, off+len) touches blocks first..last (block b covers [b*B, (b+1)*B), the last
+ * block of an object is short). Each block is a "piece" of the read:
+ *
+ *     read(off, len) ──► piece[0] piece[1] ... piece[n-1]
+ *                          │ hot ring lookup ── hit: pinned bytes
+ *                          │ lagging ring lookup ── hit
+ *                          └ miss: flight table[key] ── exists: join its waiter list
+ *                                                   └─ new flight: fetch into a ring slot
+ *
+ * A flight is one fetch of one block. It reserves its bytes in the ring of the tier chosen by
+ * the object's age (ring_reserve pins them; readers cannot see them until commit) and the
+ * fetcher writes straight into them, so a block is copied once from the network into the ring
+ * and once from the ring into the kernel. When every segment is pinned the flight fetches into
+ * a heap "bounce" buffer instead: the readers are answered, nothing is stored.
+ *
+ * Hot flights start at once. Lagging flights enter a FIFO and start when the token bucket
+ * says so; when it says "wait", a timer is armed through env->defer and the queue is drained
+ * when it fires. No thread ever sleeps on the limiter.
+ *
+ * Completion (on the fetcher's thread): commit the slot, then under c->lock take the flight
+ * out of the table and hand each waiter a pin on the bytes (or the error). A read whose last
+ * piece arrived is answered after the lock is dropped, then its pins are released. A failed
+ * fetch leaves nothing behind: the slot is aborted, the table entry removed, every waiter
+ * answered with the error, so the next read retries.
+ *
+ * Locking: c->lock guards the flight table, the waiter lists, the throttle queue, the limiter
+ * and every read's pending count. Each ring has its own lock, taken inside c->lock or alone,
+ * never the other way round. Replies and fetch starts happen with no lock held. A read that
+ * hits every block never takes c->lock.
+ *
+ * Workload: brokers read log segments sequentially in 128 KiB..1 MiB requests, many readers
+ * at the tail (hot, mostly hits), a few replaying old segments (lagging, mostly misses).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+#include "cache_i.h"
+
+#define FLIGHT_BUCKETS 4096 /* power of two; in-flight blocks are few (conns + queue) */
+#define STACK_PIECES 32     /* a 1 MiB read with 64 KiB blocks touches 17 */
+#define MAX_READ_BLOCKS 4096 /* refuse absurd reads rather than allocate for them */
+
+/* Heap buffer for a block fetched while every segment of its ring was pinned. */
+struct bounce {
+	unsigned refs; /* flight + each waiter; c->lock */
+	char data[];
+};
+
+struct piece;
+struct pread;
+
+/* One fetch of one block. Lives from miss to completion. */
+struct flight {
+	struct flight *hnext;   /* flight table chain; c->lock */
+	struct flight *qnext;   /* throttle queue link; c->lock */
+	struct cache *c;
+	struct ring_key key;
+	void *ctx;              /* the object, held with env->hold */
+	uint64_t off;           /* byte offset of the block in the object */
+	uint32_t len;           /* block length (short at end of object) */
+	uint8_t tier;           /* CACHE_HOT or CACHE_LAG: where it is stored and which queue */
+	bool have_ref;          /* ref is a ring reservation */
+	struct ring_ref ref;    /* the reserved slot */
+	struct bounce *bounce;  /* or the bounce buffer */
+	struct piece *waiters;  /* pieces of parked reads waiting on this block; c->lock */
+	uint64_t queued_ns;     /* when it entered the throttle queue, 0 if it did not */
+};
+
+/* One block's part of a read. */
+struct piece {
+	struct piece *wnext; /* next waiter of the same flight; c->lock */
+	struct pread *pr;    /* the read it belongs to */
+	const char *data;    /* the block's bytes once available */
+	uint32_t len;        /* the block's length */
+	int8_t tier;         /* ring it is pinned in, or -1 for a bounce buffer, -2 for none */
+	struct ring_ref ref;
+	struct bounce *bounce;
+};
+
+/* A read waiting for at least one block. */
+struct pread {
+	struct cache *c;
+	cache_reply_fn reply;
+	void *req;
+	uint64_t off;       /* clipped request */
+	size_t len;
+	uint64_t first;     /* first block */
+	uint32_t n;         /* pieces */
+	uint32_t pending;   /* pieces not yet arrived; c->lock */
+	int err;            /* first error of any piece; c->lock */
+	struct piece p[];
+};
+
+struct tier {
+	struct ring *ring;
+	struct cache_tier_stats st; /* counters only, updated with relaxed atomics */
+};
+
+struct cache {
+	struct cache_cfg cfg;    /* hot_ttl and limits change live under lock */
+	struct cache_env env;
+	uint32_t shift;          /* log2(block_size) */
+	struct tier tier[CACHE_NTIERS];
+
+	pthread_mutex_t lock;
+	struct flight *table[FLIGHT_BUCKETS];   /* c->lock */
+	struct flight *qhead, *qtail;           /* lagging flights waiting for tokens; c->lock */
+	struct rl rl;                           /* c->lock */
+	uint64_t timer_due;      /* earliest armed drain timer, UINT64_MAX if none; c->lock */
+	uint64_t hot_ttl;        /* seconds; read without lock (atomic) */
+};
+
+/* Timer token: which cache and when it was meant to fire. */
+struct drain_timer {
+	struct cache *c;
+	uint64_t due;
+};
+
+#define STAT_ADD(c, t, field, v) __atomic_fetch_add(&(c)->tier[t].st.field, (v), __ATOMIC_RELAXED)
+#define STAT_SUB(c, t, field, v) __atomic_fetch_sub(&(c)->tier[t].st.field, (v), __ATOMIC_RELAXED)
+
+static uint64_t now_ns(struct cache *c)
+{
+	return c->env.mono_ns(c->env.arg);
+}
+
+static unsigned bucket(struct ring_key k)
+{
+	uint64_t h = k.obj * 0x9e3779b97f4a7c15ULL ^ (k.blk + 0x632be59bd9b4e019ULL);
+
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 32;
+	return (unsigned)h & (FLIGHT_BUCKETS - 1);
+}
+
+static struct flight *flight_find(struct cache *c, struct ring_key k)
+{
+	for (struct flight *f = c->table[bucket(k)]; f; f = f->hnext)
+		if (f->key.obj == k.obj && f->key.blk == k.blk)
+			return f;
+	return NULL;
+}
+
+static void flight_unlink(struct cache *c, struct flight *f)
+{
+	struct flight **pp = &c->table[bucket(f->key)];
+
+	while (*pp != f)
+		pp = &(*pp)->hnext;
+	*pp = f->hnext;
+}
+
+bool cache_is_lagging(int64_t mtime, int64_t now, uint64_t hot_ttl)
+{
+	int64_t age;
+
+	if (mtime == INT64_MIN || mtime >= now)
+		return false;
+	if (__builtin_sub_overflow(now, mtime, &age))
+		return true; /* older than anything representable */
+	return (uint64_t)age > hot_ttl;
+}
+
+enum cache_tier cache_route(struct cache *c, const struct cache_obj *o)
+{
+	uint64_t ttl = __atomic_load_n(&c->hot_ttl, __ATOMIC_RELAXED);
+
+	if (!c->cfg.lagging)
+		return CACHE_HOT;
+	return cache_is_lagging(o->mtime, c->env.wall_s(c->env.arg), ttl) ? CACHE_LAG : CACHE_HOT;
+}
+
+static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint64_t blk)
+{
+	uint64_t start = blk << c->shift;
+	uint64_t end = start + c->cfg.block_size;
+
+	return (uint32_t)((end > o->size ? o->size : end) - start);
+}
+
+/* Look a block up in the hot tier, then the lagging one. Fills the piece with a pin. */
+static bool lookup(struct cache *c, struct ring_key k, uint64_t now, struct piece *p)
+{
+	for (int t = 0; t < CACHE_NTIERS; t++) {
+		if (!c->tier[t].ring)
+			continue;
+		if (ring_lookup(c->tier[t].ring, k, now, &p->ref) == 0) {
+			p->tier = (int8_t)t;
+			p->data = p->ref.data;
+			p->len = p->ref.len;
+			STAT_ADD(c, t, hits, 1);
+			return true;
+		}
+	}
+	return false;
+}
+
+static void bounce_put(struct cache *c, struct bounce *b)
+{
+	unsigned left;
+
+	pthread_mutex_lock(&c->lock);
+	left = --b->refs;
+	pthread_mutex_unlock(&c->lock);
+	if (!left)
+		free(b);
+}
+
+static void piece_release(struct cache *c, struct piece *p)
+{
+	if (p->tier >= 0)
+		ring_unpin(c->tier[p->tier].ring, &p->ref);
+	else if (p->tier == -1)
+		bounce_put(c, p->bounce);
+	p->tier = -2;
+}
+
+/* Answer a read whose pieces are all present (or that failed), then drop its pins. */
+static void answer(struct cache *c, struct piece *p, uint32_t n, uint64_t first, uint64_t off,
+		   size_t len, int err, cache_reply_fn reply, void *req)
+{
+	struct cache_iov stack_iov[STACK_PIECES], *iov = stack_iov;
+
+	if (err) {
+		reply(req, NULL, 0, err);
+		goto out;
+	}
+	if (n > STACK_PIECES) {
+		iov = malloc(n * sizeof(*iov));
+		if (!iov) {
+			reply(req, NULL, 0, -ENOMEM);
+			goto out;
+		}
+	}
+	uint64_t pos = off;
+	size_t left = len;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t bstart = (first + i) << c->shift;
+		size_t skip = (size_t)(pos - bstart);
+		size_t take = p[i].len - skip;
+
+		if (take > left)
+			take = left;
+		iov[i].base = p[i].data + skip;
+		iov[i].len = take;
+		if (p[i].tier >= 0)
+			STAT_ADD(c, p[i].tier, bytes_served, take);
+		pos += take;
+		left -= take;
+	}
+	reply(req, iov, (int)n, 0);
+	if (iov != stack_iov)
+		free(iov);
+out:
+	for (uint32_t i = 0; i < n; i++)
+		piece_release(c, &p[i]);
+}
+
+static void flight_done(void *arg, int err);
+
+/* Start a flight's fetch: reserve its destination, hand it to the fetcher. No lock held. */
+static void flight_start(struct flight *f)
+{
+	struct cache *c = f->c;
+	struct ring *ring = c->tier[f->tier].ring;
+	void *dst;
+	int r;
+
+	r = ring_reserve(ring, f->key, f->len, now_ns(c), &f->ref);
+	if (r == 0) {
+		f->have_ref = true;
+		dst = f->ref.data;
+	} else {
+		f->bounce = malloc(sizeof(*f->bounce) + f->len);
+		if (!f->bounce) {
+			flight_done(f, -ENOMEM);
+			return;
+		}
+		f->bounce->refs = 1;
+		dst = f->bounce->data;
+		STAT_ADD(c, f->tier, bounces, 1);
+	}
+	STAT_ADD(c, f->tier, fetches, 1);
+	STAT_ADD(c, f->tier, inflight, 1);
+	r = c->env.fetch(c->env.arg, f->ctx, f->off, f->len, dst, f->tier == CACHE_LAG, flight_done,
+			 f);
+	if (r < 0)
+		flight_done(f, r);
+}
+
+static void start_list(struct flight *list)
+{
+	while (list) {
+		struct flight *next = list->qnext;
+
+		list->qnext = NULL;
+		flight_start(list);
+		list = next;
+	}
+}
+
+static void drain_fire(void *arg);
+
+/* Pop every queued lagging flight the limiter lets through now; arm a timer for the rest.
+ * Called with c->lock held; returns the flights to start once it is dropped. */
+static struct flight *drain(struct cache *c, uint64_t now)
+{
+	struct flight *go = NULL, **tail = &go;
+
+	while (c->qhead) {
+		struct flight *f = c->qhead;
+		uint64_t wait = rl_take(&c->rl, f->len, now);
+
+		if (wait) {
+			uint64_t due = now + wait;
+			struct drain_timer *t;
+
+			if (due >= c->timer_due)
+				break; /* an earlier timer will drain */
+			t = malloc(sizeof(*t));
+			if (!t)
+				break; /* the next completion or read drains */
+			t->c = c;
+			t->due = due;
+			if (c->env.defer(c->env.arg, wait, drain_fire, t) < 0) {
+				free(t);
+				break;
+			}
+			c->timer_due = due;
+			break;
+		}
+		c->qhead = f->qnext;
+		if (!c->qhead)
+			c->qtail = NULL;
+		f->qnext = NULL;
+		STAT_SUB(c, CACHE_LAG, queued, 1);
+		if (f->queued_ns && now > f->queued_ns) {
+			STAT_ADD(c, CACHE_LAG, throttle_waits, 1);
+			STAT_ADD(c, CACHE_LAG, throttled_ns, now - f->queued_ns);
+		}
+		*tail = f;
+		tail = &f->qnext;
+	}
+	return go;
+}
+
+static void drain_fire(void *arg)
+{
+	struct drain_timer *t = arg;
+	struct cache *c = t->c;
+	struct flight *go;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->timer_due == t->due)
+		c->timer_due = UINT64_MAX;
+	go = drain(c, now_ns(c));
+	pthread_mutex_unlock(&c->lock);
+	free(t);
+	start_list(go);
+}
+
+/*
+ * Create a flight for block @blk of @o (c->lock held). Hot flights go on @go to be started by
+ * the caller; lagging ones join the throttle queue, and whatever the queue lets through goes
+ * on @go as well. @return the flight, or NULL if out of memory.
+ */
+static struct flight *flight_new(struct cache *c, const struct cache_obj *o, uint64_t blk,
+				 enum cache_tier tier, uint64_t now, struct flight ***go_tail)
+{
+	struct flight *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	f->c = c;
+	f->key = (struct ring_key){o->id, blk};
+	f->ctx = o->ctx;
+	c->env.hold(o->ctx);
+	f->off = blk << c->shift;
+	f->len = block_len(c, o, blk);
+	f->tier = (uint8_t)tier;
+	unsigned b = bucket(f->key);
+	f->hnext = c->table[b];
+	c->table[b] = f;
+
+	if (tier == CACHE_HOT) {
+		**go_tail = f;
+		*go_tail = &f->qnext;
+		return f;
+	}
+	f->queued_ns = now;
+	STAT_ADD(c, CACHE_LAG, queued, 1);
+	if (c->qtail)
+		c->qtail->qnext = f;
+	else
+		c->qhead = f;
+	c->qtail = f;
+	struct flight *let = drain(c, now);
+	if (let) {
+		**go_tail = let;
+		while (let->qnext)
+			let = let->qnext;
+		*go_tail = &let->qnext;
+	}
+	return f;
+}
+
+static void flight_done(void *arg, int err)
+{
+	struct flight *f = arg;
+	struct cache *c = f->c;
+	struct ring *ring = c->tier[f->tier].ring;
+	struct pread *done = NULL;
+	struct flight *go;
+
+	STAT_SUB(c, f->tier, inflight, 1);
+	if (err)
+		STAT_ADD(c, f->tier, fetch_errors, 1);
+	else
+		STAT_ADD(c, f->tier, bytes_fetched, f->len);
+	if (!err && f->have_ref)
+		ring_commit(ring, &f->ref);
+
+	pthread_mutex_lock(&c->lock);
+	flight_unlink(c, f);
+	for (struct piece *p = f->waiters, *next; p; p = next) {
+		struct pread *pr = p->pr;
+
+		next = p->wnext;
+		if (err) {
+			if (!pr->err)
+				pr->err = err;
+		} else if (f->have_ref) {
+			ring_pin(ring, &f->ref);
+			p->ref = f->ref;
+			p->tier = (int8_t)f->tier;
+			p->data = f->ref.data;
+			p->len = f->len;
+		} else {
+			f->bounce->refs++;
+			p->bounce = f->bounce;
+			p->tier = -1;
+			p->data = f->bounce->data;
+			p->len = f->len;
+		}
+		if (--pr->pending == 0) {
+			/* reuse the piece's link: a finished read is on no waiter list */
+			pr->p[0].wnext = (struct piece *)done;
+			done = pr;
+		}
+	}
+	/* a completion frees a connection slot: a good moment to let queued fetches go */
+	go = c->qhead ? drain(c, now_ns(c)) : NULL;
+	pthread_mutex_unlock(&c->lock);
+
+	if (f->have_ref) {
+		if (err)
+			ring_abort(ring, &f->ref);
+		else
+			ring_unpin(ring, &f->ref);
+	}
+	if (f->bounce)
+		bounce_put(c, f->bounce);
+	c->env.release(f->ctx);
+	free(f);
+
+	while (done) {
+		struct pread *pr = done;
+
+		done = (struct pread *)pr->p[0].wnext;
+		answer(c, pr->p, pr->n, pr->first, pr->off, pr->len, pr->err, pr->reply, pr->req);
+		free(pr);
+	}
+	start_list(go);
+}
+
+/* Prefetch blocks after @last for a sequential reader, through the same queue and limiter. */
+static void readahead(struct cache *c, const struct cache_obj *o, struct cache_stream *s,
+		      uint64_t last, uint64_t now)
+{
+	uint64_t nblocks = (o->size + c->cfg.block_size - 1) >> c->shift;
+	uint64_t from = last + 1, to = last + c->cfg.readahead;
+	struct flight *go = NULL, **go_tail = &go;
+	enum cache_tier tier;
+
+	if (to >= nblocks)
+		to = nblocks - 1;
+	if (s->ra_next > to + 1)
+		s->ra_next = 0; /* the reader went back: start over */
+	if (from < s->ra_next)
+		from = s->ra_next;
+	if (from > to)
+		return;
+	s->ra_next = to + 1;
+	tier = cache_route(c, o);
+
+	pthread_mutex_lock(&c->lock);
+	for (uint64_t b = from; b <= to; b++) {
+		struct ring_key k = {o->id, b};
+
+		if (flight_find(c, k))
+			continue;
+		if (ring_contains(c->tier[CACHE_HOT].ring, k, now) ||
+		    (c->tier[CACHE_LAG].ring && ring_contains(c->tier[CACHE_LAG].ring, k, now)))
+			continue;
+		if (!flight_new(c, o, b, tier, now, &go_tail))
+			break;
+		STAT_ADD(c, tier, readaheads, 1);
+	}
+	pthread_mutex_unlock(&c->lock);
+	start_list(go);
+}
+
+void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
+		size_t len, cache_reply_fn reply, void *req)
+{
+	struct piece stack_p[STACK_PIECES], *p = stack_p;
+	struct pread *pr = NULL;
+	uint64_t first, last, now;
+	uint32_t n, missing = 0;
+	bool sequential;
+
+	if (off >= o->size || len == 0) {
+		reply(req, NULL, 0, 0);
+		return;
+	}
+	if (len > o->size - off)
+		len = (size_t)(o->size - off);
+	first = off >> c->shift;
+	last = (off + len - 1) >> c->shift;
+	if (last - first >= MAX_READ_BLOCKS) {
+		reply(req, NULL, 0, -EINVAL);
+		return;
+	}
+	n = (uint32_t)(last - first + 1);
+	now = now_ns(c);
+	sequential = s && (off == s->next_off || off == 0);
+	if (s)
+		s->next_off = off + len;
+
+	if (n > STACK_PIECES) {
+		pr = calloc(1, sizeof(*pr) + n * sizeof(struct piece));
+		if (!pr) {
+			reply(req, NULL, 0, -ENOMEM);
+			return;
+		}
+		p = pr->p;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		p[i].tier = -2;
+		if (!lookup(c, (struct ring_key){o->id, first + i}, now, &p[i]))
+			missing++;
+	}
+
+	if (!missing) {
+		answer(c, p, n, first, off, len, 0, reply, req);
+		free(pr);
+		goto readahead;
+	}
+
+	/* Slow path: park the read. The pieces move into a heap pread. */
+	if (!pr) {
+		pr = malloc(sizeof(*pr) + n * sizeof(struct piece));
+		if (!pr) {
+			answer(c, p, n, first, off, len, -ENOMEM, reply, req);
+			goto readahead;
+		}
+		memcpy(pr->p, p, n * sizeof(struct piece));
+		p = pr->p;
+	}
+	pr->c = c;
+	pr->reply = reply;
+	pr->req = req;
+	pr->off = off;
+	pr->len = len;
+	pr->first = first;
+	pr->n = n;
+	pr->err = 0;
+	pr->pending = 1; /* held by this function until every piece is registered */
+
+	enum cache_tier tier = cache_route(c, o);
+	struct flight *go = NULL, **go_tail = &go;
+	bool finished;
+
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		struct ring_key k = {o->id, first + i};
+		struct flight *f;
+
+		if (p[i].tier != -2)
+			continue;
+		p[i].pr = pr;
+		f = flight_find(c, k);
+		if (f) {
+			STAT_ADD(c, f->tier, joins, 1);
+		} else if (lookup(c, k, now, &p[i])) {
+			continue; /* committed since the first look */
+		} else {
+			f = flight_new(c, o, k.blk, tier, now, &go_tail);
+			if (!f) {
+				pr->err = -ENOMEM;
+				continue;
+			}
+			STAT_ADD(c, tier, misses, 1);
+		}
+		p[i].wnext = f->waiters;
+		f->waiters = &p[i];
+		pr->pending++;
+	}
+	finished = --pr->pending == 0;
+	pthread_mutex_unlock(&c->lock);
+
+	start_list(go);
+	if (finished) {
+		answer(c, p, n, first, off, len, pr->err, reply, req);
+		free(pr);
+	}
+readahead:
+	if (sequential && c->cfg.readahead)
+		readahead(c, o, s, last, now);
+}
+
+static void tier_done(struct tier *t)
+{
+	ring_free(t->ring);
+	t->ring = NULL;
+}
+
+/* Segments: a segment holds at least 8 blocks when the tier is big enough; 4..16 of them. */
+static struct ring *tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s)
+{
+	uint64_t blocks = size / block;
+	uint64_t nseg = blocks / 8;
+
+	if (nseg < 4)
+		nseg = 4;
+	if (nseg > 16)
+		nseg = 16;
+	return ring_new(size, (uint32_t)nseg, block, ttl_s * 1000000000ULL);
+}
+
+int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct cache **ret)
+{
+	struct cache *c;
+	uint64_t now;
+
+	if (!cfg->block_size || (cfg->block_size & (cfg->block_size - 1)))
+		return -EINVAL;
+	if (cfg->hot_size < 4ULL * cfg->block_size)
+		return -EINVAL;
+	if (cfg->lagging && cfg->lagging_size < 4ULL * cfg->block_size)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->cfg = *cfg;
+	c->env = *env;
+	c->shift = (uint32_t)__builtin_ctz(cfg->block_size);
+	c->hot_ttl = cfg->hot_ttl;
+	c->timer_due = UINT64_MAX;
+	pthread_mutex_init(&c->lock, NULL);
+	c->tier[CACHE_HOT].ring = tier_ring(cfg->hot_size, cfg->block_size, cfg->hot_ttl);
+	c->tier[CACHE_HOT].st.size = cfg->hot_size;
+	if (!c->tier[CACHE_HOT].ring)
+		goto fail;
+	if (cfg->lagging) {
+		c->tier[CACHE_LAG].ring =
+			tier_ring(cfg->lagging_size, cfg->block_size, cfg->lagging_ttl);
+		c->tier[CACHE_LAG].st.size = cfg->lagging_size;
+		if (!c->tier[CACHE_LAG].ring)
+			goto fail;
+	}
+	now = now_ns(c);
+	rl_init(&c->rl, cfg->lagging_rate, cfg->lagging_burst, cfg->lagging_ops, now);
+	*ret = c;
+	return 0;
+fail:
+	cache_free(c);
+	return -ENOMEM;
+}
+
+void cache_free(struct cache *c)
+{
+	if (!c)
+		return;
+	/* Flights still queued for the limiter never started: answer their readers. The queue
+	 * is detached first so that completing one does not start the next. */
+	struct flight *q = c->qhead;
+
+	c->qhead = c->qtail = NULL;
+	while (q) {
+		struct flight *f = q;
+
+		q = f->qnext;
+		STAT_ADD(c, CACHE_LAG, inflight, 1); /* flight_done counts it down */
+		flight_done(f, -ESHUTDOWN);
+	}
+	for (int t = 0; t < CACHE_NTIERS; t++)
+		tier_done(&c->tier[t]);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+int cache_set_limits(struct cache *c, uint64_t rate, uint64_t burst, uint64_t ops)
+{
+	struct flight *go;
+	uint64_t now = now_ns(c);
+
+	pthread_mutex_lock(&c->lock);
+	rl_set(&c->rl, rate, burst, ops, now);
+	c->cfg.lagging_rate = rate;
+	c->cfg.lagging_burst = burst;
+	c->cfg.lagging_ops = ops;
+	c->timer_due = UINT64_MAX; /* the armed timer may be late for the new rate */
+	go = drain(c, now);
+	pthread_mutex_unlock(&c->lock);
+	start_list(go);
+	return 0;
+}
+
+int cache_set_hot_ttl(struct cache *c, uint64_t hot_ttl)
+{
+	if (hot_ttl == 0)
+		return -EINVAL;
+	__atomic_store_n(&c->hot_ttl, hot_ttl, __ATOMIC_RELAXED);
+	ring_set_ttl(c->tier[CACHE_HOT].ring, hot_ttl * 1000000000ULL);
+	return 0;
+}
+
+size_t cache_residency(struct cache *c, const struct cache_obj *o, char *buf, size_t len)
+{
+	uint64_t nblocks = (o->size + c->cfg.block_size - 1) >> c->shift;
+	uint64_t now = now_ns(c);
+	size_t i;
+
+	for (i = 0; i < nblocks && i + 1 < len; i++) {
+		struct ring_key k = {o->id, i};
+
+		if (ring_contains(c->tier[CACHE_HOT].ring, k, now))
+			buf[i] = 'h';
+		else if (c->tier[CACHE_LAG].ring && ring_contains(c->tier[CACHE_LAG].ring, k, now))
+			buf[i] = 'l';
+		else
+			buf[i] = '-';
+	}
+	if (len)
+		buf[i] = '\0';
+	return (size_t)nblocks;
+}
+
+void cache_get_stats(struct cache *c, struct cache_stats *ret)
+{
+	uint64_t now = now_ns(c);
+
+	for (int t = 0; t < CACHE_NTIERS; t++) {
+		struct cache_tier_stats *s = &ret->tier[t];
+		struct ring_stats rs = {0};
+		uint64_t *dst = (uint64_t *)s, *src = (uint64_t *)&c->tier[t].st;
+
+		/* every field before 'tokens' is a uint64_t counter */
+		for (size_t i = 0; i < offsetof(struct cache_tier_stats, tokens) / sizeof(uint64_t);
+		     i++)
+			dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+		if (c->tier[t].ring)
+			ring_get_stats(c->tier[t].ring, now, &rs);
+		s->rotations = rs.rotations;
+		s->blocks = rs.blocks;
+		s->bytes = rs.bytes;
+		s->tokens = 0;
+	}
+	pthread_mutex_lock(&c->lock);
+	ret->tier[CACHE_LAG].tokens = rl_tokens(&c->rl, now);
+	pthread_mutex_unlock(&c->lock);
+}
+
+uint32_t cache_block_size(const struct cache *c)
+{
+	return c->cfg.block_size;
+}

@@ -1,0 +1,144 @@
+/*
+ * cache.h - the read path between the filesystem and the object store.
+ *
+ * A read is split into blocks aligned to block_size. Each block is looked up in the hot tier,
+ * then the lagging tier; a block in neither is fetched exactly once however many readers want
+ * it (single-flight), into the tier its object's age chooses. Lagging fetches pass a token
+ * bucket first and wait for it on a timer, never in a sleeping thread.
+ *
+ * This module knows nothing of FUSE or curl: the caller passes an environment (clock, fetch,
+ * timer) and a reply callback, so every policy runs under a fake clock in the unit tests.
+ */
+#ifndef TIERFS_CACHE_H
+#define TIERFS_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum cache_tier {
+	CACHE_HOT = 0,
+	CACHE_LAG = 1,
+	CACHE_NTIERS = 2,
+};
+
+struct cache_cfg {
+	uint32_t block_size;     /* power of two */
+	uint64_t hot_size;       /* bytes */
+	uint64_t hot_ttl;        /* seconds: objects older than this are read as lagging; also the
+				  * hot tier's block lifetime */
+	bool lagging;            /* false: everything goes through the hot tier */
+	uint64_t lagging_size;   /* bytes */
+	uint64_t lagging_ttl;    /* seconds */
+	uint64_t lagging_rate;   /* bytes/s, 0 = unlimited */
+	uint64_t lagging_burst;  /* bytes, 0 = 2 x rate */
+	uint64_t lagging_ops;    /* requests/s, 0 = unlimited */
+	uint32_t readahead;      /* blocks fetched ahead of a sequential reader */
+};
+
+/* One version of one object, as the cache sees it. Passed by value; ctx is the caller's handle
+ * for fetching it, kept alive with env->hold / env->release while a fetch may use it. */
+struct cache_obj {
+	uint64_t id;    /* never reused for another object or another version of this one */
+	uint64_t size;  /* bytes */
+	int64_t mtime;  /* seconds since epoch; INT64_MIN if unknown (counts as hot) */
+	void *ctx;
+};
+
+typedef void (*cache_done_fn)(void *arg, int err);
+
+/* What the cache needs from the world. All callbacks may be called from any thread. */
+struct cache_env {
+	void *arg;
+	uint64_t (*mono_ns)(void *arg);  /* monotonic clock */
+	int64_t (*wall_s)(void *arg);    /* wall clock, to compare with object mtimes */
+	/* Start fetching @len bytes at @off of object @ctx into @dst; call done(done_arg, 0 or
+	 * -errno) exactly once, later, from another thread or the same. @return 0, or -errno if
+	 * nothing was started (done is then not called). */
+	int (*fetch)(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, bool lagging,
+		     cache_done_fn done, void *done_arg);
+	/* Call cb(cb_arg) once, after @delay_ns. @return 0 or -errno. */
+	int (*defer)(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg);
+	void (*hold)(void *ctx);
+	void (*release)(void *ctx);
+};
+
+/* A piece of a reply. Valid only during the reply callback. */
+struct cache_iov {
+	const void *base;
+	size_t len;
+};
+
+/* Called exactly once per cache_read: with the data (n pieces, in order, together the whole
+ * answer, possibly short at end of object) and err 0, or with n 0 and err -errno. */
+typedef void (*cache_reply_fn)(void *req, const struct cache_iov *iov, int n, int err);
+
+/* Per open file: where the last read ended, to detect sequential readers. Zero it at open.
+ * Unlocked: concurrent readers of one handle only make readahead less exact. */
+struct cache_stream {
+	uint64_t next_off; /* end of the previous read */
+	uint64_t ra_next;  /* first block not yet considered for readahead */
+};
+
+struct cache_tier_stats {
+	uint64_t hits;            /* block lookups answered from this tier */
+	uint64_t misses;          /* blocks fetched into this tier because a reader wanted them */
+	uint64_t bytes_served;    /* reply bytes taken from this tier */
+	uint64_t bytes_fetched;   /* bytes fetched into this tier (successful fetches) */
+	uint64_t fetches;         /* fetches started (readahead included) */
+	uint64_t fetch_errors;    /* fetches that failed */
+	uint64_t readaheads;      /* fetches started by readahead */
+	uint64_t joins;           /* block waits that joined a fetch already under way */
+	uint64_t inflight;        /* fetches running now */
+	uint64_t throttle_waits;  /* fetches that had to wait for the limiter */
+	uint64_t throttled_ns;    /* total time fetches waited for the limiter */
+	uint64_t queued;          /* fetches waiting for the limiter now */
+	uint64_t rotations;       /* segment rotations (evictions) */
+	uint64_t blocks;          /* resident blocks */
+	uint64_t bytes;           /* resident bytes */
+	uint64_t size;            /* configured bytes */
+	uint64_t bounces;         /* fetches served but not stored: every segment was pinned */
+	double tokens;            /* limiter tokens now (lagging only) */
+};
+
+struct cache_stats {
+	struct cache_tier_stats tier[CACHE_NTIERS];
+};
+
+struct cache;
+
+/* @return 0 and *ret, -EINVAL for impossible sizes, -ENOMEM. */
+int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct cache **ret);
+
+/* Free everything. No read may be in flight (stop the fetcher first); reads still waiting for
+ * the limiter are answered -ESHUTDOWN. */
+void cache_free(struct cache *c);
+
+/*
+ * Read @len bytes at @off of @o. @reply runs exactly once: before cache_read returns when
+ * every block is resident (or on an immediate error), else later from the thread that
+ * completes the last fetch. @s may be NULL (no readahead).
+ */
+void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
+		size_t len, cache_reply_fn reply, void *req);
+
+/* The tier a miss of @o would go to now: CACHE_LAG when lagging is on and the object is older
+ * than hot_ttl, else CACHE_HOT. */
+enum cache_tier cache_route(struct cache *c, const struct cache_obj *o);
+
+/* Pure routing rule, exposed for tests: is an object of @mtime lagging at @now? */
+bool cache_is_lagging(int64_t mtime, int64_t now, uint64_t hot_ttl);
+
+/* Live settings. @return 0 or -EINVAL. */
+int cache_set_limits(struct cache *c, uint64_t rate, uint64_t burst, uint64_t ops);
+int cache_set_hot_ttl(struct cache *c, uint64_t hot_ttl);
+
+/* Which blocks of @o are resident: one character per block, 'h' hot, 'l' lagging, '-' none,
+ * written into @buf (NUL-terminated, truncated to fit). @return the number of blocks. */
+size_t cache_residency(struct cache *c, const struct cache_obj *o, char *buf, size_t len);
+
+void cache_get_stats(struct cache *c, struct cache_stats *ret);
+
+uint32_t cache_block_size(const struct cache *c);
+
+#endif

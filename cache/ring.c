@@ -1,0 +1,485 @@
+/*
+ * ring.c - the segmented ring store: one per cache tier (BookKeeper ReadCache, Pulsar PIP-174).
+ *
+ * One allocation (the arena) is cut into nseg equal segments used as a ring. Blocks are
+ * appended into the current segment; when it is full (bytes or index entries) or expired, the
+ * next segment in ring order becomes current and its index is cleared. That is the whole
+ * eviction policy: rotating one segment forgets everything in it, in O(1), with no per-block
+ * allocation and no LRU list. Nothing is allocated after ring_new().
+ *
+ *   arena (mmap, page aligned, nseg * seg_size bytes; seg_size is a multiple of 64)
+ *   +---------------------+---------------------+---------------------+---------------------+
+ *   | seg 0               | seg 1               | seg 2  (current)    | seg 3               |
+ *   | [blk][blk][blk]...  | [blk][blk]...       | [blk][blk]  ^cursor |  (oldest, next to   |
+ *   |                     |                     |                     |   be reused)        |
+ *   +---------------------+---------------------+---------------------+---------------------+
+ *     blocks start at 64-byte aligned offsets; the gap after a block up to the next multiple
+ *     of 64 is padding.
+ *
+ *   per segment: struct seg { cursor, t0, nentries, pins, gen, table }
+ *   table: open addressing, linear probing, tsize = next pow2 >= 2 * max_entries slots
+ *     +------------------------------------------+
+ *     | slot: obj blk off/64 len gen state       |  gen != seg.gen   -> empty
+ *     | ...                                      |  state RESERVED   -> invisible, pinned
+ *     +------------------------------------------+  state COMMITTED  -> visible
+ *                                                    state DEAD       -> tombstone
+ *
+ * Clearing a segment's index is a generation bump: a slot is live only while its gen equals
+ * the segment's gen, so rotation never walks the table (when the 32-bit counter wraps, the
+ * table is zeroed once and gen restarts at 1).
+ *
+ * Ordering and duplicates. Slots never become empty within a generation (an aborted or
+ * superseded entry turns into a tombstone, whose space is wasted until the segment is
+ * reused), and an insert takes the first empty slot of its probe sequence. So along the probe
+ * sequence of a key, its entries appear in reservation order. When an entry is committed, the
+ * probe sequence is walked and only the entry reserved last among the committed ones for that
+ * key stays committed; the others become tombstones. A segment therefore holds at most one
+ * committed entry per key, and a lookup stops at the first committed match. Across segments,
+ * the newer segment wins: lookup walks from the current segment backwards. Together:
+ * a lookup returns the committed entry whose ring_reserve() came last. A commit that comes
+ * after a newer entry for the same key was already committed leaves the older one invisible
+ * (the caller's pin on it stays valid).
+ *
+ * Expiry. A segment's t0 is the time of the first insert after it became current. With a TTL
+ * of ttl_ns != 0, its blocks are visible while now - t0 < ttl_ns and gone once
+ * now - t0 >= ttl_ns (a clock reading before t0 counts as age 0). Expiry is evaluated at each
+ * lookup against the TTL of that moment, so ring_set_ttl() takes effect at once in both
+ * directions: raising the TTL makes blocks of a not-yet-reused segment visible again. A
+ * reserve into an expired current segment rotates first.
+ *
+ * Pins. Each segment counts its pins: one per outstanding reservation, lookup ref or
+ * ring_pin(). Rotation into a pinned segment is refused (-EBUSY, counted in reserve_busy), so
+ * bytes behind a ref never change while the ref is held.
+ *
+ * Locking: one mutex per ring (struct ring.lock) guards every field of the ring, its
+ * segments and tables, pins included. It is held only for index work, never while bytes are
+ * copied: the caller fills a reservation and reads a lookup's bytes outside the lock, the pin
+ * keeping them in place. Lookup costs one hash and one short probe per unexpired, non-empty
+ * segment (load factor at most 1/2).
+ *
+ * Workload: a FUSE read of a cached block does one ring_lookup() and one ring_unpin(); a miss
+ * does one ring_reserve(), fills block_size bytes from the network, ring_commit() and
+ * ring_unpin(). nseg is small (4 to a few dozen); segments hold from a few to thousands of
+ * blocks.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cache_i.h"
+
+/* State of a live index slot (one whose gen matches its segment's). */
+enum {
+	SLOT_RESERVED = 1, /* bytes being filled; invisible; holds a pin */
+	SLOT_COMMITTED,	   /* visible to lookups */
+	SLOT_DEAD,	   /* aborted or superseded; invisible; space wasted until rotation */
+};
+
+#define NO_SLOT UINT32_MAX
+
+/* One index entry; 32 bytes. Guarded by ring.lock. */
+struct slot {
+	uint64_t obj;	/* key.obj */
+	uint64_t blk;	/* key.blk */
+	uint32_t off64; /* byte offset of the block inside its segment, divided by 64 */
+	uint32_t len;	/* block length in bytes */
+	uint32_t gen;	/* live only while equal to seg.gen; 0 (zeroed table) is never live */
+	uint32_t state; /* SLOT_RESERVED, SLOT_COMMITTED or SLOT_DEAD */
+};
+
+/* One segment of the ring. Every field guarded by ring.lock. */
+struct seg {
+	uint64_t cursor; /* next free byte offset, a multiple of 64 */
+	uint64_t t0;	 /* time of the first insert since it became current (valid if nentries) */
+	uint32_t nentries;  /* live slots of any state; at most ring.max_entries */
+	uint32_t pins;	    /* outstanding refs into this segment; > 0 forbids reuse */
+	uint32_t gen;	    /* current generation of the table; never 0 */
+	struct slot *table; /* ring.tsize slots, inside ring.slots */
+};
+
+struct ring {
+	pthread_mutex_t lock;  /* guards everything below that is not marked constant */
+	unsigned char *arena;  /* nseg * seg_size bytes, mmap'ed; constant */
+	uint64_t arena_size;   /* mapped length; constant */
+	uint64_t seg_size;     /* bytes per segment, a multiple of 64; constant */
+	uint64_t ttl_ns;       /* blocks gone this long after their segment's t0; 0 = never */
+	uint32_t nseg;	       /* number of segments, >= 4; constant */
+	uint32_t max_block;    /* largest block accepted; constant */
+	uint32_t max_entries;  /* index entries per segment before rotation; constant */
+	uint32_t mask;	       /* tsize - 1 (tsize a power of two >= 2 * max_entries); constant */
+	uint32_t cur;	       /* index of the current segment (the one appended to) */
+	uint64_t rotations;    /* segments with entries that were reused */
+	uint64_t reserve_busy; /* reserves refused because the next segment was pinned */
+	struct seg *segs;      /* nseg segments; the array itself is constant */
+	struct slot *slots;    /* nseg * tsize slots, the tables of all segments; constant */
+};
+
+static uint64_t mix64(uint64_t x)
+{
+	/* splitmix64 finalizer */
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return x;
+}
+
+static uint64_t key_hash(struct ring_key k)
+{
+	return mix64(k.obj ^ mix64(k.blk + 0x9e3779b97f4a7c15ULL));
+}
+
+static uint64_t align64(uint64_t x)
+{
+	return (x + 63) & ~(uint64_t)63;
+}
+
+static bool seg_expired(const struct ring *r, const struct seg *s, uint64_t now_ns)
+{
+	return r->ttl_ns != 0 && now_ns >= s->t0 && now_ns - s->t0 >= r->ttl_ns;
+}
+
+/* Does segment @s hold blocks a lookup at @now_ns may see? */
+static bool seg_visible(const struct ring *r, const struct seg *s, uint64_t now_ns)
+{
+	return s->nentries > 0 && !seg_expired(r, s, now_ns);
+}
+
+static bool slot_is(const struct slot *e, struct ring_key k)
+{
+	return e->obj == k.obj && e->blk == k.blk;
+}
+
+/* @return the slot of the committed entry for @k in @s (at most one exists), or NO_SLOT. */
+static uint32_t seg_find(const struct ring *r, const struct seg *s, struct ring_key k, uint64_t h)
+{
+	for (uint32_t i = (uint32_t)h & r->mask;; i = (i + 1) & r->mask) {
+		const struct slot *e = &s->table[i];
+
+		if (e->gen != s->gen)
+			return NO_SLOT;
+		if (e->state == SLOT_COMMITTED && slot_is(e, k))
+			return i;
+	}
+}
+
+/* Forget everything in @s: a generation bump, a real wipe only when the counter wraps. */
+static void seg_clear(struct ring *r, struct seg *s)
+{
+	if (++s->gen == 0) {
+		memset(s->table, 0, ((size_t)r->mask + 1) * sizeof(*s->table));
+		s->gen = 1;
+	}
+	s->cursor = 0;
+	s->t0 = 0;
+	s->nentries = 0;
+}
+
+/*
+ * Slot @idx of @s was just committed. Keep committed only the entry for its key reserved
+ * last: entries before @idx on the probe sequence are older and die; if a committed one comes
+ * after @idx, it is newer and @idx dies instead.
+ */
+static void supersede(struct ring *r, struct seg *s, uint32_t idx)
+{
+	struct slot *self = &s->table[idx];
+	struct ring_key k = {self->obj, self->blk};
+	bool past_self = false;
+
+	for (uint32_t i = (uint32_t)key_hash(k) & r->mask;; i = (i + 1) & r->mask) {
+		struct slot *e = &s->table[i];
+
+		if (e->gen != s->gen)
+			return;
+		if (i == idx) {
+			past_self = true;
+		} else if (e->state == SLOT_COMMITTED && slot_is(e, k)) {
+			if (past_self) {
+				self->state = SLOT_DEAD;
+				return;
+			}
+			e->state = SLOT_DEAD;
+		}
+	}
+}
+
+static void fill_ref(const struct ring *r, uint32_t seg, uint32_t idx, struct ring_ref *ret)
+{
+	const struct slot *e = &r->segs[seg].table[idx];
+
+	ret->data = r->arena + (uint64_t)seg * r->seg_size + (uint64_t)e->off64 * 64;
+	ret->len = e->len;
+	ret->seg = seg;
+	ret->slot = idx;
+}
+
+struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t ttl_ns)
+{
+	struct ring *r = NULL;
+	uint64_t seg_size, max_entries, tsize;
+	void *arena;
+
+	if (nseg < 4 || max_block == 0)
+		return NULL;
+	seg_size = (size / nseg) & ~(uint64_t)63;
+	/* two max_block blocks, the second at the next 64-byte boundary */
+	if (seg_size < align64(max_block) + max_block)
+		return NULL;
+	/* offsets are stored divided by 64 in 32 bits: segments up to 256 GiB */
+	if (seg_size / 64 > UINT32_MAX)
+		return NULL;
+	max_entries = seg_size / 65536;
+	if (max_entries < 64)
+		max_entries = 64;
+	for (tsize = 1; tsize < 2 * max_entries; tsize <<= 1)
+		;
+	if (tsize > (uint64_t)1 << 31 || tsize > SIZE_MAX / sizeof(struct slot) / nseg)
+		return NULL;
+
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->segs = calloc(nseg, sizeof(*r->segs));
+	r->slots = calloc((size_t)nseg * tsize, sizeof(*r->slots));
+	if (!r->segs || !r->slots)
+		goto fail;
+	r->arena_size = seg_size * nseg;
+	arena =
+	    mmap(NULL, r->arena_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (arena == MAP_FAILED)
+		goto fail;
+	r->arena = arena;
+	if (pthread_mutex_init(&r->lock, NULL) != 0)
+		goto fail;
+
+	r->seg_size = seg_size;
+	r->ttl_ns = ttl_ns;
+	r->nseg = nseg;
+	r->max_block = max_block;
+	r->max_entries = (uint32_t)max_entries;
+	r->mask = (uint32_t)(tsize - 1);
+	r->cur = 0;
+	for (uint32_t i = 0; i < nseg; i++) {
+		r->segs[i].gen = 1;
+		r->segs[i].table = r->slots + (size_t)i * tsize;
+	}
+	return r;
+
+fail:
+	if (r->arena)
+		munmap(r->arena, r->arena_size);
+	free(r->slots);
+	free(r->segs);
+	free(r);
+	return NULL;
+}
+
+void ring_free(struct ring *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_destroy(&r->lock);
+	munmap(r->arena, r->arena_size);
+	free(r->slots);
+	free(r->segs);
+	free(r);
+}
+
+void ring_set_ttl(struct ring *r, uint64_t ttl_ns)
+{
+	pthread_mutex_lock(&r->lock);
+	r->ttl_ns = ttl_ns;
+	pthread_mutex_unlock(&r->lock);
+}
+
+int ring_reserve(struct ring *r, struct ring_key key, uint32_t len, uint64_t now_ns,
+		 struct ring_ref *ret_ref)
+{
+	uint64_t h = key_hash(key);
+	struct seg *s;
+	uint64_t off;
+	uint32_t i;
+
+	if (len == 0 || len > r->max_block)
+		return -EINVAL;
+
+	pthread_mutex_lock(&r->lock);
+	s = &r->segs[r->cur];
+	off = s->cursor;
+	/* an empty segment always takes one block: seg_size >= 2 * max_block */
+	if (s->nentries > 0 && (s->nentries >= r->max_entries || off + len > r->seg_size ||
+				seg_expired(r, s, now_ns))) {
+		uint32_t next = r->cur + 1 == r->nseg ? 0 : r->cur + 1;
+		struct seg *n = &r->segs[next];
+
+		if (n->pins > 0) {
+			r->reserve_busy++;
+			pthread_mutex_unlock(&r->lock);
+			return -EBUSY;
+		}
+		if (n->nentries > 0)
+			r->rotations++;
+		seg_clear(r, n);
+		r->cur = next;
+		s = n;
+		off = 0;
+	}
+	if (s->nentries == 0)
+		s->t0 = now_ns;
+
+	for (i = (uint32_t)h & r->mask; s->table[i].gen == s->gen; i = (i + 1) & r->mask)
+		;
+	s->table[i] = (struct slot){
+	    .obj = key.obj,
+	    .blk = key.blk,
+	    .off64 = (uint32_t)(off / 64),
+	    .len = len,
+	    .gen = s->gen,
+	    .state = SLOT_RESERVED,
+	};
+	s->nentries++;
+	s->cursor = align64(off + len);
+	s->pins++;
+	fill_ref(r, r->cur, i, ret_ref);
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+void ring_commit(struct ring *r, const struct ring_ref *ref)
+{
+	struct seg *s = &r->segs[ref->seg];
+
+	pthread_mutex_lock(&r->lock);
+	assert(s->table[ref->slot].gen == s->gen && s->table[ref->slot].state == SLOT_RESERVED);
+	s->table[ref->slot].state = SLOT_COMMITTED;
+	supersede(r, s, ref->slot);
+	pthread_mutex_unlock(&r->lock);
+}
+
+void ring_abort(struct ring *r, const struct ring_ref *ref)
+{
+	struct seg *s = &r->segs[ref->seg];
+
+	pthread_mutex_lock(&r->lock);
+	assert(s->table[ref->slot].gen == s->gen && s->table[ref->slot].state == SLOT_RESERVED);
+	assert(s->pins > 0);
+	s->table[ref->slot].state = SLOT_DEAD;
+	s->pins--;
+	pthread_mutex_unlock(&r->lock);
+}
+
+int ring_lookup(struct ring *r, struct ring_key key, uint64_t now_ns, struct ring_ref *ret_ref)
+{
+	uint64_t h = key_hash(key);
+	uint32_t si;
+
+	pthread_mutex_lock(&r->lock);
+	si = r->cur;
+	for (uint32_t n = 0; n < r->nseg; n++, si = si ? si - 1 : r->nseg - 1) {
+		struct seg *s = &r->segs[si];
+		uint32_t i;
+
+		if (!seg_visible(r, s, now_ns))
+			continue;
+		i = seg_find(r, s, key, h);
+		if (i != NO_SLOT) {
+			s->pins++;
+			fill_ref(r, si, i, ret_ref);
+			pthread_mutex_unlock(&r->lock);
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+	return -ENOENT;
+}
+
+bool ring_contains(struct ring *r, struct ring_key key, uint64_t now_ns)
+{
+	uint64_t h = key_hash(key);
+	bool found = false;
+
+	pthread_mutex_lock(&r->lock);
+	for (uint32_t si = 0; si < r->nseg && !found; si++) {
+		const struct seg *s = &r->segs[si];
+
+		found = seg_visible(r, s, now_ns) && seg_find(r, s, key, h) != NO_SLOT;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return found;
+}
+
+void ring_pin(struct ring *r, const struct ring_ref *ref)
+{
+	pthread_mutex_lock(&r->lock);
+	assert(r->segs[ref->seg].pins > 0);
+	r->segs[ref->seg].pins++;
+	pthread_mutex_unlock(&r->lock);
+}
+
+void ring_unpin(struct ring *r, const struct ring_ref *ref)
+{
+	pthread_mutex_lock(&r->lock);
+	assert(r->segs[ref->seg].pins > 0);
+	r->segs[ref->seg].pins--;
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* Is @k committed in a visible segment newer than @si (up to and including the current)? */
+static bool shadowed(const struct ring *r, uint32_t si, struct ring_key k, uint64_t now_ns)
+{
+	uint64_t h = key_hash(k);
+
+	for (uint32_t n = r->cur; n != si; n = n ? n - 1 : r->nseg - 1) {
+		const struct seg *s = &r->segs[n];
+
+		if (seg_visible(r, s, now_ns) && seg_find(r, s, k, h) != NO_SLOT)
+			return true;
+	}
+	return false;
+}
+
+void ring_get_stats(struct ring *r, uint64_t now_ns, struct ring_stats *ret)
+{
+	struct ring_stats st = {0};
+
+	/*
+	 * blocks/bytes count what lookups can see: a key committed in several segments counts
+	 * once, for its newest copy. Walks every table; not on the read path.
+	 */
+	pthread_mutex_lock(&r->lock);
+	st.rotations = r->rotations;
+	st.reserve_busy = r->reserve_busy;
+	for (uint32_t si = 0; si < r->nseg; si++) {
+		const struct seg *s = &r->segs[si];
+
+		if (!seg_visible(r, s, now_ns))
+			continue;
+		for (uint32_t i = 0; i <= r->mask; i++) {
+			const struct slot *e = &s->table[i];
+			struct ring_key k = {e->obj, e->blk};
+
+			if (e->gen != s->gen || e->state != SLOT_COMMITTED)
+				continue;
+			if (shadowed(r, si, k, now_ns))
+				continue;
+			st.blocks++;
+			st.bytes += e->len;
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+	*ret = st;
+}
+
+uint32_t ring_nseg(const struct ring *r)
+{
+	return r->nseg;
+}
+
+uint64_t ring_seg_size(const struct ring *r)
+{
+	return r->seg_size;
+}

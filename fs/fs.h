@@ -1,0 +1,89 @@
+/*
+ * fs.h - the FUSE side of tierfs: mount options, the namespace (inode table built from key
+ * prefixes) and the low-level operations. main.c is the only user outside fs/.
+ */
+#ifndef TIERFS_FS_H
+#define TIERFS_FS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every setting a mount takes with -o, after parsing and defaults. Sizes in bytes, times in
+ * seconds. Strings are malloc'd and owned by the struct (fs_opts_done frees them). */
+struct fs_opts {
+	char *url;            /* the store: s3://, http(s)://, file:// */
+	char *mountpoint;     /* absolute path */
+
+	uint64_t block_size;  /* power of two, 64K..64M; default 4M */
+	uint64_t hot_size;    /* default 1G */
+	uint64_t hot_ttl;     /* default 60 */
+	bool lagging;         /* default true */
+	uint64_t lagging_size; /* default 128M */
+	uint64_t lagging_ttl; /* default 5 */
+	uint64_t lagging_rate; /* bytes/s, 0 = unlimited; default 50M */
+	uint64_t lagging_burst; /* bytes; 0 = 2 x lagging_rate */
+	uint64_t lagging_ops; /* requests/s, 0 = unlimited */
+	uint64_t readahead;   /* blocks; default 2 */
+	uint64_t metadata_ttl; /* default 60 */
+	bool immutable;       /* objects never change: no revalidation */
+	bool lagging_page_cache; /* keep the kernel page cache for lagging files too */
+
+	char *endpoint;       /* s3 endpoint URL */
+	char *region;
+	bool path_style;
+	char *profile;
+	char *credentials;
+	char *manifest;
+	char *ca_file;
+	bool insecure;
+	uint64_t max_conns;   /* default 16, >= 2 */
+	uint64_t timeout;     /* default 30 */
+	uint64_t retries;     /* default 3 */
+	char *cache_dir;      /* reserved for the persistent tier */
+	char *control_dir;    /* default ".tierfs" */
+
+	bool foreground;      /* -f */
+	bool debug;           /* -d */
+	bool single_thread;   /* -s */
+	bool show_help;       /* -h / --help: print fs_opts_help() and exit 0 */
+	bool show_version;    /* -V / --version */
+
+	/* Options for the kernel / libfuse that tierfs passes on untouched (allow_other,
+	 * default_permissions, ...), as one comma-separated string, or NULL. */
+	char *fuse_opts;
+};
+
+/* "4M" -> 4194304. Suffixes K M G T (powers of 1024, upper or lower case, optional trailing
+ * "B"/"iB"); no sign, no fraction, no overflow. @return 0 or -EINVAL / -ERANGE. */
+int fs_parse_size(const char *s, uint64_t *ret);
+
+/* Whole seconds, no suffix or an "s" suffix. @return 0 or -EINVAL / -ERANGE. */
+int fs_parse_seconds(const char *s, uint64_t *ret);
+
+/*
+ * Parse the command line: tierfs URL MOUNTPOINT [-o opts]... [-f] [-d] [-s] [-h] [-V].
+ * Fills *ret with defaults, then the options. A wrong option writes one line for the user into
+ * @err (no "tierfs: " prefix) and returns -EINVAL.
+ * @return 0 or -errno.
+ */
+int fs_opts_parse(int argc, char **argv, struct fs_opts *ret, char *err, size_t errlen);
+
+/* Set one option by name, as -o name=value would (value NULL for flags). Used for live
+ * changes too. @return 0, -ENOENT (no such option), -EINVAL (bad value, message in @err). */
+int fs_opts_set(struct fs_opts *o, const char *name, const char *value, char *err,
+		size_t errlen);
+
+/* The --help text, listing every option with its default. */
+const char *fs_opts_help(void);
+
+/* Write the effective settings, one "name=value" per line, into @buf (no secrets).
+ * @return the length it needs (like snprintf). */
+size_t fs_opts_format(const struct fs_opts *o, char *buf, size_t len);
+
+void fs_opts_done(struct fs_opts *o);
+
+/* Run the mount described by @o until unmounted. @return the process exit status. */
+int fs_main(struct fs_opts *o);
+
+#endif

@@ -1,0 +1,720 @@
+/*
+ * ns.c - the namespace: inodes for the keys of the store, directories from key prefixes.
+ *
+ * An object store has keys, not directories. A directory here is a key prefix ending in '/';
+ * its entries are what the backend lists one level below it. Each node is found two ways:
+ *
+ *     by_ino[ino]            ──► node ◄── by_name[(parent ino, name)]
+ *                                 │
+ *            file: cur ──► struct fobj (path, size, mtime, ETag, cache id), refcounted
+ *            dir:  list ──► sorted entries of the last listing, and when it was taken
+ *
+ * Every version of an object gets a new cache id (fobj.id) when its ETag, size or mtime
+ * changes, so cached blocks of an old version can never be served for a new one; open files
+ * keep the version they opened.
+ *
+ * Freshness: a listing is reused for metadata_ttl seconds. A file's version is revalidated
+ * (HEAD) at open when it is older than that or has no ETag, unless the mount is immutable.
+ *
+ * Locking: ns->lock guards the tables and every node. It is never held across a network call:
+ * the caller copies the path, unlocks, asks the backend, relocks and finds the node again (it
+ * may have been forgotten meanwhile).
+ *
+ * Workload: brokers look up a few hundred segment files and open them repeatedly; operators
+ * list directories of thousands of keys.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fs_i.h"
+
+#define ROOT_INO 1
+
+struct entry {
+	char *name;
+	bool is_dir;
+	bool have_meta;
+	struct bk_meta meta;
+};
+
+struct listing {
+	size_t n;
+	struct entry *e;     /* sorted by name, unique */
+	uint64_t time_ns;    /* when it was taken */
+};
+
+struct node {
+	uint64_t ino;
+	uint64_t parent;     /* parent's inode; the root's is itself */
+	char *name;          /* last path segment */
+	char *path;          /* relative path in the store, "" for the root */
+	bool is_dir;
+	bool unlinked;       /* no longer in by_name (replaced by a node of another type) */
+	uint64_t nlookup;    /* kernel references */
+	struct node *next_ino, *next_name; /* hash chains */
+	/* files */
+	struct fobj *cur;    /* current known version (one ref), NULL until known */
+	uint64_t meta_ns;    /* when cur was last confirmed with an ETag */
+	uint64_t last_open_id; /* cur->id at the previous open */
+	/* directories */
+	struct listing *list;
+};
+
+struct ns {
+	struct ns_cfg cfg;
+	pthread_mutex_t lock;
+	struct node **by_ino, **by_name; /* nbuckets each */
+	size_t nbuckets, count;
+	uint64_t next_ino;
+	uint64_t next_obj;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+void fobj_get(struct fobj *o)
+{
+	__atomic_fetch_add(&o->refs, 1, __ATOMIC_RELAXED);
+}
+
+void fobj_put(struct fobj *o)
+{
+	if (o && __atomic_sub_fetch(&o->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(o);
+}
+
+static size_t hash_ino(uint64_t ino, size_t nb)
+{
+	return (size_t)((ino * 0x9e3779b97f4a7c15ULL) >> 17) & (nb - 1);
+}
+
+static size_t hash_name(uint64_t parent, const char *name, size_t nb)
+{
+	uint64_t h = 1469598103934665603ULL ^ parent;
+
+	for (; *name; name++)
+		h = (h ^ (unsigned char)*name) * 1099511628211ULL;
+	return (size_t)(h ^ (h >> 29)) & (nb - 1);
+}
+
+static struct node *find_ino(struct ns *ns, uint64_t ino)
+{
+	for (struct node *n = ns->by_ino[hash_ino(ino, ns->nbuckets)]; n; n = n->next_ino)
+		if (n->ino == ino)
+			return n;
+	return NULL;
+}
+
+static struct node *find_name(struct ns *ns, uint64_t parent, const char *name)
+{
+	for (struct node *n = ns->by_name[hash_name(parent, name, ns->nbuckets)]; n;
+	     n = n->next_name)
+		if (n->parent == parent && strcmp(n->name, name) == 0)
+			return n;
+	return NULL;
+}
+
+static void link_node(struct ns *ns, struct node *n)
+{
+	size_t hi = hash_ino(n->ino, ns->nbuckets), hn = hash_name(n->parent, n->name, ns->nbuckets);
+
+	n->next_ino = ns->by_ino[hi];
+	ns->by_ino[hi] = n;
+	if (n->ino != ROOT_INO) {
+		n->next_name = ns->by_name[hn];
+		ns->by_name[hn] = n;
+	}
+}
+
+static void unlink_name(struct ns *ns, struct node *n)
+{
+	struct node **pp = &ns->by_name[hash_name(n->parent, n->name, ns->nbuckets)];
+
+	if (n->unlinked || n->ino == ROOT_INO)
+		return;
+	while (*pp && *pp != n)
+		pp = &(*pp)->next_name;
+	if (*pp)
+		*pp = n->next_name;
+	n->unlinked = true;
+}
+
+static void unlink_ino(struct ns *ns, struct node *n)
+{
+	struct node **pp = &ns->by_ino[hash_ino(n->ino, ns->nbuckets)];
+
+	while (*pp && *pp != n)
+		pp = &(*pp)->next_ino;
+	if (*pp)
+		*pp = n->next_ino;
+}
+
+/* Double the tables when they get crowded (the lock is held). */
+static void grow(struct ns *ns)
+{
+	size_t nb = ns->nbuckets * 2;
+	struct node **bi = calloc(nb, sizeof(*bi)), **bn = calloc(nb, sizeof(*bn));
+	struct node **old_ino = ns->by_ino;
+	size_t old_nb = ns->nbuckets;
+
+	if (!bi || !bn) {
+		free(bi);
+		free(bn);
+		return; /* longer chains, still correct */
+	}
+	free(ns->by_name);
+	ns->by_ino = bi;
+	ns->by_name = bn;
+	ns->nbuckets = nb;
+	for (size_t i = 0; i < old_nb; i++) {
+		for (struct node *n = old_ino[i], *next; n; n = next) {
+			bool was_unlinked = n->unlinked;
+
+			next = n->next_ino;
+			n->unlinked = false;
+			link_node(ns, n);
+			if (was_unlinked)
+				unlink_name(ns, n);
+		}
+	}
+	free(old_ino);
+}
+
+static void listing_free(struct listing *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->n; i++)
+		free(l->e[i].name);
+	free(l->e);
+	free(l);
+}
+
+static void node_free(struct node *n)
+{
+	fobj_put(n->cur);
+	listing_free(n->list);
+	free(n->name);
+	free(n->path);
+	free(n);
+}
+
+struct ns *ns_new(const struct ns_cfg *cfg)
+{
+	struct ns *ns = calloc(1, sizeof(*ns));
+	struct node *root;
+
+	if (!ns)
+		return NULL;
+	ns->cfg = *cfg;
+	ns->nbuckets = 1024;
+	ns->by_ino = calloc(ns->nbuckets, sizeof(struct node *));
+	ns->by_name = calloc(ns->nbuckets, sizeof(struct node *));
+	root = calloc(1, sizeof(*root));
+	if (!ns->by_ino || !ns->by_name || !root)
+		goto fail;
+	root->ino = ROOT_INO;
+	root->parent = ROOT_INO;
+	root->is_dir = true;
+	root->nlookup = 1;
+	root->name = strdup("");
+	root->path = strdup("");
+	if (!root->name || !root->path)
+		goto fail;
+	pthread_mutex_init(&ns->lock, NULL);
+	ns->next_ino = ROOT_INO + 1;
+	link_node(ns, root);
+	ns->count = 1;
+	return ns;
+fail:
+	if (root) {
+		free(root->name);
+		free(root->path);
+		free(root);
+	}
+	free(ns->by_ino);
+	free(ns->by_name);
+	free(ns);
+	return NULL;
+}
+
+void ns_free(struct ns *ns)
+{
+	if (!ns)
+		return;
+	for (size_t i = 0; i < ns->nbuckets; i++)
+		for (struct node *n = ns->by_ino[i], *next; n; n = next) {
+			next = n->next_ino;
+			node_free(n);
+		}
+	free(ns->by_ino);
+	free(ns->by_name);
+	pthread_mutex_destroy(&ns->lock);
+	free(ns);
+}
+
+/* ---- listings ------------------------------------------------------------------------------ */
+
+struct collect {
+	struct entry *e;
+	size_t n, cap;
+	int err;
+};
+
+static int on_entry(void *arg, const char *name, bool is_dir, const struct bk_meta *meta)
+{
+	struct collect *c = arg;
+
+	if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+	    strlen(name) > 255)
+		return 0; /* not a possible file name: skipped */
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 64;
+		struct entry *e = realloc(c->e, cap * sizeof(*e));
+
+		if (!e)
+			return -ENOMEM;
+		c->e = e;
+		c->cap = cap;
+	}
+	struct entry *e = &c->e[c->n];
+	if (!(e->name = strdup(name)))
+		return -ENOMEM;
+	e->is_dir = is_dir;
+	e->have_meta = meta != NULL;
+	if (meta)
+		e->meta = *meta;
+	c->n++;
+	return 0;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+	const struct entry *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+
+	if (c)
+		return c;
+	return (int)y->is_dir - (int)x->is_dir; /* directories first among equal names */
+}
+
+/* List @path from the store (no lock held). @return 0 and *ret, or -errno. */
+static int fetch_listing(struct ns *ns, const char *path, struct listing **ret)
+{
+	struct collect c = {0};
+	struct listing *l;
+	size_t w = 0;
+	int e = backend_list(ns->cfg.backend, path, on_entry, &c);
+
+	if (e < 0)
+		goto fail;
+	if (c.n)
+		qsort(c.e, c.n, sizeof(*c.e), cmp_entry);
+	/* unique names: pages may repeat a prefix; a key "a" and a prefix "a/" make the
+	 * directory win, as a file cannot hold children */
+	for (size_t i = 0; i < c.n; i++) {
+		if (w && strcmp(c.e[w - 1].name, c.e[i].name) == 0) {
+			free(c.e[i].name);
+			continue;
+		}
+		c.e[w++] = c.e[i];
+	}
+	c.n = w;
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		e = -ENOMEM;
+		goto fail;
+	}
+	l->n = c.n;
+	l->e = c.e;
+	l->time_ns = mono_ns();
+	*ret = l;
+	return 0;
+fail:
+	for (size_t i = 0; i < c.n; i++)
+		free(c.e[i].name);
+	free(c.e);
+	return e;
+}
+
+static bool fresh(struct ns *ns, uint64_t t, uint64_t now)
+{
+	return now - t < ns->cfg.metadata_ttl * 1000000000ULL;
+}
+
+/*
+ * Find directory @ino with a fresh listing (lock held on entry and exit; dropped while
+ * listing). @return the node or NULL with *ret_err.
+ */
+static struct node *dir_listed(struct ns *ns, uint64_t ino, int *ret_err)
+{
+	struct node *n = find_ino(ns, ino);
+	struct listing *l = NULL;
+	char *path;
+	int e;
+
+	if (!n) {
+		*ret_err = -ENOENT;
+		return NULL;
+	}
+	if (!n->is_dir) {
+		*ret_err = -ENOTDIR;
+		return NULL;
+	}
+	if (n->list && (ns->cfg.immutable || fresh(ns, n->list->time_ns, mono_ns())))
+		return n;
+	path = strdup(n->path);
+	if (!path) {
+		*ret_err = -ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	e = fetch_listing(ns, path, &l);
+	free(path);
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (e < 0 || !n) {
+		if (e == 0)
+			listing_free(l);
+		*ret_err = e < 0 ? e : -ENOENT;
+		return NULL;
+	}
+	listing_free(n->list);
+	n->list = l;
+	return n;
+}
+
+static struct entry *find_entry(struct listing *l, const char *name)
+{
+	size_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(l->e[mid].name, name);
+
+		if (c == 0)
+			return &l->e[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* ---- versions ------------------------------------------------------------------------------ */
+
+static bool same_version(const struct fobj *o, const struct bk_meta *m)
+{
+	if (o->size != m->size || o->mtime != m->mtime)
+		return false;
+	/* an index without ETags (nginx JSON) cannot contradict the ETag a HEAD gave */
+	return !m->etag[0] || strcmp(o->etag, m->etag) == 0;
+}
+
+/* Make @m the node's current version (lock held). @authoritative: @m came with an ETag from
+ * the store, so the version counts as confirmed now. @return 0 or -ENOMEM. */
+static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, bool confirmed)
+{
+	if (!n->cur || !same_version(n->cur, m) || (!n->cur->etag[0] && m->etag[0])) {
+		size_t plen = strlen(n->path);
+		struct fobj *o = malloc(sizeof(*o) + plen + 1);
+
+		if (!o)
+			return -ENOMEM;
+		o->refs = 1;
+		o->backend = ns->cfg.backend;
+		o->size = m->size;
+		o->mtime = m->mtime;
+		memcpy(o->etag, m->etag, sizeof(o->etag));
+		o->etag[sizeof(o->etag) - 1] = '\0';
+		memcpy(o->path, n->path, plen + 1);
+		/* a version that only gained its ETag keeps its id: same bytes */
+		if (n->cur && same_version(n->cur, m) && !n->cur->etag[0])
+			o->id = n->cur->id;
+		else
+			o->id = ++ns->next_obj;
+		fobj_put(n->cur);
+		n->cur = o;
+	}
+	if (confirmed && m->etag[0])
+		n->meta_ns = mono_ns();
+	return 0;
+}
+
+static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = n->ino;
+	st->st_uid = ns->cfg.uid;
+	st->st_gid = ns->cfg.gid;
+	st->st_blksize = ns->cfg.block_size;
+	if (n->is_dir) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+		return;
+	}
+	st->st_mode = S_IFREG | 0444;
+	st->st_nlink = 1;
+	if (n->cur) {
+		st->st_size = (off_t)n->cur->size;
+		st->st_blocks = (blkcnt_t)((n->cur->size + 511) / 512);
+		if (n->cur->mtime != INT64_MIN)
+			st->st_mtime = st->st_ctime = st->st_atime = (time_t)n->cur->mtime;
+	}
+}
+
+static struct node *node_new(struct ns *ns, struct node *parent, const char *name, bool is_dir)
+{
+	struct node *n = calloc(1, sizeof(*n));
+
+	if (!n)
+		return NULL;
+	n->ino = ns->next_ino++;
+	n->parent = parent->ino;
+	n->is_dir = is_dir;
+	n->name = strdup(name);
+	if (parent->path[0])
+		n->path = malloc(strlen(parent->path) + strlen(name) + 2);
+	else
+		n->path = strdup(name);
+	if (!n->name || !n->path) {
+		node_free(n);
+		return NULL;
+	}
+	if (parent->path[0])
+		sprintf(n->path, "%s/%s", parent->path, name);
+	if (ns->count >= ns->nbuckets)
+		grow(ns);
+	link_node(ns, n);
+	ns->count++;
+	return n;
+}
+
+int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret_st)
+{
+	struct node *p, *n;
+	struct entry *ent;
+	struct bk_meta m;
+	bool is_dir, have_meta;
+	int e = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	p = dir_listed(ns, parent, &e);
+	if (!p)
+		goto out;
+	ent = find_entry(p->list, name);
+	if (!ent) {
+		e = -ENOENT;
+		goto out;
+	}
+	is_dir = ent->is_dir;
+	have_meta = ent->have_meta;
+	m = ent->meta;
+	n = find_name(ns, parent, name);
+	if (n && n->is_dir != is_dir) {
+		unlink_name(ns, n); /* the key changed type: a new inode */
+		n = NULL;
+	}
+	if (!n && !(n = node_new(ns, p, name, is_dir))) {
+		e = -ENOMEM;
+		goto out;
+	}
+	if (!is_dir && have_meta)
+		e = set_version(ns, n, &m, true);
+	if (!is_dir && !have_meta && (!n->cur || !fresh(ns, n->meta_ns, mono_ns()))) {
+		/* a manifest names files without metadata: ask the store */
+		uint64_t ino = n->ino;
+		char *path = strdup(n->path);
+
+		if (!path) {
+			e = -ENOMEM;
+			goto out;
+		}
+		pthread_mutex_unlock(&ns->lock);
+		e = backend_stat(ns->cfg.backend, path, &m);
+		free(path);
+		pthread_mutex_lock(&ns->lock);
+		n = find_ino(ns, ino);
+		if (e == 0 && !n)
+			e = -ENOENT;
+		if (e == 0)
+			e = set_version(ns, n, &m, true);
+	}
+	if (e == 0) {
+		n->nlookup++;
+		fill_stat(ns, n, ret_st);
+	}
+out:
+	pthread_mutex_unlock(&ns->lock);
+	return e;
+}
+
+void ns_forget(struct ns *ns, uint64_t ino, uint64_t count)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (n && ino != ROOT_INO) {
+		n->nlookup = count > n->nlookup ? 0 : n->nlookup - count;
+		if (!n->nlookup) {
+			unlink_name(ns, n);
+			unlink_ino(ns, n);
+			ns->count--;
+			node_free(n);
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+}
+
+int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st)
+{
+	struct node *n;
+	int e = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (n)
+		fill_stat(ns, n, ret_st);
+	else
+		e = -ENOENT;
+	pthread_mutex_unlock(&ns->lock);
+	return e;
+}
+
+int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same)
+{
+	struct node *n;
+	struct bk_meta m;
+	int e = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (!n) {
+		e = -ENOENT;
+		goto out;
+	}
+	if (n->is_dir) {
+		e = -EISDIR;
+		goto out;
+	}
+	if (!n->cur || (!ns->cfg.immutable &&
+			(!n->cur->etag[0] || !fresh(ns, n->meta_ns, mono_ns())))) {
+		char *path = strdup(n->path);
+
+		if (!path) {
+			e = -ENOMEM;
+			goto out;
+		}
+		pthread_mutex_unlock(&ns->lock);
+		e = backend_stat(ns->cfg.backend, path, &m);
+		free(path);
+		pthread_mutex_lock(&ns->lock);
+		n = find_ino(ns, ino);
+		if (!n)
+			e = -ENOENT;
+		if (e < 0)
+			goto out;
+		if ((e = set_version(ns, n, &m, true)) < 0)
+			goto out;
+	}
+	fobj_get(n->cur);
+	*ret = n->cur;
+	*ret_same = n->last_open_id == n->cur->id;
+	n->last_open_id = n->cur->id;
+out:
+	pthread_mutex_unlock(&ns->lock);
+	return e;
+}
+
+int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret)
+{
+	struct node *n;
+	int e = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (!n)
+		e = -ENOENT;
+	else if (n->is_dir || !n->cur)
+		e = n->is_dir ? -EISDIR : -ENODATA;
+	else {
+		fobj_get(n->cur);
+		*ret = n->cur;
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return e;
+}
+
+int ns_opendir(struct ns *ns, uint64_t ino, struct ns_dir **ret)
+{
+	struct ns_dir *d = NULL;
+	struct node *n;
+	int e = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	n = dir_listed(ns, ino, &e);
+	if (!n)
+		goto out;
+	d = calloc(1, sizeof(*d) + n->list->n * sizeof(struct ns_dirent));
+	if (!d) {
+		e = -ENOMEM;
+		goto out;
+	}
+	d->refs = 1;
+	d->ino = n->ino;
+	d->parent = n->parent;
+	for (size_t i = 0; i < n->list->n; i++) {
+		const struct entry *en = &n->list->e[i];
+
+		d->e[d->n].name = strdup(en->name);
+		if (!d->e[d->n].name) {
+			d->refs = 1;
+			ns_dir_put(d);
+			d = NULL;
+			e = -ENOMEM;
+			goto out;
+		}
+		d->e[d->n].is_dir = en->is_dir;
+		d->n++;
+	}
+	*ret = d;
+out:
+	pthread_mutex_unlock(&ns->lock);
+	return e;
+}
+
+void ns_dir_put(struct ns_dir *d)
+{
+	if (!d || __atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	for (size_t i = 0; i < d->n; i++)
+		free(d->e[i].name);
+	free(d);
+}
+
+int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len)
+{
+	struct node *n;
+	int e = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (!n)
+		e = -ENOENT;
+	else if (strlen(n->path) >= len)
+		e = -ENAMETOOLONG;
+	else
+		strcpy(buf, n->path);
+	pthread_mutex_unlock(&ns->lock);
+	return e;
+}

@@ -1,0 +1,694 @@
+/*
+ * ops.c - the FUSE low-level operations and the mount's life.
+ *
+ *   kernel ─► fuse worker ─► op_read ─► cache_read ──hit──► reply_read (same thread)
+ *                                          └─miss─► parked; the backend's I/O thread
+ *                                                   completes the fetch ─► reply_read
+ *
+ * The filesystem is read-only: every call that would change something answers EROFS. The
+ * mount itself is read-write so that setxattr on the control surface can reach us.
+ *
+ * Page cache: a file opened as hot keeps the kernel's page cache across opens while its
+ * version is unchanged (keep_cache); a file opened as lagging bypasses it (direct_io), so a
+ * replay cannot push the tail's pages out of the kernel either. lagging_page_cache turns the
+ * bypass off.
+ *
+ * Errors after mounting reach the reader as an errno and are logged once per object version
+ * and cause.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fuse_lowlevel.h>
+
+#include "fs_i.h"
+
+#define MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
+
+struct mount {
+	struct fs_opts *o;
+	struct backend *b;
+	struct cache *c;
+	struct ns *ns;
+	struct fuse_session *se;
+	pthread_mutex_t log_lock;
+	uint64_t logged_id;      /* last (object, error) logged, to log each once; log_lock */
+	int logged_err;
+};
+
+/* An open file: the version it opened, and its reader's position for readahead. */
+struct fh {
+	struct fobj *obj;
+	struct cache_stream s;
+	bool lagging;
+};
+
+static struct mount *M(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* ---- the cache's environment --------------------------------------------------------------- */
+
+static uint64_t env_mono(void *arg)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int64_t env_wall(void *arg)
+{
+	return (int64_t)time(NULL);
+}
+
+static int env_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, bool lagging,
+		     cache_done_fn done, void *done_arg)
+{
+	struct fobj *o = ctx;
+
+	return backend_read(o->backend, o->path, o->etag, off, len, dst, lagging, done, done_arg);
+}
+
+static int env_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg)
+{
+	return backend_defer(arg, delay_ns, cb, cb_arg);
+}
+
+static void env_hold(void *ctx)
+{
+	fobj_get(ctx);
+}
+
+static void env_release(void *ctx)
+{
+	fobj_put(ctx);
+}
+
+static struct cache_obj cobj(const struct fobj *o)
+{
+	return (struct cache_obj){.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
+}
+
+/* ---- logging --------------------------------------------------------------------------------- */
+
+static void backend_log(void *arg, int level, const char *line)
+{
+	static const enum fuse_log_level map[] = {FUSE_LOG_ERR, FUSE_LOG_WARNING, FUSE_LOG_INFO,
+						  FUSE_LOG_DEBUG};
+
+	fuse_log(map[level < 0 ? 0 : level > 3 ? 3 : level], "tierfs: %s\n", line);
+}
+
+static void log_read_error(struct mount *m, const struct fobj *o, int err)
+{
+	bool fresh;
+
+	if (err == -ESHUTDOWN || err == -EINTR)
+		return;
+	pthread_mutex_lock(&m->log_lock);
+	fresh = m->logged_id != o->id || m->logged_err != err;
+	m->logged_id = o->id;
+	m->logged_err = err;
+	pthread_mutex_unlock(&m->log_lock);
+	if (fresh)
+		fuse_log(FUSE_LOG_ERR, "tierfs: read %s: %s\n", o->path, strerror(-err));
+}
+
+/* ---- operations ------------------------------------------------------------------------------ */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	/* Let the kernel send 1 MiB reads: max_write also sets max_pages (libfuse derives it),
+	 * which bounds reads too; the bdi read_ahead_kb is raised after mounting. */
+	conn->max_write = MAX_REQUEST;
+	conn->max_readahead = MAX_REQUEST;
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+}
+
+static double ttl(struct mount *m)
+{
+	return (double)m->o->metadata_ttl;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct mount *m = M(req);
+	struct fuse_entry_param e = {0};
+	int r = ns_lookup(m->ns, parent, name, &e.attr);
+
+	if (r == -ENOENT) {
+		/* negative entry, cached as long as listings are */
+		e.ino = 0;
+		e.entry_timeout = ttl(m);
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	e.ino = e.attr.st_ino;
+	e.attr_timeout = ttl(m);
+	e.entry_timeout = ttl(m);
+	fuse_reply_entry(req, &e);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	ns_forget(M(req)->ns, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	for (size_t i = 0; i < count; i++)
+		ns_forget(M(req)->ns, forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct stat st;
+	int r = ns_getattr(M(req)->ns, ino, &st);
+
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else
+		fuse_reply_attr(req, &st, ttl(M(req)));
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct mount *m = M(req);
+	struct fh *fh;
+	struct fobj *o;
+	bool same;
+	int r;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	r = ns_open(m->ns, ino, &o, &same);
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	fh = calloc(1, sizeof(*fh));
+	if (!fh) {
+		fobj_put(o);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fh->obj = o;
+	struct cache_obj co = cobj(o);
+	fh->lagging = cache_route(m->c, &co) == CACHE_LAG;
+	if (fh->lagging && !m->o->lagging_page_cache)
+		fi->direct_io = 1;
+	else
+		fi->keep_cache = same;
+	fi->fh = (uint64_t)(uintptr_t)fh;
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		/* the opener was interrupted: no release will come */
+		fobj_put(o);
+		free(fh);
+	}
+}
+
+static void reply_read(void *arg, const struct cache_iov *iov, int n, int err)
+{
+	fuse_req_t req = arg;
+	struct iovec v[64], *vp = v;
+
+	if (err) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	if (n > 64 && !(vp = malloc((size_t)n * sizeof(*vp)))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	for (int i = 0; i < n; i++) {
+		vp[i].iov_base = (void *)iov[i].base;
+		vp[i].iov_len = iov[i].len;
+	}
+	fuse_reply_iov(req, vp, n);
+	if (vp != v)
+		free(vp);
+}
+
+/* The reply callback needs the object to log an error; wrap the request. */
+struct read_req {
+	fuse_req_t req;
+	struct mount *m;
+	struct fobj *o;
+};
+
+static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int err)
+{
+	struct read_req *rr = arg;
+
+	if (err)
+		log_read_error(rr->m, rr->o, err);
+	reply_read(rr->req, iov, n, err);
+	fobj_put(rr->o);
+	free(rr);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct mount *m = M(req);
+	struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
+	struct cache_obj co = cobj(fh->obj);
+	struct read_req *rr;
+
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	rr = malloc(sizeof(*rr));
+	if (!rr) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	rr->req = req;
+	rr->m = m;
+	rr->o = fh->obj;
+	fobj_get(rr->o);
+	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, reply_read_logged, rr);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
+
+	fobj_put(fh->obj);
+	free(fh);
+	fuse_reply_err(req, 0);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ns_dir *d;
+	int r = ns_opendir(M(req)->ns, ino, &d);
+
+	if (r < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)d;
+	fi->cache_readdir = 0;
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		ns_dir_put(d);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	struct ns_dir *d = (struct ns_dir *)(uintptr_t)fi->fh;
+	char *buf = malloc(size);
+	size_t used = 0;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	/* offsets: 0 ".", 1 "..", 2 + i for entry i; each entry carries the offset of the next */
+	for (size_t i = (size_t)off; i < d->n + 2; i++) {
+		struct stat st = {0};
+		const char *name;
+		size_t n;
+
+		if (i == 0) {
+			name = ".";
+			st.st_ino = d->ino;
+			st.st_mode = S_IFDIR;
+		} else if (i == 1) {
+			name = "..";
+			st.st_ino = d->parent;
+			st.st_mode = S_IFDIR;
+		} else {
+			name = d->e[i - 2].name;
+			/* the real inode is made at lookup; d_ino only needs to be non-zero */
+			st.st_ino = (ino_t)(i + 2);
+			st.st_mode = d->e[i - 2].is_dir ? S_IFDIR : S_IFREG;
+		}
+		n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	ns_dir_put((struct ns_dir *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct mount *m = M(req);
+	struct statvfs sv = {0};
+
+	sv.f_bsize = m->o->block_size;
+	sv.f_frsize = m->o->block_size;
+	sv.f_blocks = (m->o->hot_size + (m->o->lagging ? m->o->lagging_size : 0)) /
+		      m->o->block_size;
+	sv.f_namemax = 255;
+	sv.f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	fuse_reply_err(req, ENODATA);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, 0);
+	else
+		fuse_reply_buf(req, NULL, 0);
+}
+
+/* Everything that would change the store. */
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static const struct fuse_lowlevel_ops ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_unlink,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.release = op_release,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.releasedir = op_releasedir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.create = op_create,
+};
+
+/* ---- the mount's life ------------------------------------------------------------------------- */
+
+static void syslog_func(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	vsyslog((int)level, fmt, ap);
+}
+
+/* Raise the mount's bdi read_ahead_kb so sequential readers send 1 MiB requests. The device
+ * number comes from /proc/self/mountinfo: a stat() of the mountpoint would need the loop. */
+static void tune_readahead(const char *mountpoint)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[4096], path[PATH_MAX + 64], dev[32];
+	unsigned maj, min;
+	bool found = false;
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char mnt[PATH_MAX + 64], *w = mnt;
+
+		if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, mnt) != 2)
+			continue;
+		/* mountinfo escapes space, tab, newline and backslash as \ooo */
+		for (char *r = mnt; *r; r++) {
+			if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] && r[3]) {
+				*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+				r += 3;
+			} else {
+				*w++ = *r;
+			}
+		}
+		*w = '\0';
+		if (strcmp(mnt, mountpoint) == 0 && sscanf(dev, "%u:%u", &maj, &min) == 2)
+			found = true; /* the last match is the newest mount */
+	}
+	fclose(f);
+	if (!found)
+		return;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
+	f = fopen(path, "we");
+	if (!f)
+		return; /* not root: the kernel default stays */
+	fprintf(f, "%u\n", MAX_REQUEST / 1024);
+	fclose(f);
+}
+
+/* "fsname=URL" for mount(8) output, without user:password@ and with commas escaped. */
+static char *fsname_opt(const char *url)
+{
+	const char *at = strchr(url, '@'), *sch = strstr(url, "://");
+	size_t n = strlen(url);
+	char *out = malloc(2 * n + 16), *w;
+
+	if (!out)
+		return NULL;
+	w = out + sprintf(out, "fsname=");
+	for (const char *p = url; *p; p++) {
+		if (sch && at && p == sch + 3 && at > p && !memchr(p, '/', (size_t)(at - p)))
+			p = at + 1;
+		if (*p == ',' || *p == '\\')
+			*w++ = '\\';
+		*w++ = *p;
+	}
+	strcpy(w, ",subtype=tierfs");
+	return out;
+}
+
+int fs_main(struct fs_opts *o)
+{
+	struct mount m = {.o = o};
+	struct backend_cfg bc = {
+		.url = o->url,
+		.endpoint = o->endpoint,
+		.region = o->region,
+		.path_style = o->path_style,
+		.profile = o->profile,
+		.credentials = o->credentials,
+		.manifest = o->manifest,
+		.ca_file = o->ca_file,
+		.insecure = o->insecure,
+		.max_conns = (unsigned)o->max_conns,
+		.timeout_s = (unsigned)o->timeout,
+		.retries = (unsigned)o->retries,
+		.log = backend_log,
+	};
+	struct cache_cfg cc = {
+		.block_size = (uint32_t)o->block_size,
+		.hot_size = o->hot_size,
+		.hot_ttl = o->hot_ttl,
+		.lagging = o->lagging,
+		.lagging_size = o->lagging_size,
+		.lagging_ttl = o->lagging_ttl,
+		.lagging_rate = o->lagging_rate,
+		.lagging_burst = o->lagging_burst,
+		.lagging_ops = o->lagging_ops,
+		.readahead = (uint32_t)o->readahead,
+	};
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_loop_config *lc = NULL;
+	char err[512] = "", *fsname = NULL;
+	int r, status = 1;
+	bool mounted = false, handlers = false;
+
+	pthread_mutex_init(&m.log_lock, NULL);
+	r = backend_new(&bc, &m.b, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
+		goto out;
+	}
+	r = backend_start(m.b);
+	if (r == 0)
+		r = backend_check(m.b, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
+		goto out;
+	}
+	struct cache_env env = {
+		.arg = m.b,
+		.mono_ns = env_mono,
+		.wall_s = env_wall,
+		.fetch = env_fetch,
+		.defer = env_defer,
+		.hold = env_hold,
+		.release = env_release,
+	};
+	r = cache_new(&cc, &env, &m.c);
+	if (r < 0) {
+		fprintf(stderr, "tierfs: cannot allocate the cache (hot_size + lagging_size): %s\n",
+			strerror(-r));
+		goto out;
+	}
+	struct ns_cfg nc = {
+		.backend = m.b,
+		.metadata_ttl = o->metadata_ttl,
+		.immutable = o->immutable,
+		.uid = getuid(),
+		.gid = getgid(),
+		.block_size = (uint32_t)o->block_size,
+	};
+	m.ns = ns_new(&nc);
+	fsname = fsname_opt(o->url);
+	if (!m.ns || !fsname || fuse_opt_add_arg(&args, "tierfs") < 0 ||
+	    fuse_opt_add_arg(&args, "-o") < 0 || fuse_opt_add_arg(&args, fsname) < 0 ||
+	    (o->fuse_opts && (fuse_opt_add_arg(&args, "-o") < 0 ||
+			      fuse_opt_add_arg(&args, o->fuse_opts) < 0)) ||
+	    (o->debug && fuse_opt_add_arg(&args, "-d") < 0)) {
+		fprintf(stderr, "tierfs: out of memory\n");
+		goto out;
+	}
+	m.se = fuse_session_new(&args, &ops, sizeof(ops), &m);
+	if (!m.se) {
+		fprintf(stderr, "tierfs: libfuse refused the FUSE options '%s'\n",
+			o->fuse_opts ? o->fuse_opts : "");
+		goto out;
+	}
+	if (fuse_set_signal_handlers(m.se) < 0) {
+		fprintf(stderr, "tierfs: cannot install signal handlers\n");
+		goto out;
+	}
+	handlers = true;
+	if (fuse_session_mount(m.se, o->mountpoint) < 0) {
+		fprintf(stderr, "tierfs: cannot mount on %s (is /dev/fuse usable, fusermount3 "
+				"installed, and the mountpoint not already mounted?)\n",
+			o->mountpoint);
+		goto out;
+	}
+	mounted = true;
+	tune_readahead(o->mountpoint);
+
+	/* the I/O thread must not exist across the fork in fuse_daemonize */
+	backend_stop(m.b);
+	if (!o->foreground) {
+		openlog("tierfs", LOG_PID, LOG_DAEMON);
+		fuse_set_log_func(syslog_func);
+	}
+	if (fuse_daemonize(o->foreground) < 0)
+		goto out;
+	r = backend_start(m.b);
+	if (r < 0) {
+		fuse_log(FUSE_LOG_ERR, "tierfs: cannot start the I/O thread: %s\n", strerror(-r));
+		goto out;
+	}
+	if (o->single_thread) {
+		r = fuse_session_loop(m.se);
+	} else {
+		lc = fuse_loop_cfg_create();
+		if (!lc)
+			goto out;
+		fuse_loop_cfg_set_max_threads(lc, 16);
+		r = fuse_session_loop_mt(m.se, lc);
+	}
+	status = r < 0 ? 1 : 0;
+out:
+	if (mounted)
+		fuse_session_unmount(m.se);
+	if (handlers)
+		fuse_remove_signal_handlers(m.se);
+	/* answer everything still waiting before the cache goes */
+	if (m.b)
+		backend_stop(m.b);
+	cache_free(m.c);
+	ns_free(m.ns);
+	backend_free(m.b);
+	if (m.se)
+		fuse_session_destroy(m.se);
+	if (lc)
+		fuse_loop_cfg_destroy(lc);
+	fuse_opt_free_args(&args);
+	free(fsname);
+	pthread_mutex_destroy(&m.log_lock);
+	return status;
+}

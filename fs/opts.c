@@ -1,0 +1,1225 @@
+/*
+ * opts.c - the tierfs command line and its mount options.
+ *
+ * Every setting tierfs itself understands is one row of opt_table[]: its name, its kind (size,
+ * seconds, count, flag, bool, string, path), where it lives in struct fs_opts, its range, its
+ * default and one line of help. Everything else is driven by that one table:
+ *
+ *     opt_table[] ──► opts_init()       defaults into a struct fs_opts
+ *          │      ──► set_one()         parse + check one name=value (-o, fs_opts_set)
+ *          │      ──► fs_opts_help()    one help line per row, grouped
+ *          └────────► fs_opts_format()  one name=value line per row
+ *
+ * Around it sit three short lists of names that are not settings:
+ *
+ *     secret_names[]  aws_secret_access_key, ...  refused, with the reason (and never echoed)
+ *     fuse_names[]    allow_other, fsname=, ...   copied untouched into fs_opts.fuse_opts
+ *     noop_names[]    rw, _netdev, noatime, ...   what mount(8) hands every helper from
+ *                                                 /etc/fstab; accepted and ignored, as are
+ *                                                 x-* and comment=*
+ *
+ * The command line is read in one pass, left to right. Options may come before, between or
+ * after the two positionals, -o may repeat, and within one -o a backslash escapes a comma (as
+ * in libfuse). Each option is checked on its own as it is read, and a later one overwrites an
+ * earlier one: the last of two duplicates wins. Checks that tie options together (hot_size
+ * against block_size) run once at the end, so their order on the line does not matter. They
+ * do not run in fs_opts_set(): the options they involve are fixed for the life of a mount.
+ *
+ * Output format (fs_opts_format): every row of the table in table order, numbers as plain
+ * decimal integers (bytes, seconds, counts), the bool as on/off, a flag as its bare name when
+ * set and not at all when clear, a string as stored and not at all when unset. Each line is
+ * something fs_opts_set() accepts and gives back the same value, and the lines joined with
+ * commas are a valid -o (once any comma inside a value is escaped).
+ *
+ * Sizes: K, M, G, T are powers of 1024 in any case, and "4M", "4MB" and "4MiB" are the same.
+ * No sign, fraction, space or base prefix; a number too large for 64 bits is -ERANGE.
+ *
+ * Error messages are one line, written into the caller's buffer (library code does not print).
+ * A value is echoed back so the user sees what was wrong, except for secrets, and any control
+ * character in a message is replaced by '?', so a message is always exactly one line.
+ *
+ * Locking: none. The table is const; the help text is built once, under pthread_once.
+ * fs_opts_set() on a struct that other threads read (a live change through setxattr) needs
+ * the caller's lock. Workload: a few dozen options once per mount, and rare live changes.
+ */
+#include "fs.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KIB (UINT64_C(1) << 10)
+#define MIB (UINT64_C(1) << 20)
+#define GIB (UINT64_C(1) << 30)
+#define TIB (UINT64_C(1) << 40)
+
+/* Times are kept in seconds but used in nanoseconds: a TTL up to 2^32 - 1 s (136 years)
+ * still fits in a uint64_t of nanoseconds, added to a CLOCK_MONOTONIC reading. */
+#define SECONDS_MAX UINT32_MAX
+
+/* The lagging rate and burst are capped far above any link (1 TiB/s) so that 2 x rate, the
+ * default burst, and the token bucket's arithmetic stay well away from overflow. */
+#define RATE_MAX TIB
+
+#define USAGE	  "usage: tierfs URL MOUNTPOINT [-o options]"
+#define SIZE_HINT "use a number with an optional K, M, G or T suffix"
+#define SECRET_MSG                                                                                 \
+	"do not pass credentials as mount options: they are visible in /proc/PID/cmdline; use "    \
+	"the environment or credentials=FILE"
+
+enum opt_kind {
+	OPT_SIZE,    /* bytes, fs_parse_size(): 4M, 512K, 1G */
+	OPT_SECONDS, /* fs_parse_seconds(): 60, 60s */
+	OPT_COUNT,   /* plain decimal integer */
+	OPT_FLAG,    /* bare name sets it; takes no value; default off */
+	OPT_BOOL,    /* name=on|off|true|false|1|0 */
+	OPT_STRING,  /* any non-empty text */
+	OPT_PATH,    /* a file or directory; made absolute (tierfs may chdir("/") to daemonize) */
+};
+
+enum opt_group { GROUP_CACHE, GROUP_LAGGING, GROUP_STORE, GROUP_MOUNT, N_GROUPS };
+
+enum opt_check {
+	CHECK_NONE,
+	CHECK_POW2,	/* a power of two (within min..max) */
+	CHECK_HTTP_URL, /* http:// or https:// and a host */
+	CHECK_SEGMENT,	/* one path segment: no '/', not "." or ".." */
+	CHECK_REGION,	/* letters, digits, '-', '_', '.' */
+};
+
+/* One -o setting. All fields are constant. */
+struct opt {
+	const char *name;
+	enum opt_kind kind;
+	enum opt_group group;
+	size_t off;	      /* offsetof(struct fs_opts, field): uint64_t, bool or char * */
+	uint64_t min, max;    /* numeric kinds: accepted range, inclusive */
+	uint64_t def;	      /* numeric kinds, flag and bool: the default */
+	const char *def_str;  /* string kinds: the default, or NULL for unset */
+	enum opt_check check; /* extra check beyond the kind's own */
+	const char *meta;     /* help: what the value looks like, when the kind's word is vague */
+	const char *help;     /* help: one short line, without the default */
+	const char *def_help; /* help: the default as shown, when the bare value would mislead */
+};
+
+#define OFF(field) offsetof(struct fs_opts, field)
+
+/* clang-format off */
+static const struct opt opt_table[] = {
+	/* the hot tier, and what both tiers share */
+	{.name = "block_size", .kind = OPT_SIZE, .group = GROUP_CACHE, .off = OFF(block_size),
+	 .min = 64 * KIB, .max = 64 * MIB, .def = 4 * MIB, .check = CHECK_POW2,
+	 .help = "cache block size, power of two 64K..64M"},
+	{.name = "hot_size", .kind = OPT_SIZE, .group = GROUP_CACHE, .off = OFF(hot_size),
+	 .min = 4 * 64 * KIB, .max = UINT64_MAX, .def = GIB,
+	 .help = "hot tier memory, >= 4 x block_size"},
+	{.name = "hot_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(hot_ttl),
+	 .min = 1, .max = SECONDS_MAX, .def = 60,
+	 .help = "objects younger than this use the hot tier"},
+	{.name = "readahead", .kind = OPT_COUNT, .group = GROUP_CACHE, .off = OFF(readahead),
+	 .min = 0, .max = 64, .def = 2,
+	 .help = "blocks read ahead of a sequential reader, 0..64"},
+	{.name = "metadata_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(metadata_ttl),
+	 .min = 0, .max = SECONDS_MAX, .def = 60,
+	 .help = "how long attributes and listings are cached"},
+	{.name = "immutable", .kind = OPT_FLAG, .group = GROUP_CACHE, .off = OFF(immutable),
+	 .help = "objects never change: never revalidate"},
+	{.name = "cache_dir", .kind = OPT_PATH, .group = GROUP_CACHE, .off = OFF(cache_dir),
+	 .meta = "DIR", .help = "directory for the persistent tier (reserved)"},
+
+	/* the lagging tier: reads of objects older than hot_ttl */
+	{.name = "lagging", .kind = OPT_BOOL, .group = GROUP_LAGGING, .off = OFF(lagging),
+	 .def = 1,
+	 .help = "a separate, rate-limited tier for old objects"},
+	{.name = "lagging_size", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_size),
+	 .min = 0, .max = UINT64_MAX, .def = 128 * MIB,
+	 .help = "lagging tier memory, >= 4 x block_size"},
+	{.name = "lagging_ttl", .kind = OPT_SECONDS, .group = GROUP_LAGGING, .off = OFF(lagging_ttl),
+	 .min = 1, .max = SECONDS_MAX, .def = 5,
+	 .help = "how long a lagging block stays cached"},
+	{.name = "lagging_rate", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_rate),
+	 .min = 0, .max = RATE_MAX, .def = 50 * MIB,
+	 .help = "bytes/s for lagging misses, 0 = no limit"},
+	{.name = "lagging_burst", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_burst),
+	 .min = 0, .max = RATE_MAX, .def = 0,
+	 .help = "bytes lagging misses may burst", .def_help = "0 = 2 x rate"},
+	{.name = "lagging_ops", .kind = OPT_COUNT, .group = GROUP_LAGGING, .off = OFF(lagging_ops),
+	 .min = 0, .max = 1000000, .def = 0,
+	 .help = "fetches/s for lagging misses, 0 = no limit"},
+	{.name = "lagging_page_cache", .kind = OPT_FLAG, .group = GROUP_LAGGING,
+	 .off = OFF(lagging_page_cache),
+	 .help = "keep the page cache for lagging files"},
+
+	/* the object store */
+	{.name = "endpoint", .kind = OPT_STRING, .group = GROUP_STORE, .off = OFF(endpoint),
+	 .check = CHECK_HTTP_URL, .meta = "URL", .help = "S3 endpoint, http:// or https://"},
+	{.name = "region", .kind = OPT_STRING, .group = GROUP_STORE, .off = OFF(region),
+	 .check = CHECK_REGION, .meta = "NAME", .help = "S3 region"},
+	{.name = "path_style", .kind = OPT_FLAG, .group = GROUP_STORE, .off = OFF(path_style),
+	 .help = "bucket in the URL path, not in the host name"},
+	{.name = "profile", .kind = OPT_STRING, .group = GROUP_STORE, .off = OFF(profile),
+	 .meta = "NAME", .help = "profile in the AWS config and credentials files"},
+	{.name = "credentials", .kind = OPT_PATH, .group = GROUP_STORE, .off = OFF(credentials),
+	 .meta = "FILE", .help = "AWS credentials file to take keys from"},
+	{.name = "manifest", .kind = OPT_PATH, .group = GROUP_STORE, .off = OFF(manifest),
+	 .meta = "FILE", .help = "list of objects to serve instead of listing"},
+	{.name = "ca_file", .kind = OPT_PATH, .group = GROUP_STORE, .off = OFF(ca_file),
+	 .meta = "FILE", .help = "CA certificates (PEM) for https"},
+	{.name = "insecure", .kind = OPT_FLAG, .group = GROUP_STORE, .off = OFF(insecure),
+	 .help = "do not verify TLS certificates"},
+	{.name = "max_conns", .kind = OPT_COUNT, .group = GROUP_STORE, .off = OFF(max_conns),
+	 .min = 2, .max = 256, .def = 16,
+	 .help = "connections to the store, 2..256"},
+	{.name = "timeout", .kind = OPT_SECONDS, .group = GROUP_STORE, .off = OFF(timeout),
+	 .min = 1, .max = 3600, .def = 30,
+	 .help = "seconds for one request, 1..3600"},
+	{.name = "retries", .kind = OPT_COUNT, .group = GROUP_STORE, .off = OFF(retries),
+	 .min = 0, .max = 20, .def = 3,
+	 .help = "retries of a failed request, 0..20"},
+
+	/* the mount */
+	{.name = "control_dir", .kind = OPT_STRING, .group = GROUP_MOUNT, .off = OFF(control_dir),
+	 .def_str = ".tierfs", .check = CHECK_SEGMENT, .meta = "NAME",
+	 .help = "control directory at the mount root"},
+};
+/* clang-format on */
+
+#define N_OPTS (sizeof(opt_table) / sizeof(opt_table[0]))
+
+static const char *const group_title[N_GROUPS] = {
+    [GROUP_CACHE] = "cache:",
+    [GROUP_LAGGING] = "lagging tier (reads of objects older than hot_ttl):",
+    [GROUP_STORE] = "store:",
+    [GROUP_MOUNT] = "FUSE and mount:",
+};
+
+/* Names that would put a secret on the command line. Refused whether or not they have a
+ * value, and the value is never echoed. */
+static const char *const secret_names[] = {
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+};
+
+/* Options for the kernel and libfuse, copied untouched (escapes and all) into fuse_opts.
+ * max_read is not here: tierfs derives it from block_size, and libfuse 3.14 refuses a
+ * max_read the init() callback does not also set, so it is refused with an explanation. */
+static const struct {
+	const char *name;
+	bool value; /* true: name=VALUE, required; false: bare name only */
+} fuse_names[] = {
+    {"allow_other", false},  {"allow_root", false}, {"default_permissions", false},
+    {"auto_unmount", false}, {"fsname", true},	    {"subtype", true},
+    {"ro", false},
+};
+
+/* What mount(8) and /etc/fstab pass to every helper, meaningless for a read-only FUSE mount:
+ * accepted and ignored, as bare names. "user" may carry the user's name (user=NAME). */
+/* clang-format off */
+static const char *const noop_names[] = {
+	"rw", "defaults", "auto", "noauto", "user", "users", "nouser", "owner", "group",
+	"_netdev", "nofail", "noatime", "atime", "relatime", "norelatime", "strictatime",
+	"nodiratime", "diratime", "lazytime", "nolazytime", "nodev", "dev", "nosuid", "suid",
+	"noexec", "exec", "sync", "async", "dirsync",
+};
+/* clang-format on */
+
+/* A growing, NUL-terminated output that counts what it would need, like snprintf. */
+struct out {
+	char *buf;   /* NULL when only counting */
+	size_t len;  /* bytes at buf */
+	size_t need; /* bytes written or wanted so far, without the NUL */
+};
+
+__attribute__((format(printf, 2, 3))) static void out_printf(struct out *w, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	if (w->buf && w->need < w->len)
+		n = vsnprintf(w->buf + w->need, w->len - w->need, fmt, ap);
+	else
+		n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		w->need += (size_t)n;
+}
+
+/* A growing heap string for fuse_opts. */
+struct strbuf {
+	char *s;     /* NUL-terminated, or NULL while empty */
+	size_t len;  /* strlen(s) */
+	size_t size; /* bytes allocated at s */
+};
+
+static int strbuf_add(struct strbuf *b, const char *p, size_t n)
+{
+	size_t want = b->len + n + 2; /* a ',' and the NUL */
+
+	if (want > b->size) {
+		size_t size = b->size ? b->size * 2 : 64;
+		char *s;
+
+		while (size < want)
+			size *= 2;
+		s = realloc(b->s, size);
+		if (!s)
+			return -ENOMEM;
+		b->s = s;
+		b->size = size;
+	}
+	if (b->len)
+		b->s[b->len++] = ',';
+	memcpy(b->s + b->len, p, n);
+	b->len += n;
+	b->s[b->len] = '\0';
+	return 0;
+}
+
+/* Write one line into @err (if any) and return @r. Control characters become '?'. */
+__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int r,
+						      const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return r;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	for (char *p = err; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return r;
+}
+
+static const char *errstr(int e, char *buf, size_t len)
+{
+#if defined(__GLIBC__) && defined(_GNU_SOURCE)
+	return strerror_r(e, buf, len);
+#else
+	if (strerror_r(e, buf, len))
+		snprintf(buf, len, "error %d", e);
+	return buf;
+#endif
+}
+
+/* 4194304 -> "4M": the largest of K, M, G, T that divides @v exactly, else plain bytes. */
+static const char *human(uint64_t v, char *buf, size_t len)
+{
+	static const char suffix[] = "TGMK";
+	int shift = 40;
+
+	for (const char *s = suffix; *s; s++, shift -= 10) {
+		uint64_t unit = UINT64_C(1) << shift;
+
+		if (v && v % unit == 0) {
+			snprintf(buf, len, "%" PRIu64 "%c", v / unit, *s);
+			return buf;
+		}
+	}
+	snprintf(buf, len, "%" PRIu64, v);
+	return buf;
+}
+
+/* Leading decimal digits of @s into *ret. @return the number of digits (0: none), with
+ * *overflow set when they do not fit in 64 bits. No sign, no space, no base prefix. */
+static size_t parse_digits(const char *s, uint64_t *ret, bool *overflow)
+{
+	uint64_t v = 0;
+	size_t n = 0;
+
+	*overflow = false;
+	for (; s[n] >= '0' && s[n] <= '9'; n++) {
+		unsigned d = (unsigned)(s[n] - '0');
+
+		if (v > (UINT64_MAX - d) / 10)
+			*overflow = true;
+		else
+			v = v * 10 + d;
+	}
+	*ret = v;
+	return n;
+}
+
+int fs_parse_size(const char *s, uint64_t *ret)
+{
+	const char *p;
+	uint64_t v;
+	bool overflow;
+	int shift = 0;
+	size_t n;
+
+	if (!s)
+		return -EINVAL;
+	n = parse_digits(s, &v, &overflow);
+	if (!n)
+		return -EINVAL;
+	p = s + n;
+	switch (*p) {
+	case 'k':
+	case 'K':
+		shift = 10;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		break;
+	case 't':
+	case 'T':
+		shift = 40;
+		break;
+	default:
+		break;
+	}
+	if (shift)
+		p++;
+	/* "4M", "4MB", "4MiB" all mean 4 x 1024 x 1024; a lone "B" means bytes. */
+	if (shift && (p[0] == 'i' || p[0] == 'I') && (p[1] == 'b' || p[1] == 'B'))
+		p += 2;
+	else if (p[0] == 'b' || p[0] == 'B')
+		p++;
+	if (*p)
+		return -EINVAL;
+	if (overflow || v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*ret = v << shift;
+	return 0;
+}
+
+int fs_parse_seconds(const char *s, uint64_t *ret)
+{
+	const char *p;
+	uint64_t v;
+	bool overflow;
+	size_t n;
+
+	if (!s)
+		return -EINVAL;
+	n = parse_digits(s, &v, &overflow);
+	if (!n)
+		return -EINVAL;
+	p = s + n;
+	if (*p == 's' || *p == 'S')
+		p++;
+	if (*p)
+		return -EINVAL;
+	if (overflow)
+		return -ERANGE;
+	*ret = v;
+	return 0;
+}
+
+static int parse_count(const char *s, uint64_t *ret)
+{
+	uint64_t v;
+	bool overflow;
+	size_t n = parse_digits(s, &v, &overflow);
+
+	if (!n || s[n])
+		return -EINVAL;
+	if (overflow)
+		return -ERANGE;
+	*ret = v;
+	return 0;
+}
+
+static int parse_bool(const char *s, bool *ret)
+{
+	static const char *const yes[] = {"on", "true", "1"}, *const no[] = {"off", "false", "0"};
+
+	for (size_t i = 0; i < 3; i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*ret = true;
+			return 0;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*ret = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static bool has_control(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
+}
+
+static bool name_is(const char *name, size_t n, const char *what)
+{
+	return strlen(what) == n && !memcmp(name, what, n);
+}
+
+static bool is_secret(const char *name, size_t n)
+{
+	for (size_t i = 0; i < sizeof(secret_names) / sizeof(secret_names[0]); i++)
+		if (name_is(name, n, secret_names[i]))
+			return true;
+	return false;
+}
+
+static const struct opt *opt_find(const char *name, size_t n)
+{
+	for (size_t i = 0; i < N_OPTS; i++)
+		if (name_is(name, n, opt_table[i].name))
+			return &opt_table[i];
+	return NULL;
+}
+
+static uint64_t *u64_at(struct fs_opts *o, const struct opt *d)
+{
+	return (uint64_t *)(void *)((char *)o + d->off);
+}
+
+static bool *bool_at(struct fs_opts *o, const struct opt *d)
+{
+	return (bool *)(void *)((char *)o + d->off);
+}
+
+static char **str_at(struct fs_opts *o, const struct opt *d)
+{
+	return (char **)(void *)((char *)o + d->off);
+}
+
+static uint64_t u64_of(const struct fs_opts *o, const struct opt *d)
+{
+	return *(const uint64_t *)(const void *)((const char *)o + d->off);
+}
+
+static bool bool_of(const struct fs_opts *o, const struct opt *d)
+{
+	return *(const bool *)(const void *)((const char *)o + d->off);
+}
+
+static const char *str_of(const struct fs_opts *o, const struct opt *d)
+{
+	return *(char *const *)(const void *)((const char *)o + d->off);
+}
+
+/* Where "scheme://" ends and the authority (host, or bucket) begins; NULL without "://". */
+static const char *after_scheme(const char *url)
+{
+	const char *p = strstr(url, "://");
+
+	return p ? p + 3 : NULL;
+}
+
+/* The length of the authority at @a: up to '/', '?' or '#'. */
+static size_t authority_len(const char *a)
+{
+	return strcspn(a, "/?#");
+}
+
+/* True when the authority carries a password: user:password@host. */
+static bool has_password(const char *a, size_t n)
+{
+	const char *at = memchr(a, '@', n);
+
+	return at && memchr(a, ':', (size_t)(at - a));
+}
+
+/* "HTTPS://x" -> "https://x": backends compare schemes byte for byte. */
+static void lower_scheme(char *url)
+{
+	for (char *p = url; *p && *p != ':'; p++)
+		if (*p >= 'A' && *p <= 'Z')
+			*p = (char)(*p - 'A' + 'a');
+}
+
+static bool starts_with_ci(const char *s, const char *prefix)
+{
+	return !strncasecmp(s, prefix, strlen(prefix));
+}
+
+/* @p as an absolute path, malloc'd: relative paths are taken from the current directory,
+ * because a daemonizing tierfs changes to "/" before it opens them. @return 0 or -errno. */
+static int absolute(const char *p, char **ret)
+{
+	char *cwd, *s;
+
+	if (p[0] == '/') {
+		s = strdup(p);
+		if (!s)
+			return -ENOMEM;
+		*ret = s;
+		return 0;
+	}
+	cwd = getcwd(NULL, 0);
+	if (!cwd)
+		return -errno;
+	if (asprintf(&s, "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", p) < 0) {
+		free(cwd);
+		return -ENOMEM;
+	}
+	free(cwd);
+	*ret = s;
+	return 0;
+}
+
+static int set_string(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		      size_t errlen)
+{
+	char **slot = str_at(o, d), *s = NULL;
+	const char *a;
+	int r;
+
+	switch (d->check) {
+	case CHECK_HTTP_URL:
+		if (!starts_with_ci(value, "http://") && !starts_with_ci(value, "https://"))
+			return fail(err, errlen, -EINVAL,
+				    "%s=%s: must start with http:// or https://", d->name, value);
+		a = after_scheme(value);
+		if (has_password(a, authority_len(a)))
+			return fail(err, errlen, -EINVAL, "%s", SECRET_MSG);
+		if (!authority_len(a))
+			return fail(err, errlen, -EINVAL, "%s=%s: no host name", d->name, value);
+		break;
+	case CHECK_SEGMENT:
+		if (strchr(value, '/') || !strcmp(value, ".") || !strcmp(value, ".."))
+			return fail(err, errlen, -EINVAL,
+				    "%s=%s: must be a single name (no '/', not . or ..)", d->name,
+				    value);
+		break;
+	case CHECK_REGION:
+		if (value[strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					"0123456789-_.")])
+			return fail(err, errlen, -EINVAL,
+				    "%s=%s: not a region name (letters, digits, '-', '_' and '.')",
+				    d->name, value);
+		break;
+	default:
+		break;
+	}
+
+	if (d->kind == OPT_PATH) {
+		r = absolute(value, &s);
+		if (r < 0) {
+			char eb[128];
+
+			if (r == -ENOMEM)
+				return fail(err, errlen, r, "out of memory");
+			return fail(err, errlen, r, "%s=%s: cannot make the path absolute: %s",
+				    d->name, value, errstr(-r, eb, sizeof(eb)));
+		}
+	} else {
+		s = strdup(value);
+		if (!s)
+			return fail(err, errlen, -ENOMEM, "out of memory");
+		if (d->check == CHECK_HTTP_URL)
+			lower_scheme(s);
+	}
+	free(*slot);
+	*slot = s;
+	return 0;
+}
+
+/* "must be between 1 and 3600 seconds", in the option's own unit. */
+static void range_text(const struct opt *d, char *buf, size_t len)
+{
+	char lo[32], hi[32];
+
+	if (d->kind == OPT_SIZE) {
+		human(d->min, lo, sizeof(lo));
+		human(d->max, hi, sizeof(hi));
+	} else {
+		snprintf(lo, sizeof(lo), "%" PRIu64, d->min);
+		snprintf(hi, sizeof(hi), "%" PRIu64, d->max);
+	}
+	if (d->max == UINT64_MAX)
+		snprintf(buf, len, "must be at least %s%s", lo,
+			 d->kind == OPT_SECONDS ? " seconds" : "");
+	else if (d->min == 0)
+		snprintf(buf, len, "must be at most %s%s", hi,
+			 d->kind == OPT_SECONDS ? " seconds" : "");
+	else
+		snprintf(buf, len, "must be between %s and %s%s", lo, hi,
+			 d->kind == OPT_SECONDS ? " seconds" : "");
+}
+
+/*
+ * Parse @value for the option @d and store it in @o; on any error @o is unchanged.
+ * @value is NULL for a bare name. @return 0, -EINVAL, -ERANGE (a number too large for 64
+ * bits) or -ENOMEM, with the message in @err.
+ */
+static int set_one(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		   size_t errlen)
+{
+	char range[96];
+	uint64_t v = 0;
+	bool b;
+	int r;
+
+	if (d->kind == OPT_FLAG) {
+		if (value)
+			return fail(err, errlen, -EINVAL, "%s takes no value", d->name);
+		*bool_at(o, d) = true;
+		return 0;
+	}
+	if (!value || !*value)
+		return fail(err, errlen, -EINVAL, "%s needs a value%s", d->name,
+			    d->kind == OPT_BOOL ? " (on or off)" : "");
+	if (has_control(value))
+		return fail(err, errlen, -EINVAL, "%s: the value contains a control character",
+			    d->name);
+
+	switch (d->kind) {
+	case OPT_SIZE:
+		r = fs_parse_size(value, &v);
+		if (r == -EINVAL)
+			return fail(err, errlen, r, "%s=%s: not a size (" SIZE_HINT ")", d->name,
+				    value);
+		break;
+	case OPT_SECONDS:
+		r = fs_parse_seconds(value, &v);
+		if (r == -EINVAL)
+			return fail(err, errlen, r,
+				    "%s=%s: not a number of seconds (use a whole number, "
+				    "optionally followed by s)",
+				    d->name, value);
+		break;
+	case OPT_COUNT:
+		r = parse_count(value, &v);
+		if (r == -EINVAL)
+			return fail(err, errlen, r, "%s=%s: not a whole number", d->name, value);
+		break;
+	case OPT_BOOL:
+		if (parse_bool(value, &b) < 0)
+			return fail(err, errlen, -EINVAL, "%s=%s: use on or off", d->name, value);
+		*bool_at(o, d) = b;
+		return 0;
+	default:
+		return set_string(o, d, value, err, errlen);
+	}
+
+	range_text(d, range, sizeof(range));
+	if (r == -ERANGE && d->max == UINT64_MAX)
+		return fail(err, errlen, r, "%s=%s: too large", d->name, value);
+	if (r == -ERANGE)
+		return fail(err, errlen, r, "%s=%s: too large (%s)", d->name, value, range);
+	if (d->check == CHECK_POW2 && ((v & (v - 1)) || v < d->min || v > d->max)) {
+		char lo[32], hi[32];
+
+		return fail(err, errlen, -EINVAL, "%s=%s: not a power of two between %s and %s",
+			    d->name, value, human(d->min, lo, sizeof(lo)),
+			    human(d->max, hi, sizeof(hi)));
+	}
+	if (v < d->min || v > d->max)
+		return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, range);
+	*u64_at(o, d) = v;
+	return 0;
+}
+
+int fs_opts_set(struct fs_opts *o, const char *name, const char *value, char *err, size_t errlen)
+{
+	const struct opt *d;
+	size_t n;
+
+	if (!o || !name)
+		return fail(err, errlen, -EINVAL, "no option name");
+	n = strcspn(name, "=");
+	if (is_secret(name, n))
+		return fail(err, errlen, -EINVAL, "%s", SECRET_MSG);
+	d = name[n] ? NULL : opt_find(name, n);
+	if (!d)
+		return fail(err, errlen, -ENOENT, "unknown option '%.*s'", (int)n, name);
+	return set_one(o, d, value, err, errlen);
+}
+
+void fs_opts_done(struct fs_opts *o)
+{
+	if (!o)
+		return;
+	for (size_t i = 0; i < N_OPTS; i++)
+		if (opt_table[i].kind == OPT_STRING || opt_table[i].kind == OPT_PATH)
+			free(*str_at(o, &opt_table[i]));
+	free(o->url);
+	free(o->mountpoint);
+	free(o->fuse_opts);
+	memset(o, 0, sizeof(*o));
+}
+
+/* Fill @o with the defaults. @return 0 or -ENOMEM (and @o is then empty). */
+static int opts_init(struct fs_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct opt *d = &opt_table[i];
+
+		switch (d->kind) {
+		case OPT_FLAG:
+		case OPT_BOOL:
+			*bool_at(o, d) = d->def != 0;
+			break;
+		case OPT_STRING:
+		case OPT_PATH:
+			if (d->def_str) {
+				*str_at(o, d) = strdup(d->def_str);
+				if (!*str_at(o, d)) {
+					fs_opts_done(o);
+					return -ENOMEM;
+				}
+			}
+			break;
+		default:
+			*u64_at(o, d) = d->def;
+			break;
+		}
+	}
+	return 0;
+}
+
+/* State of one command-line parse. */
+struct parse {
+	struct fs_opts o;   /* being filled; copied out only on success */
+	struct strbuf fuse; /* pass-through options, raw */
+	bool allow_other;   /* seen allow_other */
+	bool allow_root;    /* seen allow_root */
+	int npos;	    /* positionals seen */
+	int r;		    /* the first error, or 0 */
+	char *err;	    /* where the first error's message goes */
+	size_t errlen;
+};
+
+/* One item of a -o list, @raw[0..n) still escaped. @return 0 or -errno (message in p->err). */
+static int parse_item(struct parse *p, const char *raw, size_t n)
+{
+	const char *value = NULL;
+	const struct opt *d;
+	size_t namelen, j = 0;
+	char *item;
+	int r = 0;
+
+	item = malloc(n + 1);
+	if (!item)
+		return fail(p->err, p->errlen, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		if (raw[i] == '\\' && i + 1 < n)
+			i++;
+		item[j++] = raw[i];
+	}
+	item[j] = '\0';
+	namelen = strcspn(item, "=");
+	if (item[namelen])
+		value = item + namelen + 1;
+
+	if (is_secret(item, namelen)) {
+		r = fail(p->err, p->errlen, -EINVAL, "%s", SECRET_MSG);
+		goto out;
+	}
+	d = opt_find(item, namelen);
+	if (d) {
+		r = set_one(&p->o, d, value, p->err, p->errlen);
+		goto out;
+	}
+	for (size_t i = 0; i < sizeof(fuse_names) / sizeof(fuse_names[0]); i++) {
+		if (!name_is(item, namelen, fuse_names[i].name))
+			continue;
+		if (fuse_names[i].value && (!value || !*value))
+			r = fail(p->err, p->errlen, -EINVAL, "%s needs a value",
+				 fuse_names[i].name);
+		else if (!fuse_names[i].value && value)
+			r = fail(p->err, p->errlen, -EINVAL, "%s takes no value",
+				 fuse_names[i].name);
+		else if (value && has_control(value))
+			r = fail(p->err, p->errlen, -EINVAL,
+				 "%s: the value contains a control character", fuse_names[i].name);
+		else if (strbuf_add(&p->fuse, raw, n) < 0)
+			r = fail(p->err, p->errlen, -ENOMEM, "out of memory");
+		p->allow_other |= name_is(item, namelen, "allow_other");
+		p->allow_root |= name_is(item, namelen, "allow_root");
+		goto out;
+	}
+	if (name_is(item, namelen, "max_read")) {
+		r = fail(p->err, p->errlen, -EINVAL,
+			 "max_read: tierfs sets it itself (from block_size); remove the option");
+		goto out;
+	}
+	if (!strncmp(item, "x-", 2) || !strncmp(item, "comment=", 8))
+		goto out;
+	for (size_t i = 0; i < sizeof(noop_names) / sizeof(noop_names[0]); i++) {
+		if (!name_is(item, namelen, noop_names[i]))
+			continue;
+		if (value && strcmp(noop_names[i], "user"))
+			r = fail(p->err, p->errlen, -EINVAL, "%s takes no value", noop_names[i]);
+		goto out;
+	}
+	r = fail(p->err, p->errlen, -EINVAL, "unknown option '%.*s'", (int)namelen, item);
+out:
+	free(item);
+	return r;
+}
+
+/* A -o argument: items separated by commas; a backslash escapes the next character. */
+static int parse_list(struct parse *p, const char *s)
+{
+	int r, first = 0;
+
+	while (*s) {
+		size_t n = 0;
+
+		while (s[n] && s[n] != ',')
+			n += (s[n] == '\\' && s[n + 1]) ? 2 : 1;
+		if (n) {
+			r = parse_item(p, s, n);
+			if (r < 0 && !first)
+				first = r;
+			if (r < 0 && p->err)
+				p->err = NULL; /* keep the first message */
+		}
+		s += n;
+		if (*s == ',')
+			s++;
+	}
+	return first;
+}
+
+/* Record the first error only: later ones must not overwrite its message. */
+static void note(struct parse *p, int r)
+{
+	if (r < 0 && !p->r) {
+		p->r = r;
+		p->err = NULL;
+	}
+}
+
+static void positional(struct parse *p, const char *arg)
+{
+	char *s, **slot;
+
+	if (p->npos >= 2) {
+		note(p,
+		     fail(p->err, p->errlen, -EINVAL, "unexpected argument '%s' (" USAGE ")", arg));
+		return;
+	}
+	s = strdup(arg);
+	if (!s) {
+		note(p, fail(p->err, p->errlen, -ENOMEM, "out of memory"));
+		return;
+	}
+	slot = p->npos++ == 0 ? &p->o.url : &p->o.mountpoint;
+	free(*slot); /* NULL: each positional is stored once */
+	*slot = s;
+}
+
+/* "-fds", "-oOPTS", "-fo OPTS": short flags, possibly clustered. @return argv items used. */
+static int short_flags(struct parse *p, int argc, char **argv, int i)
+{
+	const char *a = argv[i];
+
+	for (size_t k = 1; a[k]; k++) {
+		switch (a[k]) {
+		case 'f':
+			p->o.foreground = true;
+			break;
+		case 'd':
+			p->o.debug = p->o.foreground = true;
+			break;
+		case 's':
+			p->o.single_thread = true;
+			break;
+		case 'h':
+			p->o.show_help = true;
+			break;
+		case 'V':
+			p->o.show_version = true;
+			break;
+		case 'n': /* mount(8): do not write /etc/mtab */
+		case 'v': /* mount(8): verbose */
+			break;
+		case 'o':
+			if (a[k + 1]) {
+				note(p, parse_list(p, a + k + 1));
+				return 1;
+			}
+			if (i + 1 >= argc) {
+				note(p,
+				     fail(p->err, p->errlen, -EINVAL, "option -o needs a value"));
+				return 1;
+			}
+			note(p, parse_list(p, argv[i + 1]));
+			return 2;
+		default:
+			note(p, fail(p->err, p->errlen, -EINVAL, "unknown option '-%c'", a[k]));
+			return 1;
+		}
+	}
+	return 1;
+}
+
+/* s3://BUCKET[/PREFIX], http(s)://HOST[/PATH], file:///PATH. Lowercases the scheme. */
+static int check_url(char *url, char *err, size_t errlen)
+{
+	static const char *const hint = "(use s3://, http://, https:// or file://)";
+	const char *a = after_scheme(url);
+	size_t n;
+
+	if (has_control(url))
+		return fail(err, errlen, -EINVAL, "URL: contains a control character");
+	if (!a || a == url + 3)
+		return fail(err, errlen, -EINVAL, "URL %s: no scheme %s", url, hint);
+	lower_scheme(url);
+	if (strncmp(url, "s3://", 5) && strncmp(url, "http://", 7) && strncmp(url, "https://", 8) &&
+	    strncmp(url, "file://", 7))
+		return fail(err, errlen, -EINVAL, "URL %s: unsupported scheme %s", url, hint);
+	n = authority_len(a);
+	if (has_password(a, n))
+		return fail(err, errlen, -EINVAL, "%s", SECRET_MSG);
+	if (!strncmp(url, "s3://", 5) && !n)
+		return fail(err, errlen, -EINVAL,
+			    "URL %s: no bucket name (use s3://BUCKET or s3://BUCKET/PREFIX)", url);
+	if (!strncmp(url, "http", 4) && !n)
+		return fail(err, errlen, -EINVAL, "URL %s: no host name", url);
+	if (!strncmp(url, "file://", 7) && a[0] != '/')
+		return fail(err, errlen, -EINVAL, "URL %s: use file:///ABSOLUTE/PATH", url);
+	return 0;
+}
+
+/* Checks between options: run once all are read, so their order does not matter. */
+static int check_cross(const struct parse *p, char *err, size_t errlen)
+{
+	const struct fs_opts *o = &p->o;
+	char a[32], b[32], c[32];
+
+	if (o->hot_size / 4 < o->block_size)
+		return fail(err, errlen, -EINVAL,
+			    "hot_size=%s: must be at least 4 x block_size=%s (%s)",
+			    human(o->hot_size, a, sizeof(a)), human(o->block_size, b, sizeof(b)),
+			    human(4 * o->block_size, c, sizeof(c)));
+	if (o->lagging && o->lagging_size / 4 < o->block_size)
+		return fail(err, errlen, -EINVAL,
+			    "lagging_size=%s: must be at least 4 x block_size=%s (%s) when lagging "
+			    "is on",
+			    human(o->lagging_size, a, sizeof(a)),
+			    human(o->block_size, b, sizeof(b)),
+			    human(4 * o->block_size, c, sizeof(c)));
+	if (p->allow_other && p->allow_root)
+		return fail(err, errlen, -EINVAL,
+			    "allow_other and allow_root cannot be used together");
+	return 0;
+}
+
+/* Make the mountpoint absolute and check that it is a directory. @return 0 or -errno. */
+static int check_mountpoint(struct fs_opts *o, char *err, size_t errlen)
+{
+	char eb[128], *real;
+	struct stat st;
+	int r;
+
+	real = realpath(o->mountpoint, NULL);
+	if (!real) {
+		r = -errno;
+		return fail(err, errlen, r, "mountpoint %s: %s%s", o->mountpoint,
+			    errstr(-r, eb, sizeof(eb)),
+			    r == -ENOTCONN ? " (a stale mount? try fusermount3 -u)" : "");
+	}
+	if (stat(real, &st) < 0) {
+		r = -errno;
+		free(real);
+		return fail(err, errlen, r, "mountpoint %s: %s", o->mountpoint,
+			    errstr(-r, eb, sizeof(eb)));
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		free(real);
+		return fail(err, errlen, -ENOTDIR, "mountpoint %s: %s", o->mountpoint,
+			    errstr(ENOTDIR, eb, sizeof(eb)));
+	}
+	free(o->mountpoint);
+	o->mountpoint = real;
+	return 0;
+}
+
+int fs_opts_parse(int argc, char **argv, struct fs_opts *ret, char *err, size_t errlen)
+{
+	struct parse p = {.err = err, .errlen = errlen};
+	bool only_positionals = false;
+	int r;
+
+	if (err && errlen)
+		err[0] = '\0';
+	r = opts_init(&p.o);
+	if (r < 0)
+		return fail(err, errlen, r, "out of memory");
+
+	for (int i = 1; i < argc;) {
+		const char *a = argv[i];
+
+		if (only_positionals || a[0] != '-' || !a[1]) {
+			positional(&p, a);
+			i++;
+		} else if (!strcmp(a, "--")) {
+			only_positionals = true;
+			i++;
+		} else if (!strcmp(a, "--help")) {
+			p.o.show_help = true;
+			i++;
+		} else if (!strcmp(a, "--version")) {
+			p.o.show_version = true;
+			i++;
+		} else if (a[1] == '-') {
+			note(&p, fail(p.err, errlen, -EINVAL, "unknown option '%s'", a));
+			i++;
+		} else {
+			i += short_flags(&p, argc, argv, i);
+		}
+	}
+
+	/* -h and -V win over everything else on the line, even over mistakes. */
+	if (p.o.show_help || p.o.show_version) {
+		if (err && errlen)
+			err[0] = '\0';
+		r = 0;
+		goto done;
+	}
+	r = p.r;
+	if (r < 0)
+		goto done;
+	if (p.npos < 2) {
+		r = fail(err, errlen, -EINVAL, USAGE);
+		goto done;
+	}
+	r = check_url(p.o.url, err, errlen);
+	if (r < 0)
+		goto done;
+	r = check_cross(&p, err, errlen);
+	if (r < 0)
+		goto done;
+	r = check_mountpoint(&p.o, err, errlen);
+done:
+	if (r < 0) {
+		free(p.fuse.s);
+		fs_opts_done(&p.o);
+		return r;
+	}
+	p.o.fuse_opts = p.fuse.s;
+	*ret = p.o;
+	return 0;
+}
+
+static void help_build(char *buf, size_t len)
+{
+	static const char *const mount_lines[] = {
+	    "    -f                      stay in the foreground",
+	    "    -d                      log every FUSE request (implies -f)",
+	    "    -s                      single-threaded",
+	    "    -h, --help              print this help and exit",
+	    "    -V, --version           print the version and exit",
+	    "    -o allow_other          let other users in (needs user_allow_other)",
+	    "    -o allow_root           let root in too",
+	    "    -o default_permissions  let the kernel check file modes",
+	    "    -o auto_unmount         unmount when tierfs exits",
+	    "    -o fsname=NAME          source name shown in /proc/mounts",
+	    "    -o subtype=NAME         type shown as fuse.NAME",
+	    "    -o ro                   accepted: tierfs is always read-only",
+	    "    max_read is not an option: tierfs derives it from block_size.",
+	    "    From /etc/fstab, these are accepted and ignored: rw, defaults, auto,",
+	    "    noauto, user, users, nouser, owner, group, _netdev, nofail, [no]atime,",
+	    "    [no]relatime, strictatime, [no]diratime, [no]lazytime, [no]dev, [no]suid,",
+	    "    [no]exec, sync, async, dirsync, x-*, comment=*; and the flags -n, -v.",
+	};
+	struct out w = {buf, len, 0};
+
+	out_printf(&w, "%s [-f] [-d] [-s]\n", USAGE);
+	out_printf(&w, "       tierfs -h | -V\n\n");
+	out_printf(&w, "URL is s3://BUCKET[/PREFIX], http(s)://HOST[/PATH] or file:///PATH.\n");
+	out_printf(&w, "Options may come anywhere and -o may repeat; when an option is given\n");
+	out_printf(&w, "twice, the last one wins. SIZE takes K, M, G or T, powers of 1024 (4M,\n");
+	out_printf(&w, "4MB and 4MiB are the same). SECS is whole seconds (60 or 60s).\n");
+
+	for (int g = 0; g < N_GROUPS; g++) {
+		out_printf(&w, "\n%s\n", group_title[g]);
+		for (size_t i = 0; i < N_OPTS; i++) {
+			const struct opt *d = &opt_table[i];
+			char left[48], def[48] = "", num[32];
+			const char *meta = d->meta;
+
+			if (d->group != (enum opt_group)g)
+				continue;
+			if (!meta)
+				meta = d->kind == OPT_SIZE	? "SIZE"
+				       : d->kind == OPT_SECONDS ? "SECS"
+				       : d->kind == OPT_COUNT	? "N"
+				       : d->kind == OPT_BOOL	? "on|off"
+								: "VALUE";
+			if (d->kind == OPT_FLAG)
+				snprintf(left, sizeof(left), "%s", d->name);
+			else
+				snprintf(left, sizeof(left), "%s=%s", d->name, meta);
+
+			if (d->def_help)
+				snprintf(def, sizeof(def), " (%s)", d->def_help);
+			else if (d->kind == OPT_SIZE)
+				snprintf(def, sizeof(def), " (%s)",
+					 human(d->def, num, sizeof(num)));
+			else if (d->kind == OPT_SECONDS || d->kind == OPT_COUNT)
+				snprintf(def, sizeof(def), " (%" PRIu64 ")", d->def);
+			else if (d->kind == OPT_FLAG || d->kind == OPT_BOOL)
+				snprintf(def, sizeof(def), " (%s)", d->def ? "on" : "off");
+			else if (d->def_str)
+				snprintf(def, sizeof(def), " (%s)", d->def_str);
+			out_printf(&w, "    -o %-20s %s%s\n", left, d->help, def);
+		}
+		if (g == GROUP_MOUNT)
+			for (size_t i = 0; i < sizeof(mount_lines) / sizeof(mount_lines[0]); i++)
+				out_printf(&w, "%s\n", mount_lines[i]);
+	}
+}
+
+static char help_text[8192];
+static pthread_once_t help_once = PTHREAD_ONCE_INIT;
+
+static void help_init(void)
+{
+	help_build(help_text, sizeof(help_text));
+}
+
+const char *fs_opts_help(void)
+{
+	pthread_once(&help_once, help_init);
+	return help_text;
+}
+
+size_t fs_opts_format(const struct fs_opts *o, char *buf, size_t len)
+{
+	struct out w = {buf, len, 0};
+
+	if (buf && len)
+		buf[0] = '\0';
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct opt *d = &opt_table[i];
+
+		switch (d->kind) {
+		case OPT_FLAG:
+			if (bool_of(o, d))
+				out_printf(&w, "%s\n", d->name);
+			break;
+		case OPT_BOOL:
+			out_printf(&w, "%s=%s\n", d->name, bool_of(o, d) ? "on" : "off");
+			break;
+		case OPT_STRING:
+		case OPT_PATH:
+			if (str_of(o, d))
+				out_printf(&w, "%s=%s\n", d->name, str_of(o, d));
+			break;
+		default:
+			out_printf(&w, "%s=%" PRIu64 "\n", d->name, u64_of(o, d));
+			break;
+		}
+	}
+	return w.need;
+}
