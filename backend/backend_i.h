@@ -229,6 +229,8 @@ void io_req_free(struct io_req *r);
 int io_req_header(struct io_req *r, const char *name, const char *value);
 
 void io_get_stats(struct io *io, struct bk_stats *ret);
+/* Count a read done outside curl (file://): one request, @bytes received or an error. */
+void io_account(struct io *io, uint64_t bytes, bool error);
 
 /* HTTP status -> errno (0 for 2xx); is a failure with this status or curl code retryable? */
 int io_status_errno(long status);

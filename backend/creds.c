@@ -38,7 +38,7 @@
 #include "backend_i.h"
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -120,9 +120,9 @@ static int from_env(struct s3_creds *c, char *err, size_t errlen)
 /* What the parser knows about the profile being read. */
 struct target {
 	const char *profile;
-	bool found;     /* a [profile] header was seen */
+	bool found;	/* a [profile] header was seen */
 	bool has_token; /* aws_session_token seen (wins over the legacy aws_security_token) */
-	bool seen[4];   /* which of the keys below were given, to refuse repeats */
+	bool seen[4];	/* which of the keys below were given, to refuse repeats */
 };
 
 static const char *const keys[4] = {"aws_access_key_id", "aws_secret_access_key",
@@ -185,9 +185,9 @@ static int parse(FILE *f, const char *path, struct target *t, struct s3_creds *c
 	unsigned line = 0;
 	bool in_section = false, in_target = false;
 	bool opt_active = false; /* a key line was read in this section */
-	bool opt_empty = false;  /* ... and its value was empty (nested settings may follow) */
-	bool opt_ours = false;   /* ... and it is one of keys[] in the profile being read */
-	size_t opt_indent = 0;   /* ... and was indented this much */
+	bool opt_empty = false;	 /* ... and its value was empty (nested settings may follow) */
+	bool opt_ours = false;	 /* ... and it is one of keys[] in the profile being read */
+	size_t opt_indent = 0;	 /* ... and was indented this much */
 	int r = 0;
 
 	errno = 0;
@@ -381,16 +381,22 @@ int creds_load(const char *file, const char *profile, struct s3_creds *ret, char
 		goto out;
 	}
 	if (c.access_key[0] && !c.secret_key[0]) {
-		seterr(err, errlen, "profile '%s' in %s has aws_access_key_id but no "
-				    "aws_secret_access_key", profile, path);
+		seterr(err, errlen,
+		       "profile '%s' in %s has aws_access_key_id but no "
+		       "aws_secret_access_key",
+		       profile, path);
 		r = -EINVAL;
 	} else if (!c.access_key[0] && c.secret_key[0]) {
-		seterr(err, errlen, "profile '%s' in %s has aws_secret_access_key but no "
-				    "aws_access_key_id", profile, path);
+		seterr(err, errlen,
+		       "profile '%s' in %s has aws_secret_access_key but no "
+		       "aws_access_key_id",
+		       profile, path);
 		r = -EINVAL;
 	} else if (!c.access_key[0] && profile_named) {
-		seterr(err, errlen, "profile '%s' in %s has no aws_access_key_id (only static "
-				    "keys are supported)", profile, path);
+		seterr(err, errlen,
+		       "profile '%s' in %s has no aws_access_key_id (only static "
+		       "keys are supported)",
+		       profile, path);
 		r = -EINVAL;
 	} else if (!c.access_key[0]) {
 		memset(&c, 0, sizeof(c)); /* an empty [default]: anonymous */

@@ -154,6 +154,7 @@ static void run_job(void *arg)
 out:
 	if (fd >= 0)
 		close(fd);
+	io_account(j->b->io, e ? 0 : j->len, e != 0);
 	if (e && e != -ENOENT && j->b->log) {
 		char line[512];
 

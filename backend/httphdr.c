@@ -77,8 +77,8 @@ int httphdr_content_range(const char *v, size_t len, uint64_t *ret_first, uint64
 	if (len < 6 || strncasecmp(p, "bytes ", 6) != 0)
 		return -EINVAL;
 	p += 6;
-	if (number(&p, end, &first) < 0 || p == end || *p++ != '-' ||
-	    number(&p, end, &last) < 0 || p == end || *p++ != '/')
+	if (number(&p, end, &first) < 0 || p == end || *p++ != '-' || number(&p, end, &last) < 0 ||
+	    p == end || *p++ != '/')
 		return -EINVAL;
 	if (p < end && *p == '*') {
 		p++;

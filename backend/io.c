@@ -899,3 +899,12 @@ void io_get_stats(struct io *io, struct bk_stats *ret)
 	ret->active = __atomic_load_n(&io->st.active, __ATOMIC_RELAXED);
 	ret->queued = __atomic_load_n(&io->st.queued, __ATOMIC_RELAXED);
 }
+
+void io_account(struct io *io, uint64_t bytes, bool error)
+{
+	STAT_ADD(io, requests, 1);
+	if (error)
+		STAT_ADD(io, errors, 1);
+	else
+		STAT_ADD(io, bytes, bytes);
+}

@@ -15,7 +15,8 @@
  * name and type, a name that is not one path segment (empty, ".", "..", a '/' or a NUL in
  * it), a file whose "size" is not an integer in 0..INT64_MAX (file sizes are off_t), or an
  * "mtime" that is not an HTTP date makes the whole listing -EIO: a half-understood listing
- * would show the user a directory that is not there.
+ * would show the user a directory that is not there. All entries are checked before the first
+ * callback, so a refused listing has reported nothing.
  *
  * The body is parsed in one piece with json-c in strict mode, from (pointer, length), never
  * relying on a NUL after it; anything but white space after the array is an error. Nothing is
@@ -41,7 +42,8 @@ static bool segment_ok(json_object *o)
 	return strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
-/* Check one entry and report it through @fn. @return 0, -EIO or the callback's value. */
+/* Check one entry and, if @fn is not NULL, report it. @return 0, -EIO or the callback's
+ * value. */
 static int entry(json_object *e, jsonidx_fn fn, void *arg)
 {
 	json_object *name, *type, *size, *mtime;
@@ -81,7 +83,7 @@ static int entry(json_object *e, jsonidx_fn fn, void *arg)
 				 (size_t)json_object_get_string_len(mtime), &when) < 0)
 			return -EIO;
 	}
-	return fn(arg, json_object_get_string(name), is_dir, sz, when);
+	return fn ? fn(arg, json_object_get_string(name), is_dir, sz, when) : 0;
 }
 
 int jsonidx_parse(const char *body, size_t len, jsonidx_fn fn, void *arg)
@@ -106,7 +108,11 @@ int jsonidx_parse(const char *body, size_t len, jsonidx_fn fn, void *arg)
 	for (end = json_tokener_get_parse_end(tok); end < len; end++)
 		if (!strchr(" \t\r\n", body[end]) || body[end] == '\0')
 			goto out;
+	/* Check every entry first, so a listing that is -EIO has reported nothing. */
 	n = json_object_array_length(root);
+	for (i = 0; i < n; i++)
+		if (entry(json_object_array_get_idx(root, i), NULL, NULL) < 0)
+			goto out;
 	r = 0;
 	for (i = 0; i < n && r == 0; i++)
 		r = entry(json_object_array_get_idx(root, i), fn, arg);

@@ -68,28 +68,28 @@ enum doc {
 
 /* One listing entry, kept until the whole page has been checked. */
 struct entry {
-	char *key;      /* owned */
-	char *etag;     /* owned; NULL for a prefix or when absent */
+	char *key;  /* owned */
+	char *etag; /* owned; NULL for a prefix or when absent */
 	uint64_t size;
-	int64_t mtime;  /* INT64_MIN if absent or unparsable */
+	int64_t mtime; /* INT64_MIN if absent or unparsable */
 	bool is_prefix;
 };
 
 struct ctx {
 	XML_Parser parser;
 	enum doc doc;
-	int depth;                   /* current element depth, root = 1 */
-	enum elem stack[STACK_MAX];  /* element id per depth 1..STACK_MAX (index depth - 1) */
-	bool collecting;             /* inside a wanted leaf: character data goes to text */
-	char *text;                  /* TEXT_MAX + 1 bytes */
+	int depth;		    /* current element depth, root = 1 */
+	enum elem stack[STACK_MAX]; /* element id per depth 1..STACK_MAX (index depth - 1) */
+	bool collecting;	    /* inside a wanted leaf: character data goes to text */
+	char *text;		    /* TEXT_MAX + 1 bytes */
 	size_t textlen;
-	int err;                     /* first error, 0 if none */
+	int err; /* first error, 0 if none */
 
 	/* list */
-	struct entry *entries;       /* in document order, owned */
+	struct entry *entries; /* in document order, owned */
 	size_t nentries, capentries;
 	bool truncated_seen, truncated;
-	char *token;                 /* NextContinuationToken, owned */
+	char *token;			 /* NextContinuationToken, owned */
 	char *key, *size, *mtime, *etag; /* fields of the current Contents or CommonPrefixes */
 
 	/* error */
@@ -294,8 +294,8 @@ static void add_entry(struct ctx *c, bool is_prefix, uint64_t size, int64_t mtim
 		c->capentries = cap;
 	}
 	e = &c->entries[c->nentries++];
-	*e = (struct entry){.key = c->key, .etag = c->etag, .size = size, .mtime = mtime,
-			    .is_prefix = is_prefix};
+	*e = (struct entry){
+	    .key = c->key, .etag = c->etag, .size = size, .mtime = mtime, .is_prefix = is_prefix};
 	c->key = c->etag = NULL;
 }
 

@@ -230,9 +230,9 @@ static void sb_add_trimmed(struct sbuf *b, const char *v)
 }
 
 struct hdr {
-	char *name;        /* lower-cased copy, owned */
+	char *name;	   /* lower-cased copy, owned */
 	const char *value; /* the caller's */
-	size_t idx;        /* position in the input, to keep repeated names in order */
+	size_t idx;	   /* position in the input, to keep repeated names in order */
 };
 
 static int hdr_cmp(const void *a, const void *b)

@@ -88,4 +88,60 @@ int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len);
 /* The current version of file @ino without revalidating. @return 0 and a ref, or -errno. */
 int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret);
 
+/* ---------------------------------------------------------------------------------------------
+ * ops.c / control.c: the mount.
+ * ------------------------------------------------------------------------------------------ */
+
+struct mount {
+	struct fs_opts *o;        /* settings; the live-changeable ones under opts_lock */
+	pthread_mutex_t opts_lock;
+	struct backend *b;
+	struct cache *c;
+	struct ns *ns;
+	struct fuse_session *se;
+	pthread_mutex_t log_lock;
+	uint64_t logged_id;       /* last (object, error) logged, to log each once; log_lock */
+	int logged_err;
+	uint64_t reads;           /* read requests answered (relaxed atomics) */
+	uint64_t read_errors;     /* read requests answered with an error */
+	uint64_t read_bytes;      /* bytes answered */
+};
+
+/* An open file: an object version and its reader's position, or a control file's text. */
+struct fh {
+	struct fobj *obj;         /* NULL for a control file */
+	struct cache_stream s;
+	bool lagging;             /* opened as lagging (direct_io) */
+	char *text;               /* control file contents, snapshot at open */
+	size_t text_len;
+};
+
+/* Inodes of the control surface: far above anything ns.c hands out. */
+#define CTL_DIR_INO    (UINT64_MAX - 16)
+#define CTL_STATS_INO  (CTL_DIR_INO + 1)
+#define CTL_CONFIG_INO (CTL_DIR_INO + 2)
+
+static inline bool ctl_is(uint64_t ino)
+{
+	return ino >= CTL_DIR_INO && ino <= CTL_CONFIG_INO;
+}
+
+/* lookup in the control directory, or of the control directory itself (parent root).
+ * @return 0 and *ret_st, or -ENOENT. */
+int ctl_lookup(struct mount *m, uint64_t parent, const char *name, struct stat *ret_st);
+int ctl_getattr(struct mount *m, uint64_t ino, struct stat *ret_st);
+/* Snapshot the text of a control file. @return 0 and malloc'd *ret (caller frees). */
+int ctl_read_all(struct mount *m, uint64_t ino, char **ret, size_t *ret_len);
+/* Entries of the control directory: name of entry @i, or NULL past the end. */
+const char *ctl_dirent(size_t i, uint64_t *ret_ino);
+
+/* Extended attributes: the user.tierfs.* of objects, and live settings on the root.
+ * getxattr/listxattr follow the FUSE size protocol: @size 0 asks for the length.
+ * @return the length, or -errno. */
+int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, size_t size);
+int ctl_listxattr(struct mount *m, uint64_t ino, char *buf, size_t size);
+/* @return 0 or -errno (EINVAL bad value, ENOTSUP unknown name, EROFS elsewhere). */
+int ctl_setxattr(struct mount *m, uint64_t ino, const char *name, const char *value,
+		 size_t size);
+
 #endif

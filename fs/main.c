@@ -8,7 +8,7 @@
 
 int main(int argc, char **argv)
 {
-	struct fs_opts o;
+	struct fs_opts o = {0};
 	char err[512] = "";
 	int r;
 

@@ -70,6 +70,7 @@ struct ns {
 	size_t nbuckets, count;
 	uint64_t next_ino;
 	uint64_t next_obj;
+	time_t started;      /* mount time: the directories' times */
 };
 
 static uint64_t mono_ns(void)
@@ -215,6 +216,7 @@ struct ns *ns_new(const struct ns_cfg *cfg)
 	if (!ns)
 		return NULL;
 	ns->cfg = *cfg;
+	ns->started = time(NULL);
 	ns->nbuckets = 1024;
 	ns->by_ino = calloc(ns->nbuckets, sizeof(struct node *));
 	ns->by_name = calloc(ns->nbuckets, sizeof(struct node *));
@@ -458,8 +460,10 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 	st->st_gid = ns->cfg.gid;
 	st->st_blksize = ns->cfg.block_size;
 	if (n->is_dir) {
+		/* a prefix has no time of its own: show when the mount started */
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
+		st->st_mtime = st->st_ctime = st->st_atime = ns->started;
 		return;
 	}
 	st->st_mode = S_IFREG | 0444;

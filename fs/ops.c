@@ -35,24 +35,6 @@
 
 #define MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
 
-struct mount {
-	struct fs_opts *o;
-	struct backend *b;
-	struct cache *c;
-	struct ns *ns;
-	struct fuse_session *se;
-	pthread_mutex_t log_lock;
-	uint64_t logged_id;      /* last (object, error) logged, to log each once; log_lock */
-	int logged_err;
-};
-
-/* An open file: the version it opened, and its reader's position for readahead. */
-struct fh {
-	struct fobj *obj;
-	struct cache_stream s;
-	bool lagging;
-};
-
 static struct mount *M(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
@@ -147,8 +129,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct mount *m = M(req);
 	struct fuse_entry_param e = {0};
-	int r = ns_lookup(m->ns, parent, name, &e.attr);
+	int r = parent == CTL_DIR_INO ? -ENOENT : ns_lookup(m->ns, parent, name, &e.attr);
 
+	/* the control directory, unless a real object has its name */
+	if (r == -ENOENT && ctl_lookup(m, parent, name, &e.attr) == 0) {
+		e.ino = e.attr.st_ino;
+		fuse_reply_entry(req, &e);
+		return;
+	}
 	if (r == -ENOENT) {
 		/* negative entry, cached as long as listings are */
 		e.ino = 0;
@@ -182,12 +170,36 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct stat st;
-	int r = ns_getattr(M(req)->ns, ino, &st);
+	int r = ctl_is(ino) ? ctl_getattr(M(req), ino, &st) : ns_getattr(M(req)->ns, ino, &st);
 
 	if (r < 0)
 		fuse_reply_err(req, -r);
 	else
 		fuse_reply_attr(req, &st, ttl(M(req)));
+}
+
+/* A control file: its text is taken now and served from memory, bypassing the page cache. */
+static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fh *fh = calloc(1, sizeof(*fh));
+	int r;
+
+	if (!fh) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	r = ctl_read_all(M(req), ino, &fh->text, &fh->text_len);
+	if (r < 0) {
+		free(fh);
+		fuse_reply_err(req, -r);
+		return;
+	}
+	fi->direct_io = 1;
+	fi->fh = (uint64_t)(uintptr_t)fh;
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		free(fh->text);
+		free(fh);
+	}
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -200,6 +212,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (ctl_is(ino)) {
+		open_control(req, ino, fi);
 		return;
 	}
 	r = ns_open(m->ns, ino, &o, &same);
@@ -237,6 +253,10 @@ static void reply_read(void *arg, const struct cache_iov *iov, int n, int err)
 		fuse_reply_err(req, -err);
 		return;
 	}
+	if (n == 0) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
 	if (n > 64 && !(vp = malloc((size_t)n * sizeof(*vp)))) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -261,8 +281,17 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 {
 	struct read_req *rr = arg;
 
-	if (err)
+	__atomic_fetch_add(&rr->m->reads, 1, __ATOMIC_RELAXED);
+	if (err) {
+		__atomic_fetch_add(&rr->m->read_errors, 1, __ATOMIC_RELAXED);
 		log_read_error(rr->m, rr->o, err);
+	} else {
+		size_t total = 0;
+
+		for (int i = 0; i < n; i++)
+			total += iov[i].len;
+		__atomic_fetch_add(&rr->m->read_bytes, total, __ATOMIC_RELAXED);
+	}
 	reply_read(rr->req, iov, n, err);
 	fobj_put(rr->o);
 	free(rr);
@@ -273,13 +302,19 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct mount *m = M(req);
 	struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
-	struct cache_obj co = cobj(fh->obj);
 	struct read_req *rr;
 
 	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (!fh->obj) {
+		size_t n = (uint64_t)off >= fh->text_len ? 0 : fh->text_len - (size_t)off;
+
+		fuse_reply_buf(req, n ? fh->text + off : NULL, n < size ? n : size);
+		return;
+	}
+	struct cache_obj co = cobj(fh->obj);
 	rr = malloc(sizeof(*rr));
 	if (!rr) {
 		fuse_reply_err(req, ENOMEM);
@@ -297,14 +332,38 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
 
 	fobj_put(fh->obj);
+	free(fh->text);
 	free(fh);
 	fuse_reply_err(req, 0);
+}
+
+static int control_dir(struct ns_dir **ret)
+{
+	struct ns_dir *d = calloc(1, sizeof(*d) + 2 * sizeof(struct ns_dirent));
+	uint64_t ino;
+	const char *name;
+
+	if (!d)
+		return -ENOMEM;
+	d->refs = 1;
+	d->ino = CTL_DIR_INO;
+	d->parent = 1;
+	while ((name = ctl_dirent(d->n, &ino)) && d->n < 2) {
+		d->e[d->n].name = strdup(name);
+		if (!d->e[d->n].name) {
+			ns_dir_put(d);
+			return -ENOMEM;
+		}
+		d->n++;
+	}
+	*ret = d;
+	return 0;
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ns_dir *d;
-	int r = ns_opendir(M(req)->ns, ino, &d);
+	int r = ino == CTL_DIR_INO ? control_dir(&d) : ns_opendir(M(req)->ns, ino, &d);
 
 	if (r < 0) {
 		fuse_reply_err(req, -r);
@@ -378,15 +437,40 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-	fuse_reply_err(req, ENODATA);
+	char *buf = size ? malloc(size) : NULL;
+	int r;
+
+	if (size && !buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	r = ctl_getxattr(M(req), ino, name, buf, size);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)r);
+	else
+		fuse_reply_buf(req, buf, (size_t)r);
+	free(buf);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	if (size == 0)
-		fuse_reply_xattr(req, 0);
+	char *buf = size ? malloc(size) : NULL;
+	int r;
+
+	if (size && !buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	r = ctl_listxattr(M(req), ino, buf, size);
+	if (r < 0)
+		fuse_reply_err(req, -r);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)r);
 	else
-		fuse_reply_buf(req, NULL, 0);
+		fuse_reply_buf(req, buf, (size_t)r);
+	free(buf);
 }
 
 /* Everything that would change the store. */
@@ -442,7 +526,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
-	fuse_reply_err(req, EROFS);
+	fuse_reply_err(req, -ctl_setxattr(M(req), ino, name, value, size));
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
@@ -584,6 +668,7 @@ int fs_main(struct fs_opts *o)
 	bool mounted = false, handlers = false;
 
 	pthread_mutex_init(&m.log_lock, NULL);
+	pthread_mutex_init(&m.opts_lock, NULL);
 	r = backend_new(&bc, &m.b, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
@@ -690,5 +775,6 @@ out:
 	fuse_opt_free_args(&args);
 	free(fsname);
 	pthread_mutex_destroy(&m.log_lock);
+	pthread_mutex_destroy(&m.opts_lock);
 	return status;
 }

@@ -1,0 +1,427 @@
+/*
+ * control.c - seeing into the cache and steering it from a shell.
+ *
+ *   MNT/.tierfs/stats    Prometheus text exposition: per-tier cache counters, limiter,
+ *                        backend totals. `cat` it, or point a node exporter textfile at it.
+ *   MNT/.tierfs/config   the effective settings, one name=value per line.
+ *   getfattr -d -m tierfs MNT/obj     user.tierfs.tier, .etag, .cached (resident blocks)
+ *   setfattr -n user.tierfs.lagging_rate -v 100M MNT     live change (also lagging_burst,
+ *                        lagging_ops, hot_ttl); getfattr on MNT shows the current values.
+ *
+ * The control directory is not listed by readdir (so find, du and rsync do not walk it) but
+ * can be looked up by name; a real object of the same name wins, and control_dir= renames it.
+ * Control files are snapshots taken at open and served with direct_io, so their size is 0 and
+ * readers read to EOF.
+ *
+ * Live settings are parsed by fs_opts_set, exactly like -o; a bad value changes nothing.
+ * m->opts_lock serialises changes and the readers of the settings here.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <fuse_log.h>
+
+#include "fs_i.h"
+
+#define XATTR_PREFIX "user.tierfs."
+
+static const char *const live[] = {"lagging_rate", "lagging_burst", "lagging_ops", "hot_ttl"};
+static const char *const obj_attrs[] = {"tier", "etag", "cached"};
+
+static void fill_ctl_stat(struct mount *m, uint64_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	if (ino == CTL_DIR_INO) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+	} else {
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+	}
+}
+
+int ctl_lookup(struct mount *m, uint64_t parent, const char *name, struct stat *ret_st)
+{
+	uint64_t ino = 0;
+
+	if (parent == 1 && strcmp(name, m->o->control_dir) == 0)
+		ino = CTL_DIR_INO;
+	else if (parent == CTL_DIR_INO && strcmp(name, "stats") == 0)
+		ino = CTL_STATS_INO;
+	else if (parent == CTL_DIR_INO && strcmp(name, "config") == 0)
+		ino = CTL_CONFIG_INO;
+	if (!ino)
+		return -ENOENT;
+	fill_ctl_stat(m, ino, ret_st);
+	return 0;
+}
+
+int ctl_getattr(struct mount *m, uint64_t ino, struct stat *ret_st)
+{
+	if (!ctl_is(ino))
+		return -ENOENT;
+	fill_ctl_stat(m, ino, ret_st);
+	return 0;
+}
+
+const char *ctl_dirent(size_t i, uint64_t *ret_ino)
+{
+	switch (i) {
+	case 0:
+		*ret_ino = CTL_STATS_INO;
+		return "stats";
+	case 1:
+		*ret_ino = CTL_CONFIG_INO;
+		return "config";
+	default:
+		return NULL;
+	}
+}
+
+/* ---- text building ------------------------------------------------------------------------- */
+
+struct text {
+	char *s;
+	size_t len, cap;
+	bool oom;
+};
+
+static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (t->oom)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			t->oom = true;
+			return;
+		}
+		if (t->s && t->len + (size_t)n < t->cap) {
+			t->len += (size_t)n;
+			return;
+		}
+		size_t cap = (t->cap ? t->cap * 2 : 4096) + (size_t)n;
+		char *s = realloc(t->s, cap);
+		if (!s) {
+			t->oom = true;
+			return;
+		}
+		t->s = s;
+		t->cap = cap;
+	}
+}
+
+static const char *const tier_name[CACHE_NTIERS] = {"hot", "lagging"};
+
+/* One metric family with a value per tier. */
+static void tier_metric(struct text *t, const struct cache_stats *cs, const char *name,
+			const char *type, const char *help, size_t field)
+{
+	put(t, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\n", name, help, name, type);
+	for (int i = 0; i < CACHE_NTIERS; i++) {
+		const uint64_t *v = (const uint64_t *)((const char *)&cs->tier[i] + field);
+
+		put(t, "tierfs_%s{tier=\"%s\"} %llu\n", name, tier_name[i], (unsigned long long)*v);
+	}
+}
+
+static void mount_metric(struct text *t, const char *name, const char *type, const char *help,
+			 uint64_t v)
+{
+	put(t, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\ntierfs_%s %llu\n", name, help, name, type,
+	    name, (unsigned long long)v);
+}
+
+#define F(field) offsetof(struct cache_tier_stats, field)
+
+static void stats_text(struct mount *m, struct text *t)
+{
+	struct cache_stats cs;
+	struct bk_stats bs;
+	uint64_t rate;
+
+	cache_get_stats(m->c, &cs);
+	backend_get_stats(m->b, &bs);
+	tier_metric(t, &cs, "cache_hits_total", "counter", "Block lookups answered by the tier.",
+		    F(hits));
+	tier_metric(t, &cs, "cache_misses_total", "counter",
+		    "Blocks a reader wanted that were fetched into the tier.", F(misses));
+	tier_metric(t, &cs, "cache_served_bytes_total", "counter",
+		    "Bytes answered to readers from the tier.", F(bytes_served));
+	tier_metric(t, &cs, "cache_fetched_bytes_total", "counter",
+		    "Bytes fetched from the store into the tier.", F(bytes_fetched));
+	tier_metric(t, &cs, "cache_fetches_total", "counter",
+		    "Block fetches started for the tier, readahead included.", F(fetches));
+	tier_metric(t, &cs, "cache_fetch_errors_total", "counter", "Block fetches that failed.",
+		    F(fetch_errors));
+	tier_metric(t, &cs, "cache_readaheads_total", "counter",
+		    "Block fetches started by readahead.", F(readaheads));
+	tier_metric(t, &cs, "cache_singleflight_joins_total", "counter",
+		    "Block waits that joined a fetch already under way.", F(joins));
+	tier_metric(t, &cs, "cache_evictions_total", "counter",
+		    "Segment rotations (each evicts one segment).", F(rotations));
+	tier_metric(t, &cs, "cache_bounces_total", "counter",
+		    "Fetches answered but not stored: every segment was pinned.", F(bounces));
+	tier_metric(t, &cs, "cache_resident_blocks", "gauge", "Blocks resident in the tier.",
+		    F(blocks));
+	tier_metric(t, &cs, "cache_resident_bytes", "gauge", "Bytes resident in the tier.",
+		    F(bytes));
+	tier_metric(t, &cs, "cache_size_bytes", "gauge", "Configured size of the tier.", F(size));
+	tier_metric(t, &cs, "cache_inflight_fetches", "gauge", "Fetches running now.",
+		    F(inflight));
+	tier_metric(t, &cs, "throttle_waits_total", "counter",
+		    "Fetches that waited for the rate limiter.", F(throttle_waits));
+	put(t, "# HELP tierfs_throttled_seconds_total Time fetches waited for the rate limiter.\n"
+	       "# TYPE tierfs_throttled_seconds_total counter\n");
+	for (int i = 0; i < CACHE_NTIERS; i++)
+		put(t, "tierfs_throttled_seconds_total{tier=\"%s\"} %.6f\n", tier_name[i],
+		    (double)cs.tier[i].throttled_ns / 1e9);
+	tier_metric(t, &cs, "throttle_queued_fetches", "gauge",
+		    "Fetches waiting for the rate limiter now.", F(queued));
+	pthread_mutex_lock(&m->opts_lock);
+	rate = m->o->lagging ? m->o->lagging_rate : 0;
+	pthread_mutex_unlock(&m->opts_lock);
+	put(t, "# HELP tierfs_limiter_tokens Rate limiter tokens (bytes) now; negative is debt.\n"
+	       "# TYPE tierfs_limiter_tokens gauge\n"
+	       "tierfs_limiter_tokens{tier=\"lagging\"} %.0f\n",
+	    rate ? cs.tier[CACHE_LAG].tokens : 0.0);
+	put(t, "# HELP tierfs_limiter_rate_bytes Rate limit in bytes per second (0: unlimited).\n"
+	       "# TYPE tierfs_limiter_rate_bytes gauge\n"
+	       "tierfs_limiter_rate_bytes{tier=\"lagging\"} %llu\n",
+	    (unsigned long long)rate);
+	mount_metric(t, "reads_total", "counter", "Read requests answered.",
+		     __atomic_load_n(&m->reads, __ATOMIC_RELAXED));
+	mount_metric(t, "read_errors_total", "counter", "Read requests answered with an error.",
+		     __atomic_load_n(&m->read_errors, __ATOMIC_RELAXED));
+	mount_metric(t, "read_bytes_total", "counter", "Bytes answered to readers, all tiers.",
+		     __atomic_load_n(&m->read_bytes, __ATOMIC_RELAXED));
+	mount_metric(t, "backend_requests_total", "counter",
+		     "Requests sent to the store, retries included.", bs.requests);
+	mount_metric(t, "backend_retries_total", "counter", "Requests tried again.", bs.retries);
+	mount_metric(t, "backend_errors_total", "counter", "Requests that failed after retries.",
+		     bs.errors);
+	mount_metric(t, "backend_received_bytes_total", "counter",
+		     "Bytes of range reads received from the store.", bs.bytes);
+	mount_metric(t, "backend_active_requests", "gauge", "Requests running now.", bs.active);
+	mount_metric(t, "backend_queued_requests", "gauge", "Requests waiting for a connection.",
+		     bs.queued);
+}
+
+int ctl_read_all(struct mount *m, uint64_t ino, char **ret, size_t *ret_len)
+{
+	struct text t = {0};
+
+	if (ino == CTL_STATS_INO) {
+		stats_text(m, &t);
+	} else if (ino == CTL_CONFIG_INO) {
+		pthread_mutex_lock(&m->opts_lock);
+		size_t n = fs_opts_format(m->o, NULL, 0);
+		t.s = malloc(n + 1);
+		if (t.s) {
+			fs_opts_format(m->o, t.s, n + 1);
+			t.len = n;
+		} else {
+			t.oom = true;
+		}
+		pthread_mutex_unlock(&m->opts_lock);
+	} else {
+		return -EISDIR;
+	}
+	if (t.oom) {
+		free(t.s);
+		return -ENOMEM;
+	}
+	*ret = t.s;
+	*ret_len = t.len;
+	return 0;
+}
+
+/* ---- extended attributes ------------------------------------------------------------------- */
+
+/* FUSE's size protocol: size 0 asks how long; too small is ERANGE. */
+static int xattr_answer(const char *v, size_t n, char *buf, size_t size)
+{
+	if (n > 65536)
+		return -E2BIG;
+	if (size == 0)
+		return (int)n;
+	if (size < n)
+		return -ERANGE;
+	memcpy(buf, v, n);
+	return (int)n;
+}
+
+/* "hot=0-15,32 lagging=16-20", or "none". */
+static void residency_text(struct mount *m, const struct fobj *o, struct text *t)
+{
+	struct cache_obj co = {.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
+	size_t n = cache_residency(m->c, &co, NULL, 0);
+	char *map = malloc(n + 1);
+	bool any = false;
+
+	if (!map) {
+		t->oom = true;
+		return;
+	}
+	cache_residency(m->c, &co, map, n + 1);
+	for (int pass = 0; pass < 2; pass++) {
+		char want = pass ? 'l' : 'h';
+		bool first = true;
+
+		for (size_t i = 0; i < n; i++) {
+			size_t j = i;
+
+			if (map[i] != want)
+				continue;
+			while (j + 1 < n && map[j + 1] == want)
+				j++;
+			put(t, "%s%s", first ? (any ? " " : "") : ",",
+			    first ? (pass ? "lagging=" : "hot=") : "");
+			put(t, j > i ? "%zu-%zu" : "%zu", i, j);
+			first = false;
+			any = true;
+			i = j;
+		}
+	}
+	if (!any)
+		put(t, "none");
+	free(map);
+}
+
+int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, size_t size)
+{
+	struct text t = {0};
+	struct fobj *o = NULL;
+	int r;
+
+	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0)
+		return -ENODATA;
+	name += strlen(XATTR_PREFIX);
+	if (ino == 1) {
+		char line[64] = "";
+
+		pthread_mutex_lock(&m->opts_lock);
+		if (strcmp(name, "lagging_rate") == 0)
+			snprintf(line, sizeof(line), "%llu", (unsigned long long)m->o->lagging_rate);
+		else if (strcmp(name, "lagging_burst") == 0)
+			snprintf(line, sizeof(line), "%llu",
+				 (unsigned long long)(m->o->lagging_burst ? m->o->lagging_burst
+									  : 2 * m->o->lagging_rate));
+		else if (strcmp(name, "lagging_ops") == 0)
+			snprintf(line, sizeof(line), "%llu", (unsigned long long)m->o->lagging_ops);
+		else if (strcmp(name, "hot_ttl") == 0)
+			snprintf(line, sizeof(line), "%llu", (unsigned long long)m->o->hot_ttl);
+		pthread_mutex_unlock(&m->opts_lock);
+		if (!line[0])
+			return -ENODATA;
+		return xattr_answer(line, strlen(line), buf, size);
+	}
+	if (ctl_is(ino))
+		return -ENODATA;
+	r = ns_peek(m->ns, ino, &o);
+	if (r < 0)
+		return r == -EISDIR || r == -ENODATA ? -ENODATA : r;
+	if (strcmp(name, "tier") == 0) {
+		struct cache_obj co = {.id = o->id, .size = o->size, .mtime = o->mtime};
+
+		put(&t, "%s", cache_route(m->c, &co) == CACHE_LAG ? "lagging" : "hot");
+	} else if (strcmp(name, "etag") == 0 && o->etag[0]) {
+		put(&t, "%s", o->etag);
+	} else if (strcmp(name, "cached") == 0) {
+		residency_text(m, o, &t);
+	} else {
+		fobj_put(o);
+		return -ENODATA;
+	}
+	fobj_put(o);
+	if (t.oom) {
+		free(t.s);
+		return -ENOMEM;
+	}
+	r = xattr_answer(t.s ? t.s : "", t.len, buf, size);
+	free(t.s);
+	return r;
+}
+
+int ctl_listxattr(struct mount *m, uint64_t ino, char *buf, size_t size)
+{
+	struct text t = {0};
+	int r;
+
+	if (ino == 1) {
+		for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+			put(&t, XATTR_PREFIX "%s%c", live[i], '\0');
+	} else if (!ctl_is(ino)) {
+		struct fobj *o = NULL;
+
+		if (ns_peek(m->ns, ino, &o) == 0) {
+			for (size_t i = 0; i < sizeof(obj_attrs) / sizeof(obj_attrs[0]); i++)
+				if (strcmp(obj_attrs[i], "etag") != 0 || o->etag[0])
+					put(&t, XATTR_PREFIX "%s%c", obj_attrs[i], '\0');
+			fobj_put(o);
+		}
+	}
+	if (t.oom) {
+		free(t.s);
+		return -ENOMEM;
+	}
+	r = xattr_answer(t.s ? t.s : "", t.len, buf, size);
+	free(t.s);
+	return r;
+}
+
+int ctl_setxattr(struct mount *m, uint64_t ino, const char *name, const char *value,
+		 size_t size)
+{
+	char val[128], err[256];
+	struct fs_opts saved;
+	bool known = false;
+	int r;
+
+	if (ino != 1 && ino != CTL_DIR_INO)
+		return -EROFS;
+	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0)
+		return -ENOTSUP;
+	name += strlen(XATTR_PREFIX);
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		known |= strcmp(name, live[i]) == 0;
+	if (!known)
+		return -ENOTSUP;
+	if (size >= sizeof(val))
+		return -EINVAL;
+	memcpy(val, value, size);
+	val[size] = '\0';
+	while (size && (val[size - 1] == '\n' || val[size - 1] == ' '))
+		val[--size] = '\0';
+
+	pthread_mutex_lock(&m->opts_lock);
+	saved = *m->o;
+	r = fs_opts_set(m->o, name, val, err, sizeof(err));
+	if (r == 0 && strcmp(name, "hot_ttl") == 0)
+		r = cache_set_hot_ttl(m->c, m->o->hot_ttl);
+	else if (r == 0)
+		r = cache_set_limits(m->c, m->o->lagging_rate, m->o->lagging_burst,
+				     m->o->lagging_ops);
+	if (r < 0)
+		*m->o = saved; /* numbers only: no string of the struct changes here */
+	pthread_mutex_unlock(&m->opts_lock);
+	if (r < 0) {
+		fuse_log(FUSE_LOG_WARNING, "tierfs: setxattr %s=%s refused: %s\n", name, val,
+			 err[0] ? err : strerror(-r));
+		return r == -ENOENT ? -ENOTSUP : -EINVAL;
+	}
+	return 0;
+}
