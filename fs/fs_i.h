@@ -99,6 +99,7 @@ struct mount {
 	struct cache *c;
 	struct ns *ns;
 	struct fuse_session *se;
+	bool live;                /* mounted and serving: backend failures get logged */
 	pthread_mutex_t log_lock;
 	uint64_t logged_id;       /* last (object, error) logged, to log each once; log_lock */
 	int logged_err;

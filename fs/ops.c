@@ -89,7 +89,11 @@ static void backend_log(void *arg, int level, const char *line)
 {
 	static const enum fuse_log_level map[] = {FUSE_LOG_ERR, FUSE_LOG_WARNING, FUSE_LOG_INFO,
 						  FUSE_LOG_DEBUG};
+	struct mount *m = arg;
 
+	/* before the mount exists, failures reach the user as fs_main's one line */
+	if (!__atomic_load_n(&m->live, __ATOMIC_RELAXED))
+		return;
 	fuse_log(map[level < 0 ? 0 : level > 3 ? 3 : level], "tierfs: %s\n", line);
 }
 
@@ -247,27 +251,22 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void reply_read(void *arg, const struct cache_iov *iov, int n, int err)
 {
 	fuse_req_t req = arg;
-	struct iovec v[64], *vp = v;
+	struct iovec stack[64], *v = n > 64 ? malloc((size_t)n * sizeof(*v)) : stack;
 
-	if (err) {
-		fuse_reply_err(req, -err);
-		return;
-	}
-	if (n == 0) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	if (n > 64 && !(vp = malloc((size_t)n * sizeof(*vp)))) {
-		fuse_reply_err(req, ENOMEM);
+	if (err || n == 0 || !v) {
+		if (err || !v)
+			fuse_reply_err(req, err ? -err : ENOMEM);
+		else
+			fuse_reply_buf(req, NULL, 0);
 		return;
 	}
 	for (int i = 0; i < n; i++) {
-		vp[i].iov_base = (void *)iov[i].base;
-		vp[i].iov_len = iov[i].len;
+		v[i].iov_base = (void *)iov[i].base;
+		v[i].iov_len = iov[i].len;
 	}
-	fuse_reply_iov(req, vp, n);
-	if (vp != v)
-		free(vp);
+	fuse_reply_iov(req, v, n);
+	if (v != stack)
+		free(v);
 }
 
 /* The reply callback needs the object to log an error; wrap the request. */
@@ -648,6 +647,7 @@ int fs_main(struct fs_opts *o)
 		.timeout_s = (unsigned)o->timeout,
 		.retries = (unsigned)o->retries,
 		.log = backend_log,
+		.log_arg = &m,
 	};
 	struct cache_cfg cc = {
 		.block_size = (uint32_t)o->block_size,
@@ -742,6 +742,7 @@ int fs_main(struct fs_opts *o)
 	}
 	if (fuse_daemonize(o->foreground) < 0)
 		goto out;
+	__atomic_store_n(&m.live, true, __ATOMIC_RELAXED);
 	r = backend_start(m.b);
 	if (r < 0) {
 		fuse_log(FUSE_LOG_ERR, "tierfs: cannot start the I/O thread: %s\n", strerror(-r));
