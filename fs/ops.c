@@ -251,7 +251,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void reply_read(void *arg, const struct cache_iov *iov, int n, int err)
 {
 	fuse_req_t req = arg;
-	struct iovec stack[64], *v = n > 64 ? malloc((size_t)n * sizeof(*v)) : stack;
+	struct iovec stack[64] = {{0}}, *v = n > 64 ? malloc((size_t)n * sizeof(*v)) : stack;
 
 	if (err || n == 0 || !v) {
 		if (err || !v)
