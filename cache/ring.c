@@ -253,6 +253,13 @@ struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t
 	if (arena == MAP_FAILED)
 		goto fail;
 	r->arena = arena;
+	/* Fault the whole arena in now, in huge pages where the kernel allows: zeroing 1 GiB
+	 * page by page on first use cost a cold reader a quarter of its CPU. Both are hints; a
+	 * kernel without them faults pages in lazily as before. */
+	madvise(arena, r->arena_size, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+	madvise(arena, r->arena_size, MADV_POPULATE_WRITE);
+#endif
 	if (pthread_mutex_init(&r->lock, NULL) != 0)
 		goto fail;
 
