@@ -31,12 +31,14 @@ int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, 
 	b->log_arg = cfg->log_arg;
 	if (strncasecmp(cfg->url, "s3://", 5) == 0)
 		r = s3_init(b, cfg, err, errlen);
-	else if (strncasecmp(cfg->url, "http://", 7) == 0 || strncasecmp(cfg->url, "https://", 8) == 0)
+	else if (strncasecmp(cfg->url, "http://", 7) == 0 ||
+		 strncasecmp(cfg->url, "https://", 8) == 0)
 		r = http_init(b, cfg, err, errlen);
 	else if (strncasecmp(cfg->url, "file://", 7) == 0)
 		r = file_init(b, cfg, err, errlen);
 	else {
-		snprintf(err, errlen, "URL %s: unsupported scheme (use s3://, http://, https:// or file://)",
+		snprintf(err, errlen,
+			 "URL %s: unsupported scheme (use s3://, http://, https:// or file://)",
 			 cfg->url);
 		r = -EINVAL;
 	}
@@ -84,8 +86,8 @@ int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 	return b->ops->list(b, dir, fn, arg);
 }
 
-int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		 uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off, uint32_t len,
+		 void *dst, bool lagging, bk_done_fn done, void *arg)
 {
 	return b->ops->read(b, path, etag, off, len, dst, lagging, done, arg);
 }
@@ -110,13 +112,13 @@ const char *backend_scheme(const struct backend *b)
 struct io_cfg backend_io_cfg(const struct backend_cfg *cfg)
 {
 	return (struct io_cfg){
-		.max_conns = cfg->max_conns,
-		.timeout_s = cfg->timeout_s,
-		.retries = cfg->retries,
-		.ca_file = cfg->ca_file,
-		.insecure = cfg->insecure,
-		.log = cfg->log,
-		.log_arg = cfg->log_arg,
+	    .max_conns = cfg->max_conns,
+	    .timeout_s = cfg->timeout_s,
+	    .retries = cfg->retries,
+	    .ca_file = cfg->ca_file,
+	    .insecure = cfg->insecure,
+	    .log = cfg->log,
+	    .log_arg = cfg->log_arg,
 	};
 }
 

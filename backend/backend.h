@@ -97,6 +97,8 @@ struct bk_stats {
 	uint64_t bytes;      /* body bytes received for range reads */
 	uint64_t active;     /* transfers running now */
 	uint64_t queued;     /* reads waiting for a connection slot */
+	uint64_t slowdowns;  /* 503 SlowDown / 429 answers received */
+	uint64_t window;     /* transfers allowed at once now (AIMD), <= max_conns */
 };
 void backend_get_stats(struct backend *b, struct bk_stats *ret);
 

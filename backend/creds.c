@@ -221,9 +221,11 @@ static int parse(FILE *f, const char *path, struct target *t, struct s3_creds *c
 			continue;
 		}
 		if (*p == '[') {
-			char *end = strrchr(p, ']');
+			char *end = strchr(p, ']'), *rest;
 
-			if (!end || *trim(end + 1)) {
+			/* After the ']' only blanks or a comment, as configparser allows. */
+			rest = end ? trim(end + 1) : NULL;
+			if (!end || (*rest && *rest != '#' && *rest != ';')) {
 				seterr(err, errlen, "%s:%u: malformed [section] header", path,
 				       line);
 				r = -EINVAL;

@@ -19,8 +19,8 @@
 #include "backend_i.h"
 
 struct file {
-	char *root;  /* absolute directory, no trailing slash */
-	int dirfd;   /* open on root */
+	char *root; /* absolute directory, no trailing slash */
+	int dirfd;  /* open on root */
 };
 
 struct job {
@@ -52,7 +52,7 @@ static void meta_from_stat(const struct stat *st, struct bk_meta *m)
 	m->mtime = st->st_mtim.tv_sec;
 	snprintf(m->etag, sizeof(m->etag), "\"%llx-%llx-%llx\"",
 		 (unsigned long long)st->st_mtim.tv_sec * 1000000000ULL +
-			 (unsigned long long)st->st_mtim.tv_nsec,
+		     (unsigned long long)st->st_mtim.tv_nsec,
 		 (unsigned long long)st->st_size, (unsigned long long)st->st_ino);
 }
 
@@ -207,11 +207,11 @@ static int file_check(struct backend *b, char *err, size_t errlen)
 }
 
 static const struct bk_ops file_ops = {
-	.check = file_check,
-	.stat = file_stat,
-	.list = file_list,
-	.read = file_read,
-	.free = file_free,
+    .check = file_check,
+    .stat = file_stat,
+    .list = file_list,
+    .read = file_read,
+    .free = file_free,
 };
 
 static int hexval(char c)

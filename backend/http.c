@@ -18,8 +18,8 @@
 #include "backend_i.h"
 
 struct http {
-	char *base;          /* URL of the root, with a trailing slash */
-	char **manifest;     /* relative paths, or NULL when the index is used */
+	char *base;	 /* URL of the root, with a trailing slash */
+	char **manifest; /* relative paths, or NULL when the index is used */
 	size_t nmanifest;
 };
 
@@ -182,11 +182,11 @@ static int http_read(struct backend *b, const char *path, const char *etag, uint
 }
 
 static const struct bk_ops http_ops = {
-	.check = http_check,
-	.stat = http_stat,
-	.list = http_list,
-	.read = http_read,
-	.free = http_free,
+    .check = http_check,
+    .stat = http_stat,
+    .list = http_list,
+    .read = http_read,
+    .free = http_free,
 };
 
 static int load_manifest(struct http *h, const char *file, char *err, size_t errlen)

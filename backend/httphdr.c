@@ -12,10 +12,13 @@
  * trailing junk, and every number must fit in 64 bits (18446744073709551616 is refused, not
  * wrapped). A range must be sane on its face: first <= last < total. An unknown total ("*") is
  * reported as UINT64_MAX, and last < UINT64_MAX still holds, so last - first + 1 never wraps.
- * The unsatisfied form "bytes * /1234" (sent with 416) is refused: there is no range in it.
+ * The unit is matched case-insensitively, as RFC 9110 says. The unsatisfied form, "bytes *"
+ * then "/1234" (sent with 416), is refused: there is no range in it.
  *
  * Dates go to curl_getdate(), which knows RFC 1123, RFC 850 and asctime forms, after a copy
- * into a bounded stack buffer to give it the NUL it needs. No state, no locks, no allocation.
+ * into a bounded stack buffer (64 bytes; longer is -EINVAL) to give it the NUL it needs. curl
+ * is the lenient one here (it skips words it does not know), which is acceptable for a
+ * timestamp that only feeds st_mtime. No state, no locks, no allocation.
  */
 #include <errno.h>
 #include <string.h>

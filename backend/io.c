@@ -22,6 +22,12 @@
  * on. Retryable failures (connection errors, timeouts, 408, 429, 5xx, short bodies) are tried
  * again after an exponential backoff with jitter, up to `retries` more times.
  *
+ * Back-pressure: a store that answers 503 (SlowDown) or 429 is asking for fewer requests. The
+ * number of transfers allowed at once is a window managed like TCP's congestion window:
+ * halved on such an answer (at most once per 100 ms, so one burst of refusals counts once),
+ * grown by one per window of successful answers, never below 1 nor above max_conns. The stats
+ * file shows the window and the count of slow-down answers.
+ *
  * Locking: io->lock guards the incoming lists and the stopping flag; everything else belongs
  * to the I/O thread alone. Stats are relaxed atomics.
  */
@@ -37,39 +43,41 @@
 #include "backend_i.h"
 
 #define BODY_MAX (64u << 20) /* listings and error documents larger than this are refused */
-#define POOL_MAX 64          /* idle easy handles kept for reuse */
+#define POOL_MAX 64	     /* idle easy handles kept for reuse */
 
 struct timer {
-	uint64_t due;            /* CLOCK_MONOTONIC ns */
+	uint64_t due; /* CLOCK_MONOTONIC ns */
 	void (*fn)(void *arg);
 	void *arg;
-	struct io_req *retry;    /* a request waiting to be tried again (fn NULL) */
+	struct io_req *retry; /* a request waiting to be tried again (fn NULL) */
 	struct timer *next;
 };
 
 struct io {
 	struct io_cfg cfg;
-	char *ca_file;           /* copy of cfg.ca_file */
+	char *ca_file; /* copy of cfg.ca_file */
 	CURLM *multi;
 	pthread_t thread;
-	bool started;            /* thread started; owner's thread only */
+	bool started; /* thread started; owner's thread only */
 
 	pthread_mutex_t lock;
-	pthread_cond_t cond;     /* io_run waiters */
+	pthread_cond_t cond;		  /* io_run waiters */
 	struct io_req *in_head, *in_tail; /* submitted, not yet taken; lock */
-	struct timer *tin;       /* timers submitted; lock */
-	bool stopping;           /* lock */
+	struct timer *tin;		  /* timers submitted; lock */
+	bool stopping;			  /* lock */
 
 	/* I/O thread only */
 	struct io_req *hot_head, *hot_tail;
 	struct io_req *lag_head, *lag_tail;
-	struct timer *timers;    /* sorted by due */
+	struct timer *timers; /* sorted by due */
 	unsigned active, active_lag;
-	struct io_req *running;  /* transfers in the multi handle, linked by next */
+	double window;           /* AIMD: transfers allowed at once, 1..max_conns */
+	uint64_t last_cut_ns;    /* when the window was last halved */
+	struct io_req *running; /* transfers in the multi handle, linked by next */
 	CURL *pool[POOL_MAX];
 	unsigned npool;
 
-	struct bk_stats st;      /* relaxed atomics */
+	struct bk_stats st; /* relaxed atomics */
 };
 
 #define STAT_ADD(io, f, v) __atomic_fetch_add(&(io)->st.f, (v), __ATOMIC_RELAXED)
@@ -84,7 +92,7 @@ static uint64_t mono_ns(void)
 }
 
 static void logf_(struct io *io, int level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static void logf_(struct io *io, int level, const char *fmt, ...)
 {
 	char line[512];
@@ -285,8 +293,8 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg)
 		if (httphdr_content_length(v, vlen, &len) == 0)
 			r->length = len;
 	} else if ((v = header_value(buf, n, "content-range:", &vlen))) {
-		r->have_cr = httphdr_content_range(v, vlen, &r->cr_first, &r->cr_last,
-						   &r->cr_total) == 0;
+		r->have_cr =
+		    httphdr_content_range(v, vlen, &r->cr_first, &r->cr_last, &r->cr_total) == 0;
 	}
 	return n;
 }
@@ -525,10 +533,37 @@ nomem:
 	return -ENOMEM;
 }
 
+static void window_set(struct io *io, double w)
+{
+	if (w < 1)
+		w = 1;
+	if (w > io->cfg.max_conns)
+		w = io->cfg.max_conns;
+	io->window = w;
+	__atomic_store_n(&io->st.window, (uint64_t)w, __ATOMIC_RELAXED);
+}
+
+/* A store's answer to one request: slow down (503/429), or fine. */
+static void window_feedback(struct io *io, long status)
+{
+	if (status == 503 || status == 429) {
+		uint64_t now = mono_ns();
+
+		STAT_ADD(io, slowdowns, 1);
+		if (now - io->last_cut_ns > 100000000ULL) {
+			io->last_cut_ns = now;
+			window_set(io, io->window / 2);
+		}
+	} else if (status >= 200 && status < 500 && io->window < io->cfg.max_conns) {
+		window_set(io, io->window + 1 / io->window);
+	}
+}
+
 static void start_queued(struct io *io)
 {
-	unsigned max = io->cfg.max_conns;
-	unsigned reserve = max / 4 ? max / 4 : 1;
+	unsigned max = (unsigned)io->window;
+	/* kept for hot requests; none when the store has squeezed us to one connection */
+	unsigned reserve = max >= 4 ? max / 4 : max > 1 ? 1 : 0;
 
 	for (;;) {
 		struct io_req *r = NULL;
@@ -537,7 +572,7 @@ static void start_queued(struct io *io)
 			return;
 		if (io->hot_head)
 			r = dequeue(io, false);
-		else if (io->lag_head && io->active_lag < max - reserve)
+		else if (io->lag_head && io->active_lag + reserve < max)
 			r = dequeue(io, true);
 		if (!r)
 			return;
@@ -554,7 +589,8 @@ static uint64_t backoff_ns(unsigned attempt)
 	uint64_t base = 100000000ULL << (attempt < 6 ? attempt : 6); /* 100 ms .. 6.4 s */
 
 	/* full jitter in [base/2, base) */
-	return base / 2 + (uint64_t)((double)(base / 2) * ((double)rand() / ((double)RAND_MAX + 1)));
+	return base / 2 +
+	       (uint64_t)((double)(base / 2) * ((double)rand() / ((double)RAND_MAX + 1)));
 }
 
 static void running_unlink(struct io *io, struct io_req *r)
@@ -607,6 +643,8 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 	}
 	if (r->len && !r->err)
 		STAT_ADD(io, bytes, r->len);
+	if (r->status)
+		window_feedback(io, r->status);
 
 	if (r->err && retry && r->attempt < io->cfg.retries) {
 		struct timer *t = calloc(1, sizeof(*t));
@@ -769,6 +807,7 @@ struct io *io_new(const struct io_cfg *cfg)
 	io->multi = curl_multi_init();
 	if (!io->multi)
 		goto fail;
+	window_set(io, io->cfg.max_conns);
 	curl_multi_setopt(io->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)io->cfg.max_conns);
 	curl_multi_setopt(io->multi, CURLMOPT_MAXCONNECTS, (long)io->cfg.max_conns);
 	pthread_mutex_init(&io->lock, NULL);
@@ -898,6 +937,8 @@ void io_get_stats(struct io *io, struct bk_stats *ret)
 	ret->bytes = __atomic_load_n(&io->st.bytes, __ATOMIC_RELAXED);
 	ret->active = __atomic_load_n(&io->st.active, __ATOMIC_RELAXED);
 	ret->queued = __atomic_load_n(&io->st.queued, __ATOMIC_RELAXED);
+	ret->slowdowns = __atomic_load_n(&io->st.slowdowns, __ATOMIC_RELAXED);
+	ret->window = __atomic_load_n(&io->st.window, __ATOMIC_RELAXED);
 }
 
 void io_account(struct io *io, uint64_t bytes, bool error)

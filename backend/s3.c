@@ -25,9 +25,9 @@
 
 struct s3 {
 	char *bucket;
-	char *prefix;      /* "" or "some/prefix/" */
-	char *endpoint;    /* scheme://host[:port], for messages */
-	char *base_url;    /* where keys start: "http://h:9000/bucket" or "https://bucket.h" */
+	char *prefix;	/* "" or "some/prefix/" */
+	char *endpoint; /* scheme://host[:port], for messages */
+	char *base_url; /* where keys start: "http://h:9000/bucket" or "https://bucket.h" */
 	char *region;
 	bool path_style;
 	struct s3_creds creds;
@@ -80,17 +80,17 @@ static int sign(struct io_req *r, struct curl_slist **list, void *arg)
 	if (s->creds.session_token[0])
 		hdr[nh++] = (struct kv){"x-amz-security-token", s->creds.session_token};
 	struct sigv4_input in = {
-		.method = r->head ? "HEAD" : "GET",
-		.canonical_uri = curi,
-		.canonical_query = qm ? qm + 1 : "",
-		.headers = hdr,
-		.nheaders = nh,
-		.payload_hash = EMPTY_SHA256,
-		.amz_date = date,
-		.region = s->region,
-		.service = "s3",
-		.access_key = s->creds.access_key,
-		.secret_key = s->creds.secret_key,
+	    .method = r->head ? "HEAD" : "GET",
+	    .canonical_uri = curi,
+	    .canonical_query = qm ? qm + 1 : "",
+	    .headers = hdr,
+	    .nheaders = nh,
+	    .payload_hash = EMPTY_SHA256,
+	    .amz_date = date,
+	    .region = s->region,
+	    .service = "s3",
+	    .access_key = s->creds.access_key,
+	    .secret_key = s->creds.secret_key,
 	};
 	e = sigv4_sign(&in, auth, sizeof(auth));
 	if (e < 0)
@@ -159,12 +159,14 @@ static void explain(struct s3 *s, struct io_req *r, char *err, size_t errlen)
 	else if (r->status == 404 && (!code[0] || strcmp(code, "NoSuchBucket") == 0))
 		snprintf(err, errlen, "bucket '%s' does not exist at %s", s->bucket, s->endpoint);
 	else if (r->status == 403 || r->status == 401)
-		snprintf(err, errlen, "access to bucket '%s' denied (%s%s%s): check the credentials",
-			 s->bucket, code[0] ? code : "HTTP 403", msg[0] ? ": " : "", msg);
+		snprintf(err, errlen,
+			 "access to bucket '%s' denied (%s%s%s): check the credentials", s->bucket,
+			 code[0] ? code : "HTTP 403", msg[0] ? ": " : "", msg);
 	else if (r->status == 301 || r->status == 307 || strcmp(code, "PermanentRedirect") == 0 ||
 		 strcmp(code, "AuthorizationHeaderMalformed") == 0)
-		snprintf(err, errlen, "bucket '%s' is not in region %s (%s): set -o region=",
-			 s->bucket, s->region, code[0] ? code : "redirect");
+		snprintf(err, errlen,
+			 "bucket '%s' is not in region %s (%s): set -o region=", s->bucket,
+			 s->region, code[0] ? code : "redirect");
 	else
 		snprintf(err, errlen, "%s answered HTTP %ld%s%s%s%s for bucket '%s'", s->endpoint,
 			 r->status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg, s->bucket);
@@ -238,8 +240,8 @@ static int s3_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 		free(query);
 		e = io_run(b->io, r);
 		if (e == 0)
-			e = s3xml_parse_list(r->body ? r->body : "", r->body_len, on_list_entry, &lc,
-					     &next);
+			e = s3xml_parse_list(r->body ? r->body : "", r->body_len, on_list_entry,
+					     &lc, &next);
 		io_req_free(r);
 		free(token);
 		token = next;
@@ -271,8 +273,8 @@ static int s3_check(struct backend *b, char *err, size_t errlen)
 	char *token = NULL;
 
 	e = io_run(b->io, r);
-	if (e == 0 && s3xml_parse_list(r->body ? r->body : "", r->body_len, ignore_entry, NULL,
-				       &token) < 0) {
+	if (e == 0 &&
+	    s3xml_parse_list(r->body ? r->body : "", r->body_len, ignore_entry, NULL, &token) < 0) {
 		snprintf(err, errlen, "%s did not answer with an S3 bucket listing", s->endpoint);
 		e = -EPROTO;
 	} else if (e < 0) {
@@ -313,11 +315,11 @@ static int s3_read(struct backend *b, const char *path, const char *etag, uint64
 }
 
 static const struct bk_ops s3_ops = {
-	.check = s3_check,
-	.stat = s3_stat,
-	.list = s3_list,
-	.read = s3_read,
-	.free = s3_free,
+    .check = s3_check,
+    .stat = s3_stat,
+    .list = s3_list,
+    .read = s3_read,
+    .free = s3_free,
 };
 
 /* Valid S3 bucket names are 3..63 of [a-z0-9.-]; be a little lenient (upper case, '_') for
@@ -329,8 +331,8 @@ static bool bucket_ok(const char *s)
 	if (n < 1 || n > 255)
 		return false;
 	for (; *s; s++)
-		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-		      *s == '.' || *s == '-' || *s == '_'))
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '.' || *s == '-' || *s == '_'))
 			return false;
 	return true;
 }

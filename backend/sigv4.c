@@ -43,6 +43,8 @@
 #include "backend_i.h"
 
 #define SHA256_LEN 32
+#define AUTH_FMT                                                                                   \
+	"AWS4-HMAC-SHA256 Credential=%s/%s/%s/%s/aws4_request, SignedHeaders=%s, Signature=%s"
 
 /* A growable string. Appends after an allocation failure are ignored and remembered in oom,
  * so a caller builds the whole string and checks once at the end. */
@@ -304,6 +306,7 @@ out:
 	return r;
 }
 
+/* @return 0, -EINVAL (a key longer than HMAC() takes) or -ENOMEM (OpenSSL failed). */
 static int hmac256(const void *key, size_t keylen, const char *msg, unsigned char out[SHA256_LEN])
 {
 	unsigned int outlen = 0;
@@ -383,27 +386,24 @@ int sigv4_sign(const struct sigv4_input *in, char *ret, size_t len)
 		goto out;
 	memcpy(kbuf, "AWS4", 4);
 	memcpy(kbuf + 4, in->secret_key, klen - 4 + 1);
-	if (hmac256(kbuf, klen, date, k1) < 0 || hmac256(k1, SHA256_LEN, in->region, k2) < 0 ||
-	    hmac256(k2, SHA256_LEN, in->service, k1) < 0 ||
-	    hmac256(k1, SHA256_LEN, "aws4_request", k2) < 0 ||
-	    hmac256(k2, SHA256_LEN, sts.p, sig) < 0)
+	if ((r = hmac256(kbuf, klen, date, k1)) < 0 ||
+	    (r = hmac256(k1, SHA256_LEN, in->region, k2)) < 0 ||
+	    (r = hmac256(k2, SHA256_LEN, in->service, k1)) < 0 ||
+	    (r = hmac256(k1, SHA256_LEN, "aws4_request", k2)) < 0 ||
+	    (r = hmac256(k2, SHA256_LEN, sts.p, sig)) < 0)
 		goto out;
 	hex_encode(sig, SHA256_LEN, sig_hex);
 
-	need = snprintf(NULL, 0,
-			"AWS4-HMAC-SHA256 Credential=%s/%s/%s/%s/aws4_request, SignedHeaders=%s, "
-			"Signature=%s",
-			in->access_key, date, in->region, in->service, shdrs.p, sig_hex);
 	r = -ENOMEM;
+	need = snprintf(NULL, 0, AUTH_FMT, in->access_key, date, in->region, in->service, shdrs.p,
+			sig_hex);
 	if (need < 0)
 		goto out;
 	r = -ENOSPC;
 	if (!ret || (size_t)need >= len)
 		goto out;
-	snprintf(ret, len,
-		 "AWS4-HMAC-SHA256 Credential=%s/%s/%s/%s/aws4_request, SignedHeaders=%s, "
-		 "Signature=%s",
-		 in->access_key, date, in->region, in->service, shdrs.p, sig_hex);
+	snprintf(ret, len, AUTH_FMT, in->access_key, date, in->region, in->service, shdrs.p,
+		 sig_hex);
 	r = 0;
 out:
 	OPENSSL_cleanse(k1, sizeof(k1));

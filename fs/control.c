@@ -218,6 +218,11 @@ static void stats_text(struct mount *m, struct text *t)
 	mount_metric(t, "backend_active_requests", "gauge", "Requests running now.", bs.active);
 	mount_metric(t, "backend_queued_requests", "gauge", "Requests waiting for a connection.",
 		     bs.queued);
+	mount_metric(t, "backend_slowdowns_total", "counter",
+		     "503 SlowDown and 429 answers: each halves the request window.", bs.slowdowns);
+	mount_metric(t, "backend_request_window", "gauge",
+		     "Requests allowed at once now (AIMD; max_conns when the store is happy).",
+		     bs.window);
 }
 
 int ctl_read_all(struct mount *m, uint64_t ino, char **ret, size_t *ret_len)
