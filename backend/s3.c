@@ -66,6 +66,12 @@ static int sign(struct io_req *r, struct curl_slist **list, void *arg)
 		return -EINVAL;
 	memcpy(host, p, (size_t)(q - p));
 	host[q - p] = '\0';
+	/* curl leaves a default port out of the Host it sends; sign what it sends */
+	size_t hl = strlen(host);
+	if (strncmp(r->url, "http://", 7) == 0 && hl > 3 && strcmp(host + hl - 3, ":80") == 0)
+		host[hl - 3] = '\0';
+	else if (strncmp(r->url, "https://", 8) == 0 && hl > 4 && strcmp(host + hl - 4, ":443") == 0)
+		host[hl - 4] = '\0';
 	const char *qm = strchr(q, '?');
 	size_t ulen = qm ? (size_t)(qm - q) : strlen(q);
 	if (ulen >= sizeof(curi))
