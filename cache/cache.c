@@ -160,13 +160,10 @@ static void flight_unlink(struct cache *c, struct flight *f)
 
 bool cache_is_lagging(int64_t mtime, int64_t now, uint64_t hot_ttl)
 {
-	int64_t age;
-
 	if (mtime == INT64_MIN || mtime >= now)
 		return false;
-	if (__builtin_sub_overflow(now, mtime, &age))
-		return true; /* older than anything representable */
-	return (uint64_t)age > hot_ttl;
+	/* now > mtime, so the age is exact in unsigned arithmetic (at most 2^64 - 2) */
+	return (uint64_t)now - (uint64_t)mtime > hot_ttl;
 }
 
 enum cache_tier cache_route(struct cache *c, const struct cache_obj *o)
@@ -274,6 +271,7 @@ static void flight_start(struct flight *f)
 	void *dst;
 	int r;
 
+	STAT_ADD(c, f->tier, inflight, 1); /* flight_done counts it down, on every path */
 	r = ring_reserve(ring, f->key, f->len, now_ns(c), &f->ref);
 	if (r == 0) {
 		f->have_ref = true;
@@ -289,7 +287,6 @@ static void flight_start(struct flight *f)
 		STAT_ADD(c, f->tier, bounces, 1);
 	}
 	STAT_ADD(c, f->tier, fetches, 1);
-	STAT_ADD(c, f->tier, inflight, 1);
 	r = c->env.fetch(c->env.arg, f->ctx, f->off, f->len, dst, f->tier == CACHE_LAG, flight_done,
 			 f);
 	if (r < 0)
@@ -634,16 +631,29 @@ static void tier_done(struct tier *t)
 }
 
 /* Segments: a segment holds at least 8 blocks when the tier is big enough; 4..16 of them. */
-static struct ring *tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s)
+static uint32_t tier_nseg(uint64_t size, uint32_t block)
 {
-	uint64_t blocks = size / block;
-	uint64_t nseg = blocks / 8;
+	uint64_t nseg = size / block / 8;
 
 	if (nseg < 4)
 		nseg = 4;
 	if (nseg > 16)
 		nseg = 16;
-	return ring_new(size, (uint32_t)nseg, block, ttl_s * 1000000000ULL);
+	return (uint32_t)nseg;
+}
+
+/* Can ring_new() cut @size into tier_nseg() segments (64-byte multiples) that hold two blocks
+ * each, the second at a 64-byte boundary? Tiers under 8 blocks cannot. */
+static bool tier_fits(uint64_t size, uint32_t block)
+{
+	uint64_t seg = (size / tier_nseg(size, block)) & ~(uint64_t)63;
+
+	return seg >= (((uint64_t)block + 63) & ~(uint64_t)63) + block;
+}
+
+static struct ring *tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s)
+{
+	return ring_new(size, tier_nseg(size, block), block, ttl_s * 1000000000ULL);
 }
 
 int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct cache **ret)
@@ -653,9 +663,9 @@ int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct c
 
 	if (!cfg->block_size || (cfg->block_size & (cfg->block_size - 1)))
 		return -EINVAL;
-	if (cfg->hot_size < 4ULL * cfg->block_size)
+	if (!tier_fits(cfg->hot_size, cfg->block_size))
 		return -EINVAL;
-	if (cfg->lagging && cfg->lagging_size < 4ULL * cfg->block_size)
+	if (cfg->lagging && !tier_fits(cfg->lagging_size, cfg->block_size))
 		return -EINVAL;
 	c = calloc(1, sizeof(*c));
 	if (!c)

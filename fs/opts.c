@@ -118,8 +118,8 @@ static const struct opt opt_table[] = {
 	 .min = 64 * KIB, .max = 64 * MIB, .def = 4 * MIB, .check = CHECK_POW2,
 	 .help = "cache block size, power of two 64K..64M"},
 	{.name = "hot_size", .kind = OPT_SIZE, .group = GROUP_CACHE, .off = OFF(hot_size),
-	 .min = 4 * 64 * KIB, .max = UINT64_MAX, .def = GIB,
-	 .help = "hot tier memory, >= 4 x block_size"},
+	 .min = 8 * 64 * KIB, .max = UINT64_MAX, .def = GIB,
+	 .help = "hot tier memory, >= 8 x block_size"},
 	{.name = "hot_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(hot_ttl),
 	 .min = 1, .max = SECONDS_MAX, .def = 60,
 	 .help = "objects younger than this use the hot tier"},
@@ -140,7 +140,7 @@ static const struct opt opt_table[] = {
 	 .help = "a separate, rate-limited tier for old objects"},
 	{.name = "lagging_size", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_size),
 	 .min = 0, .max = UINT64_MAX, .def = 128 * MIB,
-	 .help = "lagging tier memory, >= 4 x block_size"},
+	 .help = "lagging tier memory, >= 8 x block_size"},
 	{.name = "lagging_ttl", .kind = OPT_SECONDS, .group = GROUP_LAGGING, .off = OFF(lagging_ttl),
 	 .min = 1, .max = SECONDS_MAX, .def = 5,
 	 .help = "how long a lagging block stays cached"},
@@ -996,18 +996,18 @@ static int check_cross(const struct parse *p, char *err, size_t errlen)
 	const struct fs_opts *o = &p->o;
 	char a[32], b[32], c[32];
 
-	if (o->hot_size / 4 < o->block_size)
+	if (o->hot_size / 8 < o->block_size)
 		return fail(err, errlen, -EINVAL,
-			    "hot_size=%s: must be at least 4 x block_size=%s (%s)",
+			    "hot_size=%s: must be at least 8 x block_size=%s (%s)",
 			    human(o->hot_size, a, sizeof(a)), human(o->block_size, b, sizeof(b)),
-			    human(4 * o->block_size, c, sizeof(c)));
-	if (o->lagging && o->lagging_size / 4 < o->block_size)
+			    human(8 * o->block_size, c, sizeof(c)));
+	if (o->lagging && o->lagging_size / 8 < o->block_size)
 		return fail(err, errlen, -EINVAL,
-			    "lagging_size=%s: must be at least 4 x block_size=%s (%s) when lagging "
+			    "lagging_size=%s: must be at least 8 x block_size=%s (%s) when lagging "
 			    "is on",
 			    human(o->lagging_size, a, sizeof(a)),
 			    human(o->block_size, b, sizeof(b)),
-			    human(4 * o->block_size, c, sizeof(c)));
+			    human(8 * o->block_size, c, sizeof(c)));
 	if (p->allow_other && p->allow_root)
 		return fail(err, errlen, -EINVAL,
 			    "allow_other and allow_root cannot be used together");

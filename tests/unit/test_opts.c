@@ -345,12 +345,12 @@ static void test_every_option(void **state)
 	}
 
 	/* the edges of each range are accepted */
-	expect_ok("block_size=64K,hot_size=256K,lagging_size=256K,max_conns=256,readahead=64,"
+	expect_ok("block_size=64K,hot_size=512K,lagging_size=512K,max_conns=256,readahead=64,"
 		  "retries=20,timeout=1,hot_ttl=1,lagging_ttl=1,lagging_ops=1000000,"
 		  "lagging_rate=1T,lagging_burst=1T,hot_ttl=4294967295",
 		  &o);
 	assert_true(o.block_size == 64 * KIB);
-	assert_true(o.hot_size == 256 * KIB);
+	assert_true(o.hot_size == 512 * KIB);
 	assert_true(o.hot_ttl == 4294967295u);
 	assert_true(o.lagging_rate == TIB);
 	fs_opts_done(&o);
@@ -382,7 +382,7 @@ static void test_errors(void **state)
 	    {"hot_size=abc", -EINVAL, "hot_size=abc: " SIZE_MSG},
 	    {"hot_size=-1G", -EINVAL, "hot_size=-1G: " SIZE_MSG},
 	    {"hot_size=1.5G", -EINVAL, "hot_size=1.5G: " SIZE_MSG},
-	    {"hot_size=0", -EINVAL, "hot_size=0: must be at least 256K"},
+	    {"hot_size=0", -EINVAL, "hot_size=0: must be at least 512K"},
 	    {"hot_size=99999999999T", -ERANGE, "hot_size=99999999999T: too large"},
 	    {"hot_size=18446744073709551616", -ERANGE, "hot_size=18446744073709551616: too large"},
 	    {"hot_size", -EINVAL, "hot_size needs a value"},
@@ -500,11 +500,11 @@ static void test_cross_checks(void **state)
 	static const char *const ok[] = {
 	    "hot_size=8M,block_size=1M",
 	    "block_size=1M,hot_size=8M",
-	    "hot_size=4M,block_size=1M,lagging_size=4M",
+	    "hot_size=8M,block_size=1M,lagging_size=8M",
 	    "lagging_size=0,lagging=off",
 	    "lagging=off,lagging_size=0",
 	    "lagging=off,lagging_size=1K",
-	    "lagging_size=4M,block_size=1M",
+	    "lagging_size=8M,block_size=1M",
 	};
 	struct fs_opts o;
 	char err[256];
@@ -512,10 +512,10 @@ static void test_cross_checks(void **state)
 	(void)state;
 	for (size_t i = 0; i < 2; i++)
 		expect_error(hot_bad[i], -EINVAL,
-			     "hot_size=8M: must be at least 4 x block_size=4M (16M)");
+			     "hot_size=8M: must be at least 8 x block_size=4M (32M)");
 	for (size_t i = 0; i < 4; i++)
 		expect_error(lag_bad[i], -EINVAL,
-			     "lagging_size=1M: must be at least 4 x block_size=4M (16M) when "
+			     "lagging_size=1M: must be at least 8 x block_size=4M (32M) when "
 			     "lagging is on");
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
 		expect_ok(ok[i], &o);
@@ -525,15 +525,15 @@ static void test_cross_checks(void **state)
 	assert_int_equal(parse_args(&o, err, sizeof(err), "-o", "hot_size=16M", URL, tmpdir, "-o",
 				    "block_size=8M", NULL),
 			 -EINVAL);
-	assert_string_equal(err, "hot_size=16M: must be at least 4 x block_size=8M (32M)");
+	assert_string_equal(err, "hot_size=16M: must be at least 8 x block_size=8M (64M)");
 	assert_int_equal(parse_args(&o, err, sizeof(err), "-o", "block_size=8M", URL, tmpdir, "-o",
-				    "hot_size=32M,lagging_size=32M", NULL),
+				    "hot_size=64M,lagging_size=64M", NULL),
 			 0);
-	assert_true(o.block_size == 8 * MIB && o.hot_size == 32 * MIB);
+	assert_true(o.block_size == 8 * MIB && o.hot_size == 64 * MIB);
 	fs_opts_done(&o);
-	/* a block size the default hot_size cannot hold four of */
+	/* a block size the default lagging_size cannot hold eight of */
 	expect_error("block_size=64M", -EINVAL,
-		     "lagging_size=128M: must be at least 4 x block_size=64M (256M) when lagging "
+		     "lagging_size=128M: must be at least 8 x block_size=64M (512M) when lagging "
 		     "is on");
 }
 
@@ -915,7 +915,7 @@ static void test_format(void **state)
 
 	round_trip("", 15);
 	/* every option set to something other than its default */
-	round_trip("block_size=64K,hot_size=256K,hot_ttl=1,lagging=off,lagging_size=0,"
+	round_trip("block_size=64K,hot_size=512K,hot_ttl=1,lagging=off,lagging_size=0,"
 		   "lagging_ttl=100000,lagging_rate=0,lagging_burst=1T,lagging_ops=7,"
 		   "lagging_page_cache,readahead=64,metadata_ttl=0,immutable,"
 		   "endpoint=http://127.0.0.1:9000/,region=us-east-1,path_style,profile=p r,"

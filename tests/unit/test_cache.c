@@ -1,0 +1,2361 @@
+/*
+ * test_cache.c - unit tests for cache/cache.c, the read engine, driven only through cache.h.
+ *
+ * The world is fake and fully under the test's control:
+ *   - clocks: W.mono (ns) and W.wall (s), moved only by the test;
+ *   - fetch: records every request (object, off, len, dst, lagging, done, done_arg) and returns;
+ *     nothing completes until the test says so (complete(): write the object's byte pattern
+ *     into dst, then done(arg, 0); or done(arg, -EIO)). W.fetch_err makes fetch refuse
+ *     synchronously instead;
+ *   - defer: records timers (delay, cb, arg); the test advances W.mono and fires the due ones;
+ *     W.defer_err refuses new timers (an I/O thread that is stopping);
+ *   - hold/release: counted per object and in total; everything must balance at the end.
+ * Replies are copied out of the iov during the callback and counted.
+ *
+ * Every byte of object @id at position @pos is pat(id, pos), so any reply can be checked
+ * against the object version it claims to be from. test_random drives random reads, completion
+ * orders and failures against that rule and a small model of which reads may fail; its seed is
+ * fixed (override with TIERFS_CACHE_SEED) and printed with any failure.
+ *
+ * test_threads runs readers on several threads and completions on another, as the mount
+ * does, with a tiny hot tier so rotations and bounces happen under contention (run it under
+ * the sanitizers). Nothing sleeps.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "cache.h"
+
+#define NS	 1000000000ull
+#define KIB	 1024ull
+#define MIB	 (1024ull * 1024)
+#define BS	 (64 * 1024u) /* the block size of the directed tests */
+#define MONO0	 1000000000000ull
+#define WALL0	 1700000000ll
+#define HOT_TTL	 60
+#define OLD	 (WALL0 - 100000) /* an mtime far older than HOT_TTL */
+#define NO_FETCH ((size_t)-1)
+
+/* ---------------------------------------------------------------------------------------------
+ * The fake world
+ * ------------------------------------------------------------------------------------------ */
+
+static uint64_t mix(uint64_t z)
+{
+	z ^= z >> 30;
+	z *= 0xbf58476d1ce4e5b9ULL;
+	z ^= z >> 27;
+	z *= 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* The byte at @pos of every version with id @id. */
+static uint8_t pat(uint64_t id, uint64_t pos)
+{
+	return (uint8_t)mix(id * 0x9e3779b97f4a7c15ULL + pos);
+}
+
+/* What the fs layer would hand to the cache as ctx: one per object version. */
+struct fobj {
+	uint64_t id;
+	uint64_t size;
+	long holds; /* outstanding env->hold */
+};
+
+struct fetch_rec {
+	struct fobj *o;
+	uint64_t off;
+	uint32_t len;
+	void *dst;
+	bool lagging;
+	cache_done_fn done;
+	void *done_arg;
+	uint64_t start_ns; /* W.mono when it was started */
+	bool open;	   /* not completed yet */
+};
+
+struct timer_rec {
+	uint64_t delay;
+	uint64_t due;
+	void (*cb)(void *);
+	void *arg;
+	bool fired;
+};
+
+/* Called for every fetch that fails (at once or later), for the random test's model. */
+typedef void (*fail_hook_fn)(struct fobj *o, uint64_t blk);
+
+static struct world {
+	uint64_t mono;
+	int64_t wall;
+	uint32_t bs; /* block size of the cache under test, to check fetch alignment */
+
+	struct fetch_rec *f; /* every fetch ever started, in order */
+	size_t nf, capf;
+	size_t nopen;
+	size_t attempts; /* fetch calls, including refused ones */
+
+	struct timer_rec *t;
+	size_t nt, capt;
+	size_t tpending;
+
+	int fetch_err;	       /* nonzero: fetch refuses with it */
+	unsigned sync_fail;    /* random test: percentage of fetches refused with -ECONNREFUSED */
+	uint64_t *rng;	       /* random test's generator */
+	fail_hook_fn on_fail;  /* random test: a fetch of this block failed */
+	int defer_err;	       /* nonzero: defer refuses with it */
+	void (*on_wall)(void); /* run once at the next wall clock reading, then cleared */
+
+	long holds;	  /* total outstanding holds */
+	long bad_release; /* releases without a hold */
+	long fetch_bad;	  /* misaligned or wrong-length fetches */
+	long single_dup;  /* two open fetches of one block */
+} W;
+
+static uint64_t next_rand(uint64_t *state)
+{
+	*state += 0x9e3779b97f4a7c15ULL;
+	return mix(*state);
+}
+
+static uint64_t f_mono(void *arg)
+{
+	(void)arg;
+	return W.mono;
+}
+
+static int64_t f_wall(void *arg)
+{
+	void (*hook)(void) = W.on_wall;
+
+	(void)arg;
+	W.on_wall = NULL;
+	if (hook)
+		hook();
+	return W.wall;
+}
+
+static int f_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, bool lagging,
+		   cache_done_fn done, void *done_arg)
+{
+	struct fobj *o = ctx;
+	uint64_t end = off + W.bs < o->size ? off + W.bs : o->size;
+
+	(void)arg;
+	W.attempts++;
+	if (off % W.bs || off >= o->size || len != end - off || !dst || !done)
+		W.fetch_bad++;
+	for (size_t i = 0; i < W.nf; i++)
+		if (W.f[i].open && W.f[i].o->id == o->id && W.f[i].off == off)
+			W.single_dup++;
+	if (W.fetch_err)
+		return W.fetch_err;
+	if (W.sync_fail && next_rand(W.rng) % 100 < W.sync_fail) {
+		if (W.on_fail)
+			W.on_fail(o, off / W.bs);
+		return -ECONNREFUSED;
+	}
+	if (W.nf == W.capf) {
+		W.capf = W.capf ? 2 * W.capf : 64;
+		W.f = realloc(W.f, W.capf * sizeof(*W.f));
+		assert_non_null(W.f);
+	}
+	W.f[W.nf++] = (struct fetch_rec){.o = o,
+					 .off = off,
+					 .len = len,
+					 .dst = dst,
+					 .lagging = lagging,
+					 .done = done,
+					 .done_arg = done_arg,
+					 .start_ns = W.mono,
+					 .open = true};
+	W.nopen++;
+	return 0;
+}
+
+static int f_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg)
+{
+	(void)arg;
+	if (W.defer_err)
+		return W.defer_err;
+	if (W.nt == W.capt) {
+		W.capt = W.capt ? 2 * W.capt : 16;
+		W.t = realloc(W.t, W.capt * sizeof(*W.t));
+		assert_non_null(W.t);
+	}
+	W.t[W.nt++] = (struct timer_rec){
+	    .delay = delay_ns, .due = W.mono + delay_ns, .cb = cb, .arg = cb_arg};
+	W.tpending++;
+	return 0;
+}
+
+static void f_hold(void *ctx)
+{
+	struct fobj *o = ctx;
+
+	o->holds++;
+	W.holds++;
+}
+
+static void f_release(void *ctx)
+{
+	struct fobj *o = ctx;
+
+	if (o->holds <= 0) {
+		W.bad_release++;
+		return;
+	}
+	o->holds--;
+	W.holds--;
+}
+
+static const struct cache_env ENV = {
+    .arg = &W,
+    .mono_ns = f_mono,
+    .wall_s = f_wall,
+    .fetch = f_fetch,
+    .defer = f_defer,
+    .hold = f_hold,
+    .release = f_release,
+};
+
+static void world_reset(void)
+{
+	free(W.f);
+	free(W.t);
+	memset(&W, 0, sizeof(W));
+	W.mono = MONO0;
+	W.wall = WALL0;
+}
+
+/* Complete fetch @i: on success write the pattern into dst first. */
+static void complete(size_t i, int err)
+{
+	struct fetch_rec r;
+
+	assert_true(i < W.nf);
+	assert_true(W.f[i].open);
+	W.f[i].open = false;
+	W.nopen--;
+	r = W.f[i]; /* done() may start fetches, which may move W.f */
+	if (!err) {
+		unsigned char *d = r.dst;
+
+		for (uint32_t k = 0; k < r.len; k++)
+			d[k] = pat(r.o->id, r.off + k);
+	} else if (W.on_fail) {
+		W.on_fail(r.o, r.off / W.bs);
+	}
+	r.done(r.done_arg, err);
+}
+
+/* The open fetch of block @blk of object @id, or NO_FETCH. */
+static size_t find_open(uint64_t id, uint64_t blk)
+{
+	for (size_t i = 0; i < W.nf; i++)
+		if (W.f[i].open && W.f[i].o->id == id && W.f[i].off == blk * W.bs)
+			return i;
+	return NO_FETCH;
+}
+
+static void complete_blk(uint64_t id, uint64_t blk, int err)
+{
+	size_t i = find_open(id, blk);
+
+	assert_true(i != NO_FETCH);
+	complete(i, err);
+}
+
+static void complete_all(int err)
+{
+	for (size_t i = 0; i < W.nf; i++)
+		if (W.f[i].open)
+			complete(i, err);
+}
+
+/* Fire every pending timer due at W.mono, earliest first, including ones armed meanwhile. */
+static size_t fire_due(void)
+{
+	size_t fired = 0;
+
+	for (;;) {
+		size_t best = NO_FETCH;
+
+		for (size_t i = 0; i < W.nt; i++)
+			if (!W.t[i].fired && W.t[i].due <= W.mono &&
+			    (best == NO_FETCH || W.t[i].due < W.t[best].due))
+				best = i;
+		if (best == NO_FETCH)
+			return fired;
+		W.t[best].fired = true;
+		W.tpending--;
+		fired++;
+		W.t[best].cb(W.t[best].arg);
+	}
+}
+
+/* The pending timer due first, or NO_FETCH. */
+static size_t next_timer(void)
+{
+	size_t best = NO_FETCH;
+
+	for (size_t i = 0; i < W.nt; i++)
+		if (!W.t[i].fired && (best == NO_FETCH || W.t[i].due < W.t[best].due))
+			best = i;
+	return best;
+}
+
+/* The last timer armed. */
+static struct timer_rec *last_timer(void)
+{
+	assert_true(W.nt > 0);
+	return &W.t[W.nt - 1];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Replies
+ * ------------------------------------------------------------------------------------------ */
+
+struct rep {
+	int calls;     /* times the reply callback ran */
+	int err;       /* its err */
+	int niov;      /* its n */
+	size_t n;      /* bytes received */
+	bool overflow; /* more bytes than the clipped request */
+	bool bad_iov;  /* error with data, or a NULL base */
+	uint64_t id;   /* the object read */
+	uint64_t off;  /* the request */
+	size_t want;   /* bytes expected: the request clipped to the object */
+	unsigned char *buf;
+};
+
+static void on_reply(void *req, const struct cache_iov *iov, int n, int err)
+{
+	struct rep *r = req;
+
+	r->calls++;
+	r->err = err;
+	r->niov = n;
+	r->n = 0;
+	if (n < 0 || (err && n != 0))
+		r->bad_iov = true;
+	for (int i = 0; i < n; i++) {
+		if (iov[i].len && !iov[i].base)
+			r->bad_iov = true;
+		if (r->n + iov[i].len > r->want) {
+			r->overflow = true;
+			return;
+		}
+		if (iov[i].len)
+			memcpy(r->buf + r->n, iov[i].base, iov[i].len);
+		r->n += iov[i].len;
+	}
+}
+
+static struct cache_obj mkobj(struct fobj *fo, uint64_t id, uint64_t size, int64_t mtime)
+{
+	fo->id = id;
+	fo->size = size;
+	fo->holds = 0;
+	return (struct cache_obj){.id = id, .size = size, .mtime = mtime, .ctx = fo};
+}
+
+static void rep_init(struct rep *r, const struct cache_obj *o, uint64_t off, size_t len)
+{
+	free(r->buf);
+	memset(r, 0, sizeof(*r));
+	r->id = o->id;
+	r->off = off;
+	r->want = off >= o->size ? 0 : (len < o->size - off ? len : (size_t)(o->size - off));
+	r->buf = malloc(r->want + 1);
+	assert_non_null(r->buf);
+}
+
+static void rep_done(struct rep *r)
+{
+	free(r->buf);
+	r->buf = NULL;
+}
+
+/* Start a read into @r. @return true if it was answered before cache_read returned. */
+static bool rd(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
+	       size_t len, struct rep *r)
+{
+	rep_init(r, o, off, len);
+	cache_read(c, o, s, off, len, on_reply, r);
+	return r->calls > 0;
+}
+
+static bool rep_bytes_ok(const struct rep *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if (r->buf[i] != pat(r->id, r->off + i))
+			return false;
+	return true;
+}
+
+/* @r was answered exactly once, with the whole clipped request and the right bytes. */
+static void check_ok(const struct rep *r)
+{
+	assert_int_equal(r->calls, 1);
+	assert_int_equal(r->err, 0);
+	assert_false(r->overflow);
+	assert_false(r->bad_iov);
+	assert_int_equal(r->n, r->want);
+	assert_true(rep_bytes_ok(r));
+}
+
+static void check_err(const struct rep *r, int err)
+{
+	assert_int_equal(r->calls, 1);
+	assert_int_equal(r->err, err);
+	assert_int_equal(r->niov, 0);
+	assert_false(r->bad_iov);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Cache set-up and tear-down
+ * ------------------------------------------------------------------------------------------ */
+
+static struct cache_cfg base_cfg(void)
+{
+	return (struct cache_cfg){
+	    .block_size = BS,
+	    .hot_size = 64ull * BS,
+	    .hot_ttl = HOT_TTL,
+	    .lagging = true,
+	    .lagging_size = 32ull * BS,
+	    .lagging_ttl = 600,
+	    .lagging_rate = 0,
+	    .lagging_burst = 0,
+	    .lagging_ops = 0,
+	    .readahead = 0,
+	};
+}
+
+static struct cache *mk(const struct cache_cfg *cfg)
+{
+	struct cache *c = NULL;
+
+	world_reset();
+	W.bs = cfg->block_size;
+	assert_int_equal(cache_new(cfg, &ENV, &c), 0);
+	assert_non_null(c);
+	assert_int_equal(cache_block_size(c), cfg->block_size);
+	return c;
+}
+
+static struct cache_stats stats(struct cache *c)
+{
+	struct cache_stats st;
+
+	memset(&st, 0xa5, sizeof(st));
+	cache_get_stats(c, &st);
+	return st;
+}
+
+/*
+ * Stop like the mount does: the I/O thread stops (no new timers; pending ones run once, as
+ * io.c does at shutdown), every started fetch is completed, then cache_free. Afterwards every
+ * hold must have been released and every timer run. No fetch may be open when this is called:
+ * each test completes its own.
+ */
+static void shut(struct cache *c)
+{
+	assert_int_equal(W.nopen, 0);
+	W.defer_err = -ESHUTDOWN;
+	for (int round = 0; W.tpending || W.nopen; round++) {
+		assert_true(round < 1000);
+		for (size_t i = 0; i < W.nt; i++)
+			if (!W.t[i].fired) {
+				W.t[i].fired = true;
+				W.tpending--;
+				W.t[i].cb(W.t[i].arg);
+			}
+		complete_all(0);
+	}
+	cache_free(c);
+	assert_int_equal(W.holds, 0);
+	assert_int_equal(W.bad_release, 0);
+	assert_int_equal(W.fetch_bad, 0);
+	assert_int_equal(W.single_dup, 0);
+	assert_int_equal(W.tpending, 0);
+}
+
+/* The fetches started since index @from, sorted by offset, must be exactly @n blocks
+ * (@blk[i] of object @o, at their real lengths). */
+static void expect_fetches(size_t from, const struct fobj *o, const uint64_t *blk, size_t n)
+{
+	size_t got = 0;
+
+	for (size_t i = from; i < W.nf; i++) {
+		bool found = false;
+
+		assert_ptr_equal(W.f[i].o, o);
+		for (size_t k = 0; k < n; k++)
+			if (W.f[i].off == blk[k] * BS) {
+				uint64_t end = (blk[k] + 1) * BS;
+
+				assert_int_equal(W.f[i].len,
+						 (end < o->size ? end : o->size) - W.f[i].off);
+				found = true;
+			}
+		assert_true(found);
+		got++;
+	}
+	assert_int_equal(got, n);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * cache_new
+ * ------------------------------------------------------------------------------------------ */
+
+static void test_new_einval(void **state)
+{
+	struct cache_cfg cfg;
+	struct cache *c = NULL;
+
+	(void)state;
+	world_reset();
+	cfg = base_cfg();
+	cfg.block_size = 0;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	cfg.block_size = 3 * 4096;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	/* a tier must hold 4 segments of at least 2 blocks: anything smaller is -EINVAL, never
+	 * -ENOMEM */
+	for (uint64_t nb = 0; nb < 8; nb++) {
+		cfg = base_cfg();
+		cfg.hot_size = nb * BS;
+		assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+		cfg = base_cfg();
+		cfg.lagging_size = nb * BS;
+		assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	}
+	cfg = base_cfg();
+	cfg.hot_size = 8ull * BS - 1;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	/* blocks under 64 bytes still take 64 in a segment */
+	cfg = base_cfg();
+	cfg.block_size = 16;
+	cfg.hot_size = 8 * 16;
+	cfg.lagging_size = 4096;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	cfg.hot_size = 4 * 80;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	cfg.hot_size = 4 * 128;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), 0);
+	cache_free(c);
+	c = NULL;
+	/* the lagging size does not matter with lagging off */
+	cfg = base_cfg();
+	cfg.lagging = false;
+	cfg.lagging_size = 0;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), 0);
+	cache_free(c);
+	c = NULL;
+	cfg = base_cfg();
+	cfg.hot_size = 8ull * BS;
+	cfg.lagging_size = 8ull * BS;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), 0);
+	cache_free(c);
+	cache_free(NULL);
+	assert_null(W.f);
+	assert_int_equal(W.holds, 0);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Block alignment
+ * ------------------------------------------------------------------------------------------ */
+
+struct acase {
+	uint64_t off;
+	size_t len;
+	uint64_t blk[8]; /* blocks fetched */
+	size_t nblk;
+};
+
+/* One read of a fresh object of @size: the fetches are exactly the blocks expected, at their
+ * real lengths; completing them in reverse order answers it with the pattern slice. */
+static void one_case(struct cache *c, uint64_t *id, uint64_t size, const struct acase *k)
+{
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, ++*id, size, WALL0);
+	struct rep r = {0};
+	size_t from = W.nf;
+	bool sync;
+
+	sync = rd(c, &o, NULL, k->off, k->len, &r);
+	expect_fetches(from, &fo, k->blk, k->nblk);
+	if (k->nblk == 0) {
+		assert_true(sync);
+	} else {
+		assert_false(sync);
+		for (size_t i = W.nf; i-- > from;) {
+			assert_int_equal(r.calls, 0);
+			complete(i, 0);
+		}
+	}
+	check_ok(&r);
+	assert_int_equal(fo.holds, 0);
+	rep_done(&r);
+}
+
+static void test_alignment(void **state)
+{
+	const uint64_t size = 3ull * BS + 1000; /* blocks 0..2 full, block 3 is 1000 bytes */
+	const struct acase cases[] = {
+	    {0, 1, {0}, 1},
+	    {0, 100, {0}, 1},
+	    {0, BS, {0}, 1},
+	    {BS - 1, 1, {0}, 1},
+	    {BS - 1, 2, {0, 1}, 2},
+	    {BS, 1, {1}, 1},
+	    {BS, BS, {1}, 1},
+	    {BS + 1, 10, {1}, 1},
+	    {BS + 1, BS, {1, 2}, 2},
+	    {BS - 1, BS + 2, {0, 1, 2}, 3},
+	    {1, 3ull * BS, {0, 1, 2, 3}, 4},
+	    {0, size, {0, 1, 2, 3}, 4},
+	    {3ull * BS, 1000, {3}, 1},
+	    {3ull * BS, 5000, {3}, 1},	      /* clipped to the short last block */
+	    {3ull * BS + 999, 1, {3}, 1},     /* the very last byte */
+	    {size - 10, 100, {3}, 1},	      /* clipped */
+	    {3ull * BS - 1, 2, {2, 3}, 2},    /* spans into the short block */
+	    {BS + 5, SIZE_MAX, {1, 2, 3}, 3}, /* to the end, whatever the length */
+	    {size, 10, {0}, 0},		      /* exactly at the end: empty reply */
+	    {size + 1, 10, {0}, 0},	      /* past the end */
+	    {UINT64_MAX, 10, {0}, 0},
+	    {0, 0, {0}, 0}, /* len 0 */
+	    {BS, 0, {0}, 0},
+	};
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	uint64_t id = 100;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		one_case(c, &id, size, &cases[i]);
+
+	/* an object of exactly two blocks: no short block, its last block is fetched whole */
+	const struct acase two[] = {
+	    {0, 2ull * BS, {0, 1}, 2},
+	    {BS, 2ull * BS, {1}, 1},
+	    {2ull * BS - 1, 10, {1}, 1},
+	    {2ull * BS, 10, {0}, 0},
+	};
+	for (size_t i = 0; i < sizeof(two) / sizeof(two[0]); i++)
+		one_case(c, &id, 2ull * BS, &two[i]);
+
+	/* a one-byte object and an empty one */
+	const struct acase tiny[] = {{0, 10, {0}, 1}, {1, 10, {0}, 0}};
+	for (size_t i = 0; i < sizeof(tiny) / sizeof(tiny[0]); i++)
+		one_case(c, &id, 1, &tiny[i]);
+	const struct acase empty[] = {{0, 10, {0}, 0}, {0, 0, {0}, 0}, {5, 1, {0}, 0}};
+	for (size_t i = 0; i < sizeof(empty) / sizeof(empty[0]); i++)
+		one_case(c, &id, 0, &empty[i]);
+
+	assert_int_equal(W.nopen, 0);
+	shut(c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Hits
+ * ------------------------------------------------------------------------------------------ */
+
+static void test_hits(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, 7, 3ull * BS, WALL0 - 1);
+	struct rep r = {0};
+	struct cache_stats st;
+	char res[8];
+
+	(void)state;
+	assert_false(rd(c, &o, NULL, 10, 2 * BS, &r)); /* blocks 0..2 */
+	assert_int_equal(W.nf, 3);
+	assert_int_equal(cache_residency(c, &o, res, sizeof(res)), 3);
+	assert_string_equal(res, "---"); /* reserved is not resident */
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(cache_residency(c, &o, res, sizeof(res)), 3);
+	assert_string_equal(res, "hhh");
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].misses, 3);
+	assert_int_equal(st.tier[CACHE_HOT].fetches, 3);
+	assert_int_equal(st.tier[CACHE_HOT].bytes_fetched, 3ull * BS);
+	assert_int_equal(st.tier[CACHE_HOT].blocks, 3);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 0);
+
+	/* the same read, and others inside the resident range: answered before cache_read
+	 * returns, no fetch */
+	assert_true(rd(c, &o, NULL, 10, 2 * BS, &r));
+	check_ok(&r);
+	assert_true(rd(c, &o, NULL, BS - 3, 6, &r));
+	check_ok(&r);
+	assert_true(rd(c, &o, NULL, 0, SIZE_MAX, &r));
+	check_ok(&r);
+	assert_int_equal(r.niov, 3);
+	assert_int_equal(W.nf, 3);
+	assert_int_equal(W.attempts, 3);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].hits, 3 + 2 + 3);
+	assert_int_equal(st.tier[CACHE_HOT].misses, 3);
+	assert_int_equal(st.tier[CACHE_HOT].bytes_served, (2 * BS) * 2 + 6 + 3 * BS);
+	assert_int_equal(st.tier[CACHE_LAG].hits, 0);
+
+	/* a truncated residency string still reports the block count */
+	assert_int_equal(cache_residency(c, &o, res, 2), 3);
+	assert_string_equal(res, "h");
+	rep_done(&r);
+	shut(c);
+}
+
+/* A fetcher that completes synchronously, from inside fetch(), is allowed by the interface. */
+static int sync_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, bool lagging,
+		      cache_done_fn done, void *done_arg)
+{
+	int r = f_fetch(arg, ctx, off, len, dst, lagging, done, done_arg);
+
+	if (r == 0)
+		complete(W.nf - 1, 0);
+	return r;
+}
+
+static void test_sync_completion(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache_env env = ENV;
+	struct cache *c = NULL;
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, 9, 5ull * BS + 7, WALL0);
+	struct cache_stream s = {0};
+	struct rep r = {0};
+
+	(void)state;
+	world_reset();
+	W.bs = BS;
+	env.fetch = sync_fetch;
+	cfg.readahead = 2;
+	assert_int_equal(cache_new(&cfg, &env, &c), 0);
+	assert_true(rd(c, &o, &s, 0, BS + 1, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 4); /* blocks 0, 1 and readahead 2, 3 */
+	assert_true(rd(c, &o, &s, BS + 1, SIZE_MAX, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 6);
+	assert_int_equal(W.nopen, 0);
+	rep_done(&r);
+	shut(c);
+	assert_int_equal(fo.holds, 0);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Single-flight
+ * ------------------------------------------------------------------------------------------ */
+
+static void test_single_flight(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, 11, 4ull * BS, WALL0);
+	struct cache_stream s[50];
+	struct rep r[50];
+	struct rep sp = {0};
+	struct cache_stats st;
+
+	(void)state;
+	memset(s, 0, sizeof(s));
+	memset(r, 0, sizeof(r));
+	for (int i = 0; i < 50; i++) {
+		uint64_t off = (uint64_t)(i * 1301) % BS;
+		size_t len = 1 + (size_t)(i * 977) % (BS - off);
+
+		assert_false(rd(c, &o, i % 3 ? &s[i] : NULL, off, len, &r[i]));
+		assert_int_equal(W.nf, 1);
+		assert_int_equal(fo.holds, 1);
+	}
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].misses, 1);
+	assert_int_equal(st.tier[CACHE_HOT].joins, 49);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 1);
+	complete(0, 0);
+	for (int i = 0; i < 50; i++) {
+		check_ok(&r[i]);
+		rep_done(&r[i]);
+	}
+	assert_int_equal(fo.holds, 0);
+
+	/* a read over blocks 1..2 while 2 is in flight: joins 2, starts 1 */
+	assert_false(rd(c, &o, NULL, 2 * BS + 5, 10, &r[0]));
+	assert_int_equal(W.nf, 2);
+	assert_false(rd(c, &o, NULL, BS + 100, BS, &sp));
+	assert_int_equal(W.nf, 3);
+	assert_int_equal(W.f[2].off, BS);
+	assert_int_equal(W.attempts, 3);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].joins, 50);
+	assert_int_equal(st.tier[CACHE_HOT].misses, 3);
+	complete_blk(11, 2, 0);
+	check_ok(&r[0]);
+	assert_int_equal(sp.calls, 0); /* still waiting for block 1 */
+	complete_blk(11, 1, 0);
+	check_ok(&sp);
+
+	/* and with the in-flight block first: 2 joins 3, starts nothing else */
+	assert_false(rd(c, &o, NULL, 3 * BS, 1, &r[0]));
+	assert_false(rd(c, &o, NULL, 2 * BS, 2 * BS, &sp));
+	assert_int_equal(W.nf, 4);
+	complete_blk(11, 3, 0);
+	check_ok(&r[0]);
+	check_ok(&sp);
+	rep_done(&r[0]);
+	rep_done(&sp);
+	shut(c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Failures
+ * ------------------------------------------------------------------------------------------ */
+
+static void test_fetch_failure(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, 21, 2ull * BS, WALL0);
+	struct rep r[3] = {{0}};
+	struct cache_stats st;
+	char res[4];
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		assert_false(rd(c, &o, NULL, (uint64_t)i * 100, 50, &r[i]));
+	assert_int_equal(W.nf, 1);
+	complete(0, -EIO);
+	for (int i = 0; i < 3; i++)
+		check_err(&r[i], -EIO);
+	cache_residency(c, &o, res, sizeof(res));
+	assert_string_equal(res, "--");
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].fetch_errors, 1);
+	assert_int_equal(st.tier[CACHE_HOT].bytes_fetched, 0);
+	assert_int_equal(st.tier[CACHE_HOT].blocks, 0);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 0);
+	assert_int_equal(fo.holds, 0);
+
+	/* nothing stuck: the next read starts a new fetch, which can succeed */
+	assert_false(rd(c, &o, NULL, 100, 50, &r[0]));
+	assert_int_equal(W.nf, 2);
+	assert_int_equal(r[1].calls, 1); /* old readers are not answered again */
+	complete(1, 0);
+	check_ok(&r[0]);
+	for (int i = 1; i < 3; i++)
+		assert_int_equal(r[i].calls, 1);
+	cache_residency(c, &o, res, sizeof(res));
+	assert_string_equal(res, "h-");
+	for (int i = 0; i < 3; i++)
+		rep_done(&r[i]);
+	shut(c);
+}
+
+static void test_sync_fetch_error(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo, fl;
+	struct cache_obj o, lo;
+	struct rep r[4] = {{0}};
+	struct cache_stats st;
+
+	(void)state;
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = BS;
+	c = mk(&cfg);
+	o = mkobj(&fo, 31, 2ull * BS, WALL0);
+	lo = mkobj(&fl, 32, 3ull * BS, OLD);
+
+	/* hot: the reader is answered at once with the fetcher's error */
+	W.fetch_err = -ECONNREFUSED;
+	assert_true(rd(c, &o, NULL, 0, 2 * BS, &r[0]));
+	check_err(&r[0], -ECONNREFUSED);
+	assert_int_equal(W.attempts, 2);
+	assert_int_equal(W.nopen, 0);
+	assert_int_equal(fo.holds, 0);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 0);
+	assert_int_equal(st.tier[CACHE_HOT].fetch_errors, 2);
+	W.fetch_err = 0;
+	assert_false(rd(c, &o, NULL, 0, 2 * BS, &r[0]));
+	complete_all(0);
+	check_ok(&r[0]);
+
+	/* lagging: block 0 takes the bucket; block 1 queues with three readers; the fetcher
+	 * refuses when the timer lets it start: all three get the error once */
+	assert_false(rd(c, &lo, NULL, 0, 1, &r[0]));
+	for (int i = 1; i < 4; i++)
+		assert_false(rd(c, &lo, NULL, BS + (uint64_t)i, 1, &r[i]));
+	assert_int_equal(W.nopen, 1);
+	assert_int_equal(W.tpending, 1);
+	W.fetch_err = -ECONNREFUSED;
+	W.mono += last_timer()->delay;
+	assert_int_equal(fire_due(), 1);
+	for (int i = 1; i < 4; i++)
+		check_err(&r[i], -ECONNREFUSED);
+	assert_int_equal(r[0].calls, 0);
+	W.fetch_err = 0;
+	complete_all(0);
+	check_ok(&r[0]);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].inflight, 0);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 0);
+	assert_int_equal(fl.holds, 0);
+	for (int i = 0; i < 4; i++)
+		rep_done(&r[i]);
+	shut(c);
+}
+
+/* A read over several blocks, one of which fails: one reply, the error; every pin let go. */
+static void test_multiblock_failure(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o;
+	struct rep r = {0};
+	struct cache_stats st;
+
+	(void)state;
+	cfg.hot_size = 8ull * BS; /* 4 segments of 2 blocks: a leaked pin soon blocks rotation */
+	cfg.lagging = false;
+	c = mk(&cfg);
+	o = mkobj(&fo, 41, 40ull * BS, WALL0);
+
+	/* block 0 resident (pinned by the read), blocks 1 and 2 fetched */
+	assert_false(rd(c, &o, NULL, 0, 1, &r));
+	complete_all(0);
+	check_ok(&r);
+	assert_false(rd(c, &o, NULL, 10, 3 * BS - 20, &r));
+	assert_int_equal(W.nopen, 2);
+	complete_blk(41, 1, -EIO);
+	assert_int_equal(r.calls, 0);
+	complete_blk(41, 2, 0);
+	check_err(&r, -EIO);
+
+	/* the same with the failing block completing last */
+	assert_false(rd(c, &o, NULL, 4 * BS - 1, BS + 2, &r)); /* blocks 3..5 */
+	assert_int_equal(W.nopen, 3);
+	complete_blk(41, 3, 0);
+	complete_blk(41, 5, 0);
+	assert_int_equal(r.calls, 0);
+	complete_blk(41, 4, -ENOENT);
+	check_err(&r, -ENOENT);
+
+	/* two failures in one read: still one reply */
+	assert_false(rd(c, &o, NULL, 6 * BS, 2 * BS, &r)); /* blocks 6, 7 */
+	complete_blk(41, 6, -EIO);
+	complete_blk(41, 7, -ETIMEDOUT);
+	check_err(&r, -EIO);
+
+	/* no pin leaked: many more blocks one at a time rotate through every segment */
+	for (uint64_t b = 8; b < 40; b++) {
+		assert_false(rd(c, &o, NULL, b * BS, BS, &r));
+		complete_all(0);
+		check_ok(&r);
+	}
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].bounces, 0);
+	assert_true(st.tier[CACHE_HOT].rotations > 4);
+	assert_int_equal(st.tier[CACHE_HOT].fetch_errors, 4);
+	rep_done(&r);
+	shut(c);
+}
+
+/* Every segment pinned by reservations in flight: the overflow goes to bounce buffers. */
+static void test_bounce(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o;
+	struct rep r[12] = {{0}}, again = {0};
+	struct cache_stats st;
+	char res[16];
+
+	(void)state;
+	cfg.hot_size = 8ull * BS; /* 4 segments x 2 blocks */
+	cfg.lagging = false;
+	c = mk(&cfg);
+	o = mkobj(&fo, 51, 12ull * BS - 100, WALL0);
+	for (int i = 0; i < 12; i++)
+		assert_false(rd(c, &o, NULL, (uint64_t)i * BS + 3, BS - 3, &r[i]));
+	assert_int_equal(W.nopen, 12);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].bounces, 4);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 12);
+	/* complete in a scrambled order */
+	for (int k = 0; k < 12; k++) {
+		int i = (k * 5 + 3) % 12;
+
+		complete_blk(51, (uint64_t)i, 0);
+		check_ok(&r[i]);
+	}
+	cache_residency(c, &o, res, sizeof(res));
+	assert_string_equal(res, "hhhhhhhh----");
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].blocks, 8);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 0);
+
+	/* a bounced block was not stored: reading it again fetches it again, into the ring now */
+	assert_false(rd(c, &o, NULL, 9 * BS, 10, &again));
+	complete_all(0);
+	check_ok(&again);
+	assert_true(rd(c, &o, NULL, 9 * BS, 10, &again));
+	check_ok(&again);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].bounces, 4);
+	for (int i = 0; i < 12; i++)
+		rep_done(&r[i]);
+	rep_done(&again);
+	shut(c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Routing
+ * ------------------------------------------------------------------------------------------ */
+
+static void test_is_lagging(void **state)
+{
+	(void)state;
+	assert_false(cache_is_lagging(1000 - 60, 1000, 60)); /* age == hot_ttl: hot */
+	assert_true(cache_is_lagging(1000 - 61, 1000, 60));  /* hot_ttl + 1: lagging */
+	assert_false(cache_is_lagging(1000 - 59, 1000, 60));
+	assert_false(cache_is_lagging(1000, 1000, 60));
+	assert_false(cache_is_lagging(1001, 1000, 60)); /* future */
+	assert_false(cache_is_lagging(INT64_MAX, 1000, 60));
+	assert_false(cache_is_lagging(INT64_MIN, 1000, 60)); /* unknown: hot */
+	assert_false(cache_is_lagging(INT64_MIN, INT64_MAX, 0));
+	assert_true(cache_is_lagging(0, INT64_MAX, 60));
+	assert_true(cache_is_lagging(INT64_MIN + 1, INT64_MAX, 60)); /* no overflow */
+	assert_true(cache_is_lagging(INT64_MIN + 1, 0, 60));
+	/* ages beyond INT64_MAX are still compared with hot_ttl, exactly */
+	assert_true(cache_is_lagging(-1, INT64_MAX, (uint64_t)INT64_MAX)); /* age 2^63 */
+	assert_false(cache_is_lagging(-1, INT64_MAX, (uint64_t)INT64_MAX + 1));
+	assert_false(cache_is_lagging(INT64_MIN + 1, INT64_MAX, UINT64_MAX)); /* age 2^64 - 2 */
+	assert_false(cache_is_lagging(INT64_MIN + 1, INT64_MAX, UINT64_MAX - 1));
+	assert_true(cache_is_lagging(INT64_MIN + 1, INT64_MAX, UINT64_MAX - 2));
+	assert_true(cache_is_lagging(-100, -10, 89));
+	assert_false(cache_is_lagging(-100, -10, 90));
+	assert_true(cache_is_lagging(INT64_MAX - 1, INT64_MAX, 0));
+	assert_false(cache_is_lagging(INT64_MAX, INT64_MAX, 0));
+}
+
+static void test_route(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, 61, BS, WALL0 - HOT_TTL);
+	struct rep r = {0};
+	char res[4];
+
+	(void)state;
+	assert_int_equal(cache_route(c, &o), CACHE_HOT);
+	W.wall++;
+	assert_int_equal(cache_route(c, &o), CACHE_LAG);
+	o.mtime = INT64_MIN;
+	assert_int_equal(cache_route(c, &o), CACHE_HOT);
+	o.mtime = W.wall + 1000;
+	assert_int_equal(cache_route(c, &o), CACHE_HOT);
+	o.mtime = INT64_MIN + 1;
+	W.wall = INT64_MAX;
+	assert_int_equal(cache_route(c, &o), CACHE_LAG);
+	o.mtime = 0;
+	assert_int_equal(cache_route(c, &o), CACHE_LAG);
+
+	/* hot_ttl is live */
+	W.wall = WALL0;
+	o.mtime = WALL0 - 100;
+	assert_int_equal(cache_route(c, &o), CACHE_LAG);
+	assert_int_equal(cache_set_hot_ttl(c, 100), 0);
+	assert_int_equal(cache_route(c, &o), CACHE_HOT);
+	assert_int_equal(cache_set_hot_ttl(c, 99), 0);
+	assert_int_equal(cache_route(c, &o), CACHE_LAG);
+	assert_int_equal(cache_set_hot_ttl(c, 0), -EINVAL);
+	assert_int_equal(cache_route(c, &o), CACHE_LAG);
+	shut(c);
+
+	/* lagging off: everything is hot, and fetched as hot */
+	cfg.lagging = false;
+	c = mk(&cfg);
+	o = mkobj(&fo, 62, BS, 0);
+	W.wall = INT64_MAX;
+	assert_int_equal(cache_route(c, &o), CACHE_HOT);
+	assert_false(rd(c, &o, NULL, 0, 10, &r));
+	assert_false(W.f[0].lagging);
+	complete_all(0);
+	check_ok(&r);
+	cache_residency(c, &o, res, sizeof(res));
+	assert_string_equal(res, "h");
+	rep_done(&r);
+	shut(c);
+}
+
+/* Invariant 5: lagging reads never insert into the hot tier; a hot hit is served at any age. */
+static void test_lagging_tier(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj fo, fy;
+	struct cache_obj old = mkobj(&fo, 71, 2ull * BS + 10, OLD);
+	struct cache_obj young = mkobj(&fy, 72, 3ull * BS, WALL0 - 5);
+	struct rep r = {0};
+	struct cache_stats st;
+	char res[8];
+
+	(void)state;
+	assert_false(rd(c, &old, NULL, 0, 3 * BS, &r));
+	assert_int_equal(W.nf, 3);
+	for (size_t i = 0; i < 3; i++)
+		assert_true(W.f[i].lagging);
+	complete_all(0);
+	check_ok(&r);
+	cache_residency(c, &old, res, sizeof(res));
+	assert_string_equal(res, "lll");
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].bytes_fetched, 2ull * BS + 10);
+	assert_int_equal(st.tier[CACHE_LAG].misses, 3);
+	assert_int_equal(st.tier[CACHE_LAG].blocks, 3);
+	assert_int_equal(st.tier[CACHE_HOT].bytes_fetched, 0);
+	assert_int_equal(st.tier[CACHE_HOT].misses, 0);
+	assert_int_equal(st.tier[CACHE_HOT].blocks, 0);
+	assert_int_equal(st.tier[CACHE_HOT].bytes, 0);
+
+	/* a lagging hit */
+	assert_true(rd(c, &old, NULL, BS, 20, &r));
+	check_ok(&r);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].hits, 1);
+	assert_int_equal(st.tier[CACHE_LAG].bytes_served, 2ull * BS + 10 + 20);
+	assert_int_equal(st.tier[CACHE_HOT].hits, 0);
+
+	/* warm a young object's block 0 (hot), then let it age past hot_ttl */
+	assert_false(rd(c, &young, NULL, 0, 100, &r));
+	assert_false(W.f[3].lagging);
+	complete_all(0);
+	check_ok(&r);
+	W.wall += HOT_TTL + 1000;
+	W.mono += 1 * NS; /* well within the hot tier's block lifetime */
+	assert_int_equal(cache_route(c, &young), CACHE_LAG);
+	assert_true(rd(c, &young, NULL, 50, 100, &r)); /* a hot hit, whatever the age */
+	check_ok(&r);
+	assert_int_equal(W.nf, 4);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].hits, 1);
+	assert_int_equal(st.tier[CACHE_LAG].hits, 1);
+	/* its other blocks now go to the lagging tier */
+	assert_false(rd(c, &young, NULL, 0, 2 * BS, &r));
+	assert_int_equal(W.nf, 5);
+	assert_true(W.f[4].lagging);
+	complete_all(0);
+	check_ok(&r);
+	cache_residency(c, &young, res, sizeof(res));
+	assert_string_equal(res, "hl-");
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].bytes_fetched, BS);
+	assert_int_equal(st.tier[CACHE_LAG].bytes_fetched, 3ull * BS + 10);
+	rep_done(&r);
+	shut(c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Throttling (DESIGN.md invariants 1 and 4)
+ * ------------------------------------------------------------------------------------------ */
+
+/* ns for @bytes at @rate, rounded up */
+static uint64_t ns_for(uint64_t bytes, uint64_t rate)
+{
+	return (bytes * NS + rate - 1) / rate;
+}
+
+/* |a - b| <= slack */
+static void assert_near(uint64_t a, uint64_t b, uint64_t slack)
+{
+	assert_true(a <= b + slack && b <= a + slack);
+}
+
+static void test_throttle(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo, fy;
+	struct cache_obj old, young;
+	struct rep r[20] = {{0}}, h[3] = {{0}};
+	struct cache_stats st;
+	uint64_t t0, per_block = ns_for(BS, MIB); /* 62.5 ms */
+
+	(void)state;
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = MIB; /* 16 blocks */
+	cfg.lagging_size = 64ull * BS;
+	c = mk(&cfg);
+	old = mkobj(&fo, 81, 20ull * BS, OLD);
+	young = mkobj(&fy, 82, 3ull * BS, WALL0);
+	t0 = W.mono;
+	assert_int_equal(per_block, 62500000);
+
+	for (int i = 0; i < 20; i++)
+		assert_false(rd(c, &old, NULL, (uint64_t)i * BS, BS, &r[i]));
+	assert_int_equal(W.nopen, 16); /* the burst */
+	for (size_t i = 0; i < 16; i++)
+		assert_int_equal(W.f[i].off, i * BS);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 4);
+	assert_int_equal(st.tier[CACHE_LAG].inflight, 16);
+	assert_int_equal(W.tpending, 1); /* one timer for the whole queue, never a sleep */
+	assert_near(last_timer()->delay, per_block, 2);
+
+	/* hot reads never wait behind the lagging queue */
+	for (int i = 0; i < 3; i++) {
+		assert_false(rd(c, &young, NULL, (uint64_t)i * BS, 1, &h[i]));
+		assert_int_equal(W.nopen, 17 + (size_t)i);
+		assert_false(W.f[W.nf - 1].lagging);
+	}
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].queued, 0);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 4);
+	complete_blk(82, 1, 0);
+	check_ok(&h[1]);
+	/* a completion before the due time lets nothing through */
+	complete_blk(81, 0, 0);
+	check_ok(&r[0]);
+	assert_int_equal(W.nf, 19);
+
+	/* each timer lets exactly one block through and arms the next */
+	for (int k = 0; k < 4; k++) {
+		size_t ti = next_timer();
+
+		assert_true(ti != NO_FETCH);
+		assert_int_equal(W.tpending, 1);
+		W.mono = W.t[ti].due - 1;
+		assert_int_equal(fire_due(), 0);
+		W.mono = W.t[ti].due;
+		assert_int_equal(fire_due(), 1);
+		assert_int_equal(W.nf, 20 + (size_t)k);
+		assert_int_equal(W.f[W.nf - 1].off, (16ull + (uint64_t)k) * BS);
+		assert_true(W.f[W.nf - 1].lagging);
+		assert_near(W.f[W.nf - 1].start_ns - t0, (uint64_t)(k + 1) * per_block, 8);
+	}
+	assert_int_equal(W.tpending, 0);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 0);
+	assert_int_equal(st.tier[CACHE_LAG].throttle_waits, 4);
+	assert_near(st.tier[CACHE_LAG].throttled_ns, 10 * per_block, 32);
+	complete_all(0);
+	for (int i = 0; i < 20; i++) {
+		check_ok(&r[i]);
+		rep_done(&r[i]);
+	}
+	for (int i = 0; i < 3; i++) {
+		check_ok(&h[i]);
+		rep_done(&h[i]);
+	}
+	shut(c);
+}
+
+/*
+ * Invariant 4: a short last block costs its length, and a block larger than the burst goes
+ * through once the bucket is full, leaving a debt, without deadlock.
+ */
+static void test_throttle_charges(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fs, fb;
+	struct cache_obj small, big;
+	struct rep r[20] = {{0}};
+	uint64_t t;
+
+	(void)state;
+	/* burst 1 MiB: a 1000-byte last block and 15 full blocks leave BS - 1000 tokens, so the
+	 * 16th block waits for 1000 bytes' worth of time, not a whole block's */
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = MIB;
+	c = mk(&cfg);
+	small = mkobj(&fs, 91, 5ull * BS + 1000, OLD);
+	big = mkobj(&fb, 92, 16ull * BS, OLD);
+	assert_false(rd(c, &small, NULL, 5ull * BS, 1000, &r[0]));
+	assert_int_equal(W.f[0].len, 1000);
+	for (int i = 0; i < 16; i++)
+		assert_false(rd(c, &big, NULL, (uint64_t)i * BS, BS, &r[1 + i]));
+	assert_int_equal(W.nopen, 16);
+	assert_int_equal(W.tpending, 1);
+	assert_near(last_timer()->delay, ns_for(1000, MIB), 2);
+	t = W.mono;
+	W.mono += last_timer()->delay;
+	assert_int_equal(fire_due(), 1);
+	assert_int_equal(W.nopen, 17);
+	assert_int_equal(W.f[16].off, 15ull * BS);
+	assert_near(W.f[16].start_ns - t, ns_for(1000, MIB), 2);
+	complete_all(0);
+	for (int i = 0; i < 17; i++)
+		check_ok(&r[i]);
+	shut(c);
+
+	/* burst 16 KiB < block 64 KiB: every charge is oversize */
+	cfg.lagging_burst = 16 * KIB;
+	c = mk(&cfg);
+	small = mkobj(&fs, 93, 1000, OLD);
+	big = mkobj(&fb, 94, 4ull * BS, OLD);
+	assert_false(rd(c, &small, NULL, 0, 1000, &r[0])); /* bucket 16K - 1000 */
+	assert_int_equal(W.nopen, 1);
+	assert_false(rd(c, &big, NULL, 0, BS, &r[1]));
+	assert_int_equal(W.nopen, 1); /* the oversize block waits for a full bucket... */
+	assert_int_equal(W.tpending, 1);
+	assert_near(last_timer()->delay, ns_for(1000, MIB), 2);
+	W.mono += last_timer()->delay;
+	assert_int_equal(fire_due(), 1);
+	assert_int_equal(W.nopen, 2); /* ...and then goes, leaving a debt of 48 KiB */
+	assert_int_equal(W.f[1].len, BS);
+	assert_false(rd(c, &big, NULL, BS, BS, &r[2]));
+	assert_int_equal(W.nopen, 2);
+	assert_near(last_timer()->delay, ns_for(BS, MIB), 2); /* debt + a full bucket */
+	for (int k = 0; k < 3; k++) {
+		/* the rest of the object one block per full bucket, no deadlock */
+		if (k > 0)
+			assert_false(rd(c, &big, NULL, (uint64_t)(k + 1) * BS, BS, &r[2 + k]));
+		t = W.mono;
+		W.mono = W.t[next_timer()].due;
+		assert_int_equal(fire_due(), 1);
+		assert_int_equal(W.nf, 3 + (size_t)k);
+		assert_near(W.mono - t, ns_for(BS, MIB), 2);
+	}
+	complete_all(0);
+	for (int i = 0; i < 5; i++)
+		check_ok(&r[i]);
+	for (int i = 0; i < 20; i++)
+		rep_done(&r[i]);
+	shut(c);
+}
+
+static void test_set_limits(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o;
+	struct rep r[6] = {{0}};
+	struct cache_stats st;
+	uint64_t t0, fast = ns_for(BS, 64 * MIB);
+
+	(void)state;
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = BS;
+	c = mk(&cfg);
+	o = mkobj(&fo, 101, 6ull * BS, OLD);
+	t0 = W.mono;
+	for (int i = 0; i < 4; i++)
+		assert_false(rd(c, &o, NULL, (uint64_t)i * BS, 1, &r[i]));
+	assert_int_equal(W.nopen, 1);
+	assert_near(last_timer()->delay, ns_for(BS, MIB), 2);
+
+	/* 64x the rate: the queue moves at the new rate, not at the old timer's */
+	assert_int_equal(cache_set_limits(c, 64 * MIB, BS, 0), 0);
+	assert_int_equal(W.tpending, 2);
+	assert_near(last_timer()->delay, fast, 2);
+	for (int k = 0; k < 3; k++) {
+		W.mono = W.t[next_timer()].due;
+		assert_int_equal(fire_due(), 1);
+		assert_int_equal(W.nf, 2 + (size_t)k);
+		assert_near(W.f[W.nf - 1].start_ns - t0, (uint64_t)(k + 1) * fast, 8);
+	}
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 0);
+	/* the stale timer of the old rate fires into an empty queue */
+	assert_int_equal(W.tpending, 1);
+	W.mono = W.t[next_timer()].due;
+	assert_int_equal(fire_due(), 1);
+	assert_int_equal(W.nf, 4);
+
+	/* rate 0 lets everything queued go at once */
+	assert_int_equal(cache_set_limits(c, MIB, BS, 0), 0);
+	assert_false(rd(c, &o, NULL, 4 * BS, 1, &r[4]));
+	assert_false(rd(c, &o, NULL, 5 * BS, 1, &r[5]));
+	assert_int_equal(W.nf, 5);
+	assert_int_equal(cache_set_limits(c, 0, 0, 0), 0);
+	assert_int_equal(W.nf, 6);
+	complete_all(0);
+	for (int i = 0; i < 6; i++) {
+		check_ok(&r[i]);
+		rep_done(&r[i]);
+	}
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 0);
+	assert_int_equal(st.tier[CACHE_LAG].inflight, 0);
+	shut(c);
+}
+
+/* Requests per second: the op bucket alone throttles as well. */
+static void test_ops_limit(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o;
+	struct rep r[12] = {{0}};
+
+	(void)state;
+	cfg.lagging_ops = 10; /* bytes unlimited */
+	c = mk(&cfg);
+	o = mkobj(&fo, 111, 30ull * BS, OLD);
+	for (int i = 0; i < 12; i++)
+		assert_false(rd(c, &o, NULL, (uint64_t)i * BS, 1, &r[i]));
+	assert_int_equal(W.nf, 10);
+	assert_int_equal(W.tpending, 1);
+	assert_near(last_timer()->delay, NS / 10, 2);
+	for (size_t k = 0; k < 2; k++) {
+		W.mono = W.t[next_timer()].due;
+		assert_int_equal(fire_due(), 1);
+		assert_int_equal(W.nf, 11 + k);
+	}
+	assert_int_equal(W.tpending, 0);
+	complete_all(0);
+	for (int i = 0; i < 12; i++) {
+		check_ok(&r[i]);
+		rep_done(&r[i]);
+	}
+	shut(c);
+}
+
+/* A refused timer (the I/O thread is busy or stopping) leaves the queue to the next completion
+ * or read, never stuck. */
+static void test_defer_refused(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o;
+	struct rep r[4] = {{0}};
+	struct cache_stats st;
+
+	(void)state;
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = BS;
+	c = mk(&cfg);
+	o = mkobj(&fo, 151, 4ull * BS, OLD);
+	W.defer_err = -ENOMEM;
+	for (int i = 0; i < 3; i++)
+		assert_false(rd(c, &o, NULL, (uint64_t)i * BS, 1, &r[i]));
+	assert_int_equal(W.nf, 1);
+	assert_int_equal(W.tpending, 0);
+	W.defer_err = 0;
+	/* time passes; a completion lets the next block go (and arms a timer for the last) */
+	W.mono += ns_for(BS, MIB);
+	complete_blk(151, 0, 0);
+	check_ok(&r[0]);
+	assert_int_equal(W.nf, 2);
+	assert_int_equal(W.f[1].off, BS);
+	assert_int_equal(W.tpending, 1);
+	/* and a read does too */
+	W.defer_err = -ENOMEM;
+	W.mono = W.t[next_timer()].due;
+	assert_int_equal(fire_due(), 1); /* block 2 goes; block 3 cannot arm a timer */
+	assert_int_equal(W.nf, 3);
+	assert_false(rd(c, &o, NULL, 3 * BS, 1, &r[3]));
+	assert_int_equal(W.nf, 3);
+	W.mono += ns_for(BS, MIB);
+	W.defer_err = 0;
+	assert_true(rd(c, &o, NULL, 0, 1, &r[0])); /* a hit does not drain */
+	assert_false(rd(c, &o, NULL, 2 * BS, 1, &r[0]));
+	assert_int_equal(W.nf, 3);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 1);
+	complete_blk(151, 2, 0);
+	assert_int_equal(W.nf, 4);
+	complete_all(0);
+	for (int i = 0; i < 4; i++) {
+		check_ok(&r[i]);
+		rep_done(&r[i]);
+	}
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 0);
+	shut(c);
+}
+
+/*
+ * The race between a reader's first lookup and its taking the lock: the fetch completes in
+ * between (here from inside the reader's wall clock reading for routing, which cache.c does in
+ * that window, with no lock held). The
+ * reader must then find the block resident, not start a second fetch; and if that fetch
+ * failed, it must start a new one rather than wait on nothing.
+ */
+static struct cache_obj race_obj;
+
+static void race_complete_ok(void)
+{
+	complete_blk(race_obj.id, 0, 0);
+}
+
+static void race_complete_eio(void)
+{
+	complete_blk(race_obj.id, 0, -EIO);
+}
+
+static void test_commit_race(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj fo, f2;
+	struct rep a = {0}, b = {0};
+
+	(void)state;
+	race_obj = mkobj(&fo, 161, 2ull * BS, WALL0);
+	assert_false(rd(c, &race_obj, NULL, 0, 10, &a));
+	W.on_wall = race_complete_ok;
+	assert_true(rd(c, &race_obj, NULL, 5, 10, &b)); /* resident by the time it looked again */
+	assert_null(W.on_wall);
+	check_ok(&a);
+	check_ok(&b);
+	assert_int_equal(W.nf, 1);
+
+	/* failed in the window: the second reader starts a fetch of its own */
+	race_obj = mkobj(&f2, 162, BS, WALL0);
+	assert_false(rd(c, &race_obj, NULL, 0, 10, &a));
+	W.on_wall = race_complete_eio;
+	assert_false(rd(c, &race_obj, NULL, 5, 10, &b));
+	check_err(&a, -EIO);
+	assert_int_equal(b.calls, 0);
+	assert_int_equal(W.nf, 3);
+	assert_int_equal(W.nopen, 1);
+	complete_all(0);
+	check_ok(&b);
+	rep_done(&a);
+	rep_done(&b);
+	shut(c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Readahead
+ * ------------------------------------------------------------------------------------------ */
+
+static void test_readahead(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo, f2;
+	struct cache_obj o, o2;
+	struct cache_stream s = {0}, s2 = {0};
+	struct rep r = {0};
+	struct cache_stats st;
+	char res[8];
+
+	(void)state;
+	cfg.readahead = 2;
+	c = mk(&cfg);
+	o = mkobj(&fo, 121, 5ull * BS + 100, WALL0); /* blocks 0..5, the last 100 bytes */
+	o2 = mkobj(&f2, 122, 8ull * BS, WALL0);
+
+	assert_false(rd(c, &o, &s, 0, 100, &r));
+	assert_int_equal(W.nf, 3); /* block 0 for the reader, 1 and 2 ahead */
+	assert_int_equal(W.f[1].off, BS);
+	assert_int_equal(W.f[2].off, 2 * BS);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].misses, 1);
+	assert_int_equal(st.tier[CACHE_HOT].readaheads, 2);
+	complete_blk(121, 0, 0);
+	check_ok(&r); /* readahead has no waiters: the read did not wait for it */
+
+	/* the rest of block 0: a hit, nothing new (1 and 2 are already on their way) */
+	assert_true(rd(c, &o, &s, 100, BS - 100, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 3);
+	/* block 1 is in flight: the reader joins it; 3 is fetched ahead */
+	assert_false(rd(c, &o, &s, BS, BS, &r));
+	assert_int_equal(W.nf, 4);
+	assert_int_equal(W.f[3].off, 3 * BS);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].joins, 1);
+	complete_blk(121, 1, 0);
+	check_ok(&r);
+	complete_blk(121, 2, 0);
+	/* block 2 resident: a hit; 4 ahead */
+	assert_true(rd(c, &o, &s, 2 * BS, BS, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 5);
+	assert_int_equal(W.f[4].off, 4 * BS);
+	complete_all(0);
+	/* 3 and 4 hits; 5 (the short last block) ahead, at its real length, and nothing past */
+	assert_true(rd(c, &o, &s, 3 * BS, 2 * BS, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 6);
+	assert_int_equal(W.f[5].off, 5 * BS);
+	assert_int_equal(W.f[5].len, 100);
+	complete_all(0);
+	assert_true(rd(c, &o, &s, 5 * BS, 100, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 6);
+	cache_residency(c, &o, res, sizeof(res));
+	assert_string_equal(res, "hhhhhh");
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].readaheads, 5);
+	assert_int_equal(st.tier[CACHE_HOT].misses, 1);
+
+	/* random reads: no readahead */
+	assert_false(rd(c, &o2, &s2, 3 * BS + 5, 10, &r));
+	assert_int_equal(W.nf, 7);
+	complete_all(0);
+	check_ok(&r);
+	assert_false(rd(c, &o2, &s2, BS + 7, 10, &r));
+	assert_int_equal(W.nf, 8);
+	complete_all(0);
+	check_ok(&r);
+	assert_false(rd(c, &o2, &s2, 6 * BS, 10, &r));
+	assert_int_equal(W.nf, 9);
+	complete_all(0);
+	check_ok(&r);
+	/* no stream, no readahead, even at offset 0 */
+	assert_false(rd(c, &o2, NULL, 0, 10, &r));
+	assert_int_equal(W.nf, 10);
+	complete_all(0);
+	check_ok(&r);
+	/* sequential again (block 6 resident): readahead stops at the last block, 7 */
+	assert_true(rd(c, &o2, &s2, 6 * BS + 10, 10, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 11);
+	assert_int_equal(W.f[10].off, 7 * BS);
+	complete_all(0);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].readaheads, 6);
+	rep_done(&r);
+	shut(c);
+}
+
+/* Readahead of a lagging object goes through the limiter like any lagging fetch. */
+static void test_readahead_lagging(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o;
+	struct cache_stream s = {0};
+	struct rep r = {0};
+	struct cache_stats st;
+	char res[8];
+
+	(void)state;
+	cfg.readahead = 3;
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = 2 * BS;
+	c = mk(&cfg);
+	o = mkobj(&fo, 131, 4ull * BS, OLD);
+	assert_false(rd(c, &o, &s, 0, 10, &r));
+	assert_int_equal(W.nf, 2); /* block 0 and one ahead; two wait for tokens */
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 2);
+	assert_int_equal(st.tier[CACHE_LAG].readaheads, 3);
+	for (int k = 0; k < 2; k++) {
+		W.mono = W.t[next_timer()].due;
+		assert_int_equal(fire_due(), 1);
+	}
+	assert_int_equal(W.nf, 4);
+	for (size_t i = 0; i < 4; i++)
+		assert_true(W.f[i].lagging);
+	complete_all(0);
+	check_ok(&r);
+	cache_residency(c, &o, res, sizeof(res));
+	assert_string_equal(res, "llll");
+	rep_done(&r);
+	shut(c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Shutdown
+ * ------------------------------------------------------------------------------------------ */
+
+static void test_free_queued(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo, fy;
+	struct cache_obj o, y;
+	struct cache_stream s = {.next_off = 3 * BS}; /* a reader that has read blocks 0..2 */
+	struct rep r[6] = {{0}};
+
+	(void)state;
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = BS;
+	cfg.readahead = 1;
+	c = mk(&cfg);
+	o = mkobj(&fo, 141, 6ull * BS, OLD);
+	y = mkobj(&fy, 142, 1ull * BS, WALL0);
+
+	assert_false(rd(c, &o, NULL, 0, 10, &r[0])); /* takes the whole bucket */
+	complete_all(0);
+	check_ok(&r[0]);
+	/* block 0 resident (its pin held by the read), block 1 queued */
+	assert_false(rd(c, &o, NULL, 5, BS + 5, &r[0]));
+	/* block 2 queued with three readers */
+	for (int i = 1; i < 4; i++)
+		assert_false(rd(c, &o, NULL, 2 * BS + (uint64_t)i, 1, &r[i]));
+	/* the sequential reader waits for block 3; its readahead of block 4 is queued too */
+	assert_false(rd(c, &o, &s, 3 * BS, 10, &r[4]));
+	/* a hot read in flight, completed before shutdown */
+	assert_false(rd(c, &y, NULL, 0, 10, &r[5]));
+	assert_int_equal(W.nopen, 1);
+	complete_all(0);
+	check_ok(&r[5]);
+	assert_int_equal(fo.holds, 4); /* blocks 1..4 */
+	assert_int_equal(W.tpending, 1);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(r[i].calls, 0);
+
+	/* shut(): the stopping I/O thread runs the drain timer (no time has passed: nothing
+	 * starts, no new timer), then cache_free answers every queued reader */
+	shut(c);
+	for (int i = 0; i < 5; i++)
+		check_err(&r[i], -ESHUTDOWN);
+	assert_int_equal(fo.holds, 0);
+	assert_int_equal(W.nf, 2);
+	for (int i = 0; i < 6; i++)
+		rep_done(&r[i]);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Random operations against a model
+ * ------------------------------------------------------------------------------------------ */
+
+#define R_OBJS	8    /* paths read at once */
+#define R_VERS	400  /* object versions over a run (a path gets a new version now and then) */
+#define R_READS 3000 /* reads per run */
+
+/* One version of one object: its own id, size, age and ctx. */
+struct rver {
+	struct fobj fo;
+	struct cache_obj o;
+	bool lag; /* routed to the lagging tier (the wall clock stands still in this test) */
+};
+
+/* A path: its current version and two open file handles. */
+struct rpath {
+	size_t v;
+	struct cache_stream s[2];
+};
+
+struct rread {
+	struct rep r;
+	uint64_t first, last; /* blocks it covers; first > last if none */
+	bool may_fail;	      /* a fetch of one of its blocks failed while it waited */
+};
+
+static struct rsim {
+	uint64_t seed;
+	int cfg;
+	unsigned op;
+	long read; /* the read being checked at the end, or -1 */
+	struct rver *vers;
+	size_t nvers;
+	struct rread *reads;
+	size_t nreads;
+	uint32_t bs;
+} S;
+
+#define SIM_CHECK(cond)                                                                            \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			fail_msg("TIERFS_CACHE_SEED=%" PRIu64                                      \
+				 " cfg %d op %u read %ld: %s (%s:%d)",                             \
+				 S.seed, S.cfg, S.op, S.read, #cond, __FILE__, __LINE__);          \
+	} while (0)
+
+#define VER_ID0 1000
+
+/* The model of failures: a fetch of block @blk of @o failed; every read still waiting that
+ * covers it may fail. */
+static void sim_fail(struct fobj *o, uint64_t blk)
+{
+	for (size_t i = 0; i < S.nreads; i++) {
+		struct rread *x = &S.reads[i];
+
+		if (x->r.calls == 0 && x->r.id == o->id && x->first <= blk && blk <= x->last)
+			x->may_fail = true;
+	}
+}
+
+/*
+ * Every read answered exactly once; data replies carry the pattern of their object version.
+ * An error reply is allowed only if a fetch of one of its blocks failed while it waited.
+ * @strict (nothing was evicted, nothing bounced): then a read whose block failed while it
+ * waited must have failed too, because it waited on that very fetch.
+ */
+static void sim_check_reply(const struct rread *x, bool strict)
+{
+	SIM_CHECK(x->r.calls == 1);
+	SIM_CHECK(!x->r.bad_iov);
+	SIM_CHECK(!x->r.overflow);
+	if (x->r.err) {
+		SIM_CHECK(x->r.err == -EIO || x->r.err == -ECONNREFUSED);
+		SIM_CHECK(x->may_fail);
+		SIM_CHECK(x->r.niov == 0);
+	} else {
+		SIM_CHECK(x->r.n == x->r.want);
+		SIM_CHECK(rep_bytes_ok(&x->r));
+		if (strict)
+			SIM_CHECK(!x->may_fail);
+	}
+}
+
+static size_t sim_new_version(uint64_t *rng)
+{
+	struct rver *v;
+	uint64_t size = next_rand(rng) % (12 * S.bs);
+	int64_t mtime;
+
+	SIM_CHECK(S.nvers < R_VERS);
+	v = &S.vers[S.nvers];
+	switch (next_rand(rng) % 6) {
+	case 0:
+		size = 0;
+		break;
+	case 1:
+		size = (next_rand(rng) % 12 + 1) * S.bs; /* no short block */
+		break;
+	default:
+		break;
+	}
+	switch (next_rand(rng) % 4) {
+	case 0:
+		mtime = WALL0 - 10;
+		break;
+	case 1:
+		mtime = INT64_MIN;
+		break;
+	default:
+		mtime = WALL0 - 100000 - (int64_t)(next_rand(rng) % 1000);
+		break;
+	}
+	v->o = mkobj(&v->fo, VER_ID0 + S.nvers, size, mtime);
+	v->lag = cache_is_lagging(mtime, W.wall, HOT_TTL);
+	return S.nvers++;
+}
+
+/* A read of a hot object not answered at once: each of its blocks is resident or being
+ * fetched (hot never waits in the limiter's queue). */
+static void sim_check_hot_started(struct cache *c, const struct rver *v, const struct rread *x)
+{
+	char res[16];
+
+	if (v->lag || x->r.calls || x->may_fail || x->first > x->last)
+		return; /* (a block that failed at once is neither resident nor being fetched) */
+	cache_residency(c, &v->o, res, sizeof(res));
+	for (uint64_t b = x->first; b <= x->last; b++)
+		SIM_CHECK(res[b] != '-' || find_open(v->o.id, b) != NO_FETCH);
+}
+
+static void sim_run(uint64_t seed, int which)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct rpath paths[R_OBJS];
+	struct cache *c;
+	uint64_t rng = seed;
+	struct cache_stats st;
+	bool strict;
+
+	S.seed = seed;
+	S.cfg = which;
+	S.op = 0;
+	S.read = -1;
+	S.nreads = 0;
+	S.nvers = 0;
+	S.bs = 4096;
+	cfg.block_size = S.bs;
+	cfg.hot_ttl = HOT_TTL;
+	cfg.lagging_ttl = 3600;
+	cfg.lagging_rate = 256 * KIB;
+	cfg.lagging_burst = 32 * KIB;
+	if (which == 0) { /* roomy tiers: nothing is evicted, so failures are exactly modelled */
+		cfg.hot_size = 4096ull * S.bs;
+		cfg.lagging_size = 2048ull * S.bs;
+		cfg.readahead = 2;
+	} else { /* tiny tiers: evictions and bounces */
+		cfg.hot_size = 8ull * S.bs;
+		cfg.lagging_size = 8ull * S.bs;
+		cfg.readahead = 1;
+		cfg.lagging_burst = 2 * KIB; /* every lagging charge oversize */
+	}
+	c = mk(&cfg);
+	W.rng = &rng;
+	W.sync_fail = 3;
+	W.on_fail = sim_fail;
+
+	memset(paths, 0, sizeof(paths));
+	for (int i = 0; i < R_OBJS; i++)
+		paths[i].v = sim_new_version(&rng);
+
+	for (S.op = 0; S.nreads < R_READS; S.op++) {
+		unsigned k = (unsigned)(next_rand(&rng) % 100);
+
+		if (k < 40) {
+			struct rpath *p = &paths[next_rand(&rng) % R_OBJS];
+			struct rver *v = &S.vers[p->v];
+			unsigned si = (unsigned)(next_rand(&rng) % 3);
+			struct cache_stream *s = si < 2 ? &p->s[si] : NULL;
+			struct rread *x = &S.reads[S.nreads++];
+			uint64_t off;
+			size_t len;
+
+			if (s && next_rand(&rng) % 2)
+				off = s->next_off;
+			else
+				off = next_rand(&rng) % (v->o.size + 2 * S.bs + 1);
+			switch (next_rand(&rng) % 4) {
+			case 0:
+				len = (size_t)(next_rand(&rng) % 16);
+				break;
+			case 1:
+				len = S.bs;
+				break;
+			default:
+				len = (size_t)(next_rand(&rng) % (3 * S.bs));
+				break;
+			}
+			memset(x, 0, sizeof(*x));
+			if (len && off < v->o.size) {
+				uint64_t end = off + len < v->o.size ? off + len : v->o.size;
+
+				x->first = off / S.bs;
+				x->last = (end - 1) / S.bs;
+			} else {
+				x->first = 1;
+				x->last = 0;
+			}
+			rd(c, &v->o, s, off, len, &x->r);
+			SIM_CHECK(x->r.calls <= 1);
+			sim_check_hot_started(c, v, x);
+		} else if (k < 74) {
+			if (W.nopen) {
+				size_t pick = (size_t)(next_rand(&rng) % W.nopen), i;
+
+				for (i = 0; i < W.nf; i++)
+					if (W.f[i].open && pick-- == 0)
+						break;
+				SIM_CHECK(i < W.nf);
+				SIM_CHECK(W.f[i].lagging == S.vers[W.f[i].o->id - VER_ID0].lag);
+				complete(i, next_rand(&rng) % 100 < 15 ? -EIO : 0);
+			}
+		} else if (k < 91) {
+			W.mono += next_rand(&rng) % (50 * NS / 1000);
+			fire_due();
+		} else if (k < 94) {
+			static const uint64_t rates[] = {0, 64 * KIB, 256 * KIB, 4 * MIB};
+			static const uint64_t bursts[] = {0, 2 * KIB, 32 * KIB};
+
+			SIM_CHECK(cache_set_limits(c, rates[next_rand(&rng) % 4],
+						   bursts[next_rand(&rng) % 3],
+						   next_rand(&rng) % 2 ? 0 : 50) == 0);
+		} else if (k < 95) {
+			struct rpath *p = &paths[next_rand(&rng) % R_OBJS];
+
+			memset(p, 0, sizeof(*p)); /* reopened */
+			p->v = sim_new_version(&rng);
+		} else {
+			struct rver *v = &S.vers[next_rand(&rng) % S.nvers];
+			char res[16];
+
+			st = stats(c);
+			SIM_CHECK(st.tier[CACHE_HOT].inflight + st.tier[CACHE_LAG].inflight ==
+				  W.nopen);
+			SIM_CHECK(st.tier[CACHE_HOT].queued == 0);
+			SIM_CHECK(cache_residency(c, &v->o, res, sizeof(res)) ==
+				  (v->o.size + S.bs - 1) / S.bs);
+			for (size_t i = 0; res[i]; i++)
+				SIM_CHECK(res[i] == '-' || res[i] == (v->lag ? 'l' : 'h'));
+		}
+		SIM_CHECK(W.fetch_bad == 0);
+		SIM_CHECK(W.single_dup == 0);
+		SIM_CHECK(W.bad_release == 0);
+	}
+
+	/* let everything finish: complete what is open, wait out the limiter */
+	W.sync_fail = 0;
+	for (int round = 0;; round++) {
+		size_t ti;
+
+		SIM_CHECK(round < 100000);
+		if (W.nopen) {
+			complete_all(0);
+			continue;
+		}
+		ti = next_timer();
+		if (ti == NO_FETCH)
+			break;
+		if (W.t[ti].due > W.mono)
+			W.mono = W.t[ti].due;
+		fire_due();
+	}
+	st = stats(c);
+	SIM_CHECK(st.tier[CACHE_LAG].queued == 0);
+	SIM_CHECK(st.tier[CACHE_HOT].inflight == 0 && st.tier[CACHE_LAG].inflight == 0);
+	strict = st.tier[CACHE_HOT].rotations == 0 && st.tier[CACHE_LAG].rotations == 0 &&
+		 st.tier[CACHE_HOT].bounces == 0 && st.tier[CACHE_LAG].bounces == 0;
+	if (which == 0)
+		SIM_CHECK(strict); /* else the test lost its strict half: make the tiers bigger */
+	else
+		SIM_CHECK(st.tier[CACHE_HOT].rotations > 0 && st.tier[CACHE_LAG].rotations > 0);
+	for (size_t i = 0; i < S.nreads; i++) {
+		S.read = (long)i;
+		sim_check_reply(&S.reads[i], strict);
+	}
+	S.read = -1;
+	cache_free(c);
+	SIM_CHECK(W.holds == 0);
+	SIM_CHECK(W.bad_release == 0);
+	for (size_t i = 0; i < S.nvers; i++)
+		SIM_CHECK(S.vers[i].fo.holds == 0);
+	for (size_t i = 0; i < S.nreads; i++)
+		rep_done(&S.reads[i].r);
+	W.rng = NULL;
+	W.on_fail = NULL;
+}
+
+static void test_random(void **state)
+{
+	const char *env = getenv("TIERFS_CACHE_SEED");
+	uint64_t seed = env ? strtoull(env, NULL, 0) : 20240611;
+	int runs = env ? 1 : 12;
+
+	(void)state;
+	S.reads = calloc(R_READS, sizeof(*S.reads));
+	S.vers = calloc(R_VERS, sizeof(*S.vers));
+	assert_non_null(S.reads);
+	assert_non_null(S.vers);
+	for (int i = 0; i < runs; i++)
+		for (int which = 0; which < 2; which++)
+			sim_run(seed + (uint64_t)i, which);
+	free(S.reads);
+	free(S.vers);
+	S.reads = NULL;
+	S.vers = NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Threads: readers on several threads, completions on another, as in the mount
+ * ------------------------------------------------------------------------------------------ */
+
+#define T_READERS 4
+#define T_READS	  1500
+#define T_OBJS	  6
+#define T_BS	  4096u
+#define T_MAXQ	  12 /* pending fetches before a reader waits for the fetcher */
+
+struct treq {
+	struct fobj *o;
+	uint64_t off;
+	uint32_t len;
+	void *dst;
+	cache_done_fn done;
+	void *done_arg;
+	struct treq *next;
+};
+
+static struct tworld {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;  /* a fetch is pending, or stop */
+	pthread_cond_t space; /* few enough fetches pending for readers to go on */
+	struct treq *head;    /* pending fetches, newest first; lock */
+	size_t n;	      /* their number; lock */
+	bool stop;	      /* readers finished; lock */
+	long holds;	      /* atomic */
+	long bad;	      /* atomic: misaligned fetches, releases without a hold */
+} T;
+
+static uint64_t t_mono(void *arg)
+{
+	(void)arg;
+	return MONO0;
+}
+
+static int64_t t_wall(void *arg)
+{
+	(void)arg;
+	return WALL0;
+}
+
+static int t_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, bool lagging,
+		   cache_done_fn done, void *done_arg)
+{
+	struct treq *q = malloc(sizeof(*q));
+
+	(void)arg;
+	(void)lagging;
+	if (!q)
+		return -ENOMEM;
+	*q = (struct treq){
+	    .o = ctx, .off = off, .len = len, .dst = dst, .done = done, .done_arg = done_arg};
+	if (off % T_BS)
+		__atomic_fetch_add(&T.bad, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&T.lock);
+	q->next = T.head;
+	T.head = q;
+	T.n++;
+	pthread_cond_signal(&T.cond);
+	pthread_mutex_unlock(&T.lock);
+	return 0;
+}
+
+static int t_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg)
+{
+	(void)arg;
+	(void)delay_ns;
+	(void)cb;
+	(void)cb_arg;
+	return -ENOSYS; /* no limiter in this test */
+}
+
+static void t_hold(void *ctx)
+{
+	struct fobj *o = ctx;
+
+	__atomic_fetch_add(&o->holds, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&T.holds, 1, __ATOMIC_RELAXED);
+}
+
+static void t_release(void *ctx)
+{
+	struct fobj *o = ctx;
+
+	if (__atomic_fetch_sub(&o->holds, 1, __ATOMIC_RELAXED) <= 0)
+		__atomic_fetch_add(&T.bad, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&T.holds, 1, __ATOMIC_RELAXED);
+}
+
+/* Completes fetches in a scrambled order, one in 16 with -EIO, until told to stop and none is
+ * left. */
+static void *t_fetcher(void *arg)
+{
+	uint64_t rng = 77;
+
+	(void)arg;
+	for (;;) {
+		struct treq **pp, *q;
+		size_t pick;
+
+		pthread_mutex_lock(&T.lock);
+		while (!T.n && !T.stop)
+			pthread_cond_wait(&T.cond, &T.lock);
+		if (!T.n) {
+			pthread_mutex_unlock(&T.lock);
+			return NULL;
+		}
+		pick = (size_t)(next_rand(&rng) % T.n);
+		for (pp = &T.head; pick--; pp = &(*pp)->next)
+			;
+		q = *pp;
+		*pp = q->next;
+		T.n--;
+		pthread_cond_broadcast(&T.space);
+		pthread_mutex_unlock(&T.lock);
+		if (next_rand(&rng) % 16 == 0) {
+			q->done(q->done_arg, -EIO);
+		} else {
+			unsigned char *d = q->dst;
+
+			for (uint32_t k = 0; k < q->len; k++)
+				d[k] = pat(q->o->id, q->off + k);
+			q->done(q->done_arg, 0);
+		}
+		free(q);
+	}
+}
+
+struct treader {
+	struct cache *c;
+	struct cache_obj *objs;
+	struct rep *reps; /* T_READS */
+	uint64_t seed;
+};
+
+static void t_reply(void *req, const struct cache_iov *iov, int n, int err)
+{
+	struct rep *r = req;
+	size_t got = 0;
+
+	r->err = err;
+	r->niov = n;
+	for (int i = 0; i < n; i++) {
+		if (got + iov[i].len > r->want) {
+			r->overflow = true;
+			break;
+		}
+		memcpy(r->buf + got, iov[i].base, iov[i].len);
+		got += iov[i].len;
+	}
+	r->n = got;
+	__atomic_fetch_add(&r->calls, 1, __ATOMIC_RELEASE);
+}
+
+static void *t_reader(void *arg)
+{
+	struct treader *t = arg;
+	struct cache_stream s[T_OBJS];
+	uint64_t rng = t->seed;
+
+	memset(s, 0, sizeof(s));
+	for (int i = 0; i < T_READS; i++) {
+		unsigned k = (unsigned)(next_rand(&rng) % T_OBJS);
+		struct cache_obj *o = &t->objs[k];
+		struct rep *r = &t->reps[i];
+		uint64_t off =
+		    next_rand(&rng) % 2 ? s[k].next_off : next_rand(&rng) % (o->size + T_BS);
+		size_t len = (size_t)(next_rand(&rng) % (3 * T_BS));
+
+		memset(r, 0, sizeof(*r));
+		r->id = o->id;
+		r->off = off;
+		r->want =
+		    off >= o->size ? 0 : (len < o->size - off ? len : (size_t)(o->size - off));
+		r->buf = malloc(r->want + 1);
+		if (!r->buf)
+			abort();
+		cache_read(t->c, o, next_rand(&rng) % 4 ? &s[k] : NULL, off, len, t_reply, r);
+		/* like max_conns: let the fetcher catch up now and then */
+		pthread_mutex_lock(&T.lock);
+		while (T.n > T_MAXQ)
+			pthread_cond_wait(&T.space, &T.lock);
+		pthread_mutex_unlock(&T.lock);
+		if (i % 100 == 0) {
+			struct cache_stats st;
+
+			cache_get_stats(t->c, &st);
+		}
+	}
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache_env env = {
+	    .arg = &T,
+	    .mono_ns = t_mono,
+	    .wall_s = t_wall,
+	    .fetch = t_fetch,
+	    .defer = t_defer,
+	    .hold = t_hold,
+	    .release = t_release,
+	};
+	struct fobj fo[T_OBJS];
+	struct cache_obj objs[T_OBJS];
+	struct treader rd_[T_READERS];
+	pthread_t tid[T_READERS], ftid;
+	struct cache_stats st;
+	struct cache *c;
+
+	(void)state;
+	world_reset();
+	memset(&T, 0, sizeof(T));
+	pthread_mutex_init(&T.lock, NULL);
+	pthread_cond_init(&T.cond, NULL);
+	pthread_cond_init(&T.space, NULL);
+	cfg.block_size = T_BS;
+	cfg.hot_size = 8 * T_BS; /* tiny: rotations and bounces under contention */
+	cfg.lagging_size = 16 * T_BS;
+	cfg.readahead = 2;
+	assert_int_equal(cache_new(&cfg, &env, &c), 0);
+	for (int i = 0; i < T_OBJS; i++)
+		objs[i] = mkobj(&fo[i], 2000 + (uint64_t)i, (uint64_t)(i + 1) * 24 * T_BS - 100 * i,
+				i % 2 ? OLD : WALL0);
+	assert_int_equal(pthread_create(&ftid, NULL, t_fetcher, NULL), 0);
+	for (int i = 0; i < T_READERS; i++) {
+		rd_[i] = (struct treader){.c = c, .objs = objs, .seed = 1000 + (uint64_t)i};
+		rd_[i].reps = calloc(T_READS, sizeof(struct rep));
+		assert_non_null(rd_[i].reps);
+		assert_int_equal(pthread_create(&tid[i], NULL, t_reader, &rd_[i]), 0);
+	}
+	for (int i = 0; i < T_READERS; i++)
+		assert_int_equal(pthread_join(tid[i], NULL), 0);
+	pthread_mutex_lock(&T.lock);
+	T.stop = true;
+	pthread_cond_signal(&T.cond);
+	pthread_mutex_unlock(&T.lock);
+	assert_int_equal(pthread_join(ftid, NULL), 0);
+
+	for (int i = 0; i < T_READERS; i++) {
+		for (int k = 0; k < T_READS; k++) {
+			struct rep *r = &rd_[i].reps[k];
+
+			assert_int_equal(__atomic_load_n(&r->calls, __ATOMIC_ACQUIRE), 1);
+			assert_false(r->overflow);
+			if (r->err) {
+				assert_int_equal(r->err, -EIO);
+			} else {
+				assert_int_equal(r->n, r->want);
+				assert_true(rep_bytes_ok(r));
+			}
+			free(r->buf);
+		}
+		free(rd_[i].reps);
+	}
+	cache_get_stats(c, &st);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 0);
+	assert_int_equal(st.tier[CACHE_LAG].inflight, 0);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 0);
+	cache_free(c);
+	assert_int_equal(T.holds, 0);
+	assert_int_equal(T.bad, 0);
+	for (int i = 0; i < T_OBJS; i++)
+		assert_int_equal(fo[i].holds, 0);
+	pthread_cond_destroy(&T.cond);
+	pthread_cond_destroy(&T.space);
+	pthread_mutex_destroy(&T.lock);
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	world_reset(); /* frees the fetch and timer records */
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_new_einval),
+	    cmocka_unit_test(test_alignment),
+	    cmocka_unit_test(test_hits),
+	    cmocka_unit_test(test_sync_completion),
+	    cmocka_unit_test(test_single_flight),
+	    cmocka_unit_test(test_fetch_failure),
+	    cmocka_unit_test(test_sync_fetch_error),
+	    cmocka_unit_test(test_multiblock_failure),
+	    cmocka_unit_test(test_bounce),
+	    cmocka_unit_test(test_is_lagging),
+	    cmocka_unit_test(test_route),
+	    cmocka_unit_test(test_lagging_tier),
+	    cmocka_unit_test(test_throttle),
+	    cmocka_unit_test(test_throttle_charges),
+	    cmocka_unit_test(test_set_limits),
+	    cmocka_unit_test(test_ops_limit),
+	    cmocka_unit_test(test_defer_refused),
+	    cmocka_unit_test(test_commit_race),
+	    cmocka_unit_test(test_readahead),
+	    cmocka_unit_test(test_readahead_lagging),
+	    cmocka_unit_test(test_free_queued),
+	    cmocka_unit_test(test_random),
+	    cmocka_unit_test(test_threads),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, group_teardown);
+}
