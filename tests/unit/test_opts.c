@@ -354,7 +354,7 @@ static void test_every_option(void **state)
 	assert_true(o.hot_ttl == 4294967295u);
 	assert_true(o.lagging_rate == TIB);
 	fs_opts_done(&o);
-	expect_ok("block_size=64M,hot_size=256M,lagging_size=256M", &o);
+	expect_ok("block_size=64M,hot_size=512M,lagging_size=512M", &o);
 	assert_true(o.block_size == 64 * MIB);
 	fs_opts_done(&o);
 }
