@@ -224,7 +224,7 @@ static void piece_release(struct cache *c, struct piece *p)
 static void answer(struct cache *c, struct piece *p, uint32_t n, uint64_t first, uint64_t off,
 		   size_t len, int err, cache_reply_fn reply, void *req)
 {
-	struct cache_iov stack_iov[STACK_PIECES], *iov = stack_iov;
+	struct cache_iov stack_iov[STACK_PIECES] = {{0}}, *iov = stack_iov;
 
 	if (err) {
 		reply(req, NULL, 0, err);
@@ -483,9 +483,23 @@ static void readahead(struct cache *c, const struct cache_obj *o, struct cache_s
 		      uint64_t last, uint64_t now)
 {
 	uint64_t nblocks = (o->size + c->cfg.block_size - 1) >> c->shift;
-	uint64_t from = last + 1, to = last + c->cfg.readahead;
+	uint64_t depth = c->cfg.readahead;
 	struct flight *go = NULL, **go_tail = &go;
-	enum cache_tier tier;
+	enum cache_tier tier = cache_route(c, o);
+
+	if (tier == CACHE_LAG) {
+		/* A throttled reader consumes a block in block_size/rate seconds; blocks fetched
+		 * further ahead than about half the lagging TTL would expire unread and be paid
+		 * for twice. */
+		uint64_t rate = __atomic_load_n(&c->cfg.lagging_rate, __ATOMIC_RELAXED);
+		uint64_t fit = rate ? rate * c->cfg.lagging_ttl / 2 / c->cfg.block_size : depth;
+
+		if (depth > fit)
+			depth = fit;
+	}
+	if (!depth)
+		return;
+	uint64_t from = last + 1, to = last + depth;
 
 	if (to >= nblocks)
 		to = nblocks - 1;
@@ -496,7 +510,6 @@ static void readahead(struct cache *c, const struct cache_obj *o, struct cache_s
 	if (from > to)
 		return;
 	s->ra_next = to + 1;
-	tier = cache_route(c, o);
 
 	pthread_mutex_lock(&c->lock);
 	for (uint64_t b = from; b <= to; b++) {
@@ -725,7 +738,7 @@ int cache_set_limits(struct cache *c, uint64_t rate, uint64_t burst, uint64_t op
 
 	pthread_mutex_lock(&c->lock);
 	rl_set(&c->rl, rate, burst, ops, now);
-	c->cfg.lagging_rate = rate;
+	__atomic_store_n(&c->cfg.lagging_rate, rate, __ATOMIC_RELAXED);
 	c->cfg.lagging_burst = burst;
 	c->cfg.lagging_ops = ops;
 	c->timer_due = UINT64_MAX; /* the armed timer may be late for the new rate */
