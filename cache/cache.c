@@ -71,6 +71,7 @@ struct flight {
 	struct bounce *bounce;  /* or the bounce buffer */
 	struct piece *waiters;  /* pieces of parked reads waiting on this block; c->lock */
 	uint64_t queued_ns;     /* when it entered the throttle queue, 0 if it did not */
+	bool queued;            /* in the throttle queue now; c->lock */
 };
 
 /* One block's part of a read. */
@@ -86,6 +87,9 @@ struct piece {
 
 /* A read waiting for at least one block. */
 struct pread {
+	struct pread *hnext; /* parked-read table chain, while waiting; c->lock */
+	uint64_t ticket;     /* 0: not cancellable, not in the table */
+	uint64_t obj;        /* object id, to find the flights of its pieces */
 	struct cache *c;
 	cache_reply_fn reply;
 	void *req;
@@ -111,6 +115,8 @@ struct cache {
 
 	pthread_mutex_t lock;
 	struct flight *table[FLIGHT_BUCKETS];   /* c->lock */
+	struct pread *parked[FLIGHT_BUCKETS];   /* waiting reads with a ticket, by ticket; c->lock */
+	uint64_t next_ticket;                   /* atomic */
 	struct flight *qhead, *qtail;           /* lagging flights waiting for tokens; c->lock */
 	struct rl rl;                           /* c->lock */
 	uint64_t timer_due;      /* earliest armed drain timer, UINT64_MAX if none; c->lock */
@@ -338,6 +344,7 @@ static struct flight *drain(struct cache *c, uint64_t now)
 		if (!c->qhead)
 			c->qtail = NULL;
 		f->qnext = NULL;
+		f->queued = false;
 		STAT_SUB(c, CACHE_LAG, queued, 1);
 		if (f->queued_ns && now > f->queued_ns) {
 			STAT_ADD(c, CACHE_LAG, throttle_waits, 1);
@@ -393,6 +400,7 @@ static struct flight *flight_new(struct cache *c, const struct cache_obj *o, uin
 		return f;
 	}
 	f->queued_ns = now;
+	f->queued = true;
 	STAT_ADD(c, CACHE_LAG, queued, 1);
 	if (c->qtail)
 		c->qtail->qnext = f;
@@ -407,6 +415,27 @@ static struct flight *flight_new(struct cache *c, const struct cache_obj *o, uin
 		*go_tail = &let->qnext;
 	}
 	return f;
+}
+
+static unsigned ticket_bucket(uint64_t t)
+{
+	return (unsigned)(t * 0x9e3779b97f4a7c15ULL >> 40) & (FLIGHT_BUCKETS - 1);
+}
+
+/* Take a read out of the parked table (c->lock held). */
+static void unpark(struct cache *c, struct pread *pr)
+{
+	struct pread **pp;
+
+	if (!pr->ticket)
+		return;
+	for (pp = &c->parked[ticket_bucket(pr->ticket)]; *pp; pp = &(*pp)->hnext) {
+		if (*pp == pr) {
+			*pp = pr->hnext;
+			break;
+		}
+	}
+	pr->ticket = 0;
 }
 
 static void flight_done(void *arg, int err)
@@ -448,6 +477,7 @@ static void flight_done(void *arg, int err)
 			p->len = f->len;
 		}
 		if (--pr->pending == 0) {
+			unpark(c, pr);
 			/* reuse the piece's link: a finished read is on no waiter list */
 			pr->p[0].wnext = (struct piece *)done;
 			done = pr;
@@ -529,7 +559,7 @@ static void readahead(struct cache *c, const struct cache_obj *o, struct cache_s
 }
 
 void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
-		size_t len, cache_reply_fn reply, void *req)
+		size_t len, uint64_t ticket, cache_reply_fn reply, void *req)
 {
 	struct piece stack_p[STACK_PIECES], *p = stack_p;
 	struct pread *pr = NULL;
@@ -586,6 +616,8 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 		p = pr->p;
 	}
 	pr->c = c;
+	pr->ticket = 0;
+	pr->obj = o->id;
 	pr->reply = reply;
 	pr->req = req;
 	pr->off = off;
@@ -625,6 +657,13 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 		pr->pending++;
 	}
 	finished = --pr->pending == 0;
+	if (!finished && ticket) {
+		unsigned b = ticket_bucket(ticket);
+
+		pr->ticket = ticket;
+		pr->hnext = c->parked[b];
+		c->parked[b] = pr;
+	}
 	pthread_mutex_unlock(&c->lock);
 
 	start_list(go);
@@ -635,6 +674,77 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 readahead:
 	if (sequential && c->cfg.readahead)
 		readahead(c, o, s, last, now);
+}
+
+uint64_t cache_ticket(struct cache *c)
+{
+	return __atomic_add_fetch(&c->next_ticket, 1, __ATOMIC_RELAXED);
+}
+
+void cache_cancel(struct cache *c, uint64_t ticket)
+{
+	struct flight *drop = NULL;
+	struct pread *pr;
+
+	if (!ticket)
+		return;
+	pthread_mutex_lock(&c->lock);
+	for (pr = c->parked[ticket_bucket(ticket)]; pr; pr = pr->hnext)
+		if (pr->ticket == ticket)
+			break;
+	if (!pr) {
+		pthread_mutex_unlock(&c->lock);
+		return; /* answered already, or being answered */
+	}
+	unpark(c, pr);
+	for (uint32_t i = 0; i < pr->n; i++) {
+		struct piece *p = &pr->p[i], **pp;
+		struct flight *f;
+
+		if (p->tier != -2)
+			continue; /* arrived (pinned) or never registered */
+		f = flight_find(c, (struct ring_key){pr->obj, pr->first + i});
+		if (!f)
+			continue;
+		bool mine = false;
+
+		for (pp = &f->waiters; *pp; pp = &(*pp)->wnext) {
+			if (*pp == p) {
+				*pp = p->wnext;
+				mine = true;
+				break;
+			}
+		}
+		if (!mine || f->waiters || !f->queued)
+			continue;
+		/* nobody wants it and it has not started: it never will */
+		struct flight **qp = &c->qhead, *prev = NULL;
+
+		while (*qp != f) {
+			prev = *qp;
+			qp = &(*qp)->qnext;
+		}
+		*qp = f->qnext;
+		if (c->qtail == f)
+			c->qtail = prev;
+		f->queued = false;
+		STAT_SUB(c, CACHE_LAG, queued, 1);
+		flight_unlink(c, f);
+		f->qnext = drop;
+		drop = f;
+	}
+	pr->pending = 0;
+	pthread_mutex_unlock(&c->lock);
+
+	answer(c, pr->p, pr->n, pr->first, pr->off, pr->len, -EINTR, pr->reply, pr->req);
+	free(pr);
+	while (drop) {
+		struct flight *f = drop;
+
+		drop = f->qnext;
+		c->env.release(f->ctx);
+		free(f);
+	}
 }
 
 static void tier_done(struct tier *t)

@@ -117,10 +117,22 @@ void cache_free(struct cache *c);
 /*
  * Read @len bytes at @off of @o. @reply runs exactly once: before cache_read returns when
  * every block is resident (or on an immediate error), else later from the thread that
- * completes the last fetch. @s may be NULL (no readahead).
+ * completes the last fetch, or from cache_cancel. @s may be NULL (no readahead). @ticket (from
+ * cache_ticket, or 0) names the read for cache_cancel while it waits.
  */
 void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
-		size_t len, cache_reply_fn reply, void *req);
+		size_t len, uint64_t ticket, cache_reply_fn reply, void *req);
+
+/* A fresh, non-zero ticket for cache_read, so the read can be cancelled by number. */
+uint64_t cache_ticket(struct cache *c);
+
+/*
+ * Cancel the read made with @ticket if it is still waiting: it is answered now with -EINTR,
+ * its pins are dropped, and a fetch that nobody waits for any more and that has not started
+ * (queued behind the limiter) is dropped too. A read already answered, or answering, is left
+ * alone; a ticket of 0, or unknown, is ignored. Never call it from the reply callback.
+ */
+void cache_cancel(struct cache *c, uint64_t ticket);
 
 /* The tier a miss of @o would go to now: CACHE_LAG when lagging is on and the object is older
  * than hot_ttl, else CACHE_HOT. */

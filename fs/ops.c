@@ -296,6 +296,34 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 	free(rr);
 }
 
+struct cancel {
+	struct cache *c;
+	uint64_t ticket;
+};
+
+static void cancel_now(void *arg)
+{
+	struct cancel *cn = arg;
+
+	cache_cancel(cn->c, cn->ticket);
+	free(cn);
+}
+
+/* Called by libfuse with the request's lock held, maybe from inside fuse_req_interrupt_func:
+ * answering here could free the request under that lock, so the I/O thread does it. */
+static void on_interrupt(fuse_req_t req, void *data)
+{
+	struct mount *m = M(req);
+	struct cancel *cn = malloc(sizeof(*cn));
+
+	if (!cn)
+		return;
+	cn->c = m->c;
+	cn->ticket = (uint64_t)(uintptr_t)data;
+	if (backend_defer(m->b, 0, cancel_now, cn) < 0)
+		free(cn);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -323,7 +351,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rr->m = m;
 	rr->o = fh->obj;
 	fobj_get(rr->o);
-	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, reply_read_logged, rr);
+	/* A reader killed while its read waits (for the limiter, a slow store) must not stay a
+	 * zombie until the data comes: the kernel sends an interrupt, which cancels the read. */
+	uint64_t ticket = cache_ticket(m->c);
+	fuse_req_interrupt_func(req, on_interrupt, (void *)(uintptr_t)ticket);
+	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, ticket, reply_read_logged, rr);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -392,7 +392,7 @@ static bool rd(struct cache *c, const struct cache_obj *o, struct cache_stream *
 	       size_t len, struct rep *r)
 {
 	rep_init(r, o, off, len);
-	cache_read(c, o, s, off, len, on_reply, r);
+	cache_read(c, o, s, off, len, 0, on_reply, r);
 	return r->calls > 0;
 }
 
@@ -1682,6 +1682,99 @@ static void test_readahead_lagging(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Cancellation (the kernel's interrupt of a killed reader)
+ * ------------------------------------------------------------------------------------------ */
+
+/* Start a cancellable read into @r. */
+static bool rd_t(struct cache *c, const struct cache_obj *o, uint64_t off, size_t len,
+		 uint64_t ticket, struct rep *r)
+{
+	rep_init(r, o, off, len);
+	cache_read(c, o, NULL, off, len, ticket, on_reply, r);
+	return r->calls > 0;
+}
+
+/*
+ * A read the kernel interrupts (its reader was killed) is answered -EINTR at once; a fetch
+ * queued behind the limiter that nobody waits for any more is dropped and never starts; a
+ * fetch others still wait on goes on and answers them; answered tickets are ignored.
+ */
+static void test_cancel(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj old;
+	struct rep a = {0}, b = {0}, q = {0}, j1 = {0}, j2 = {0}, hit = {0};
+	struct cache_stats st;
+	uint64_t ta, tb, tq, tj;
+
+	(void)state;
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = 2ull * BS; /* two blocks pass, the rest wait */
+	c = mk(&cfg);
+	old = mkobj(&fo, 91, 8ull * BS, OLD);
+	ta = cache_ticket(c);
+	tb = cache_ticket(c);
+	tq = cache_ticket(c);
+	tj = cache_ticket(c);
+	assert_true(ta && tb && tq && tj && ta != tb);
+
+	/* two reads start fetches, the third waits for the limiter */
+	assert_false(rd_t(c, &old, 0, BS, ta, &a));
+	assert_false(rd_t(c, &old, BS, BS, tb, &b));
+	assert_false(rd_t(c, &old, 2 * BS, BS, tq, &q));
+	assert_int_equal(W.nopen, 2);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 1);
+	long holds = W.holds;
+
+	/* cancelling the queued one answers it and drops its fetch: its hold goes, no timer
+	 * ever starts it */
+	cache_cancel(c, tq);
+	check_err(&q, -EINTR);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 0);
+	assert_int_equal(W.holds, holds - 1);
+	cache_cancel(c, tq); /* twice: ignored */
+	assert_int_equal(q.calls, 1);
+	W.mono += NS;
+	fire_due();
+	assert_int_equal(W.nf, 2);
+
+	/* cancelling a read whose fetch runs: the fetch goes on, into the cache */
+	cache_cancel(c, ta);
+	check_err(&a, -EINTR);
+	complete_blk(91, 0, 0);
+	assert_int_equal(a.calls, 1);
+	assert_true(rd(c, &old, NULL, 0, BS, &hit));
+	check_ok(&hit);
+
+	/* two readers of one block, one cancelled: the other still gets its bytes */
+	assert_false(rd_t(c, &old, BS, BS, tj, &j1));
+	assert_false(rd(c, &old, NULL, BS, BS, &j2));
+	cache_cancel(c, tj);
+	check_err(&j1, -EINTR);
+	assert_int_equal(j2.calls, 0);
+	complete_blk(91, 1, 0);
+	check_ok(&j2);
+	check_ok(&b);
+
+	/* answered tickets and ticket 0 are ignored */
+	cache_cancel(c, tb);
+	cache_cancel(c, 0);
+	assert_int_equal(b.calls, 1);
+
+	rep_done(&a);
+	rep_done(&b);
+	rep_done(&q);
+	rep_done(&j1);
+	rep_done(&j2);
+	rep_done(&hit);
+	shut(c);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Shutdown
  * ------------------------------------------------------------------------------------------ */
 
@@ -2229,7 +2322,7 @@ static void *t_reader(void *arg)
 		r->buf = malloc(r->want + 1);
 		if (!r->buf)
 			abort();
-		cache_read(t->c, o, next_rand(&rng) % 4 ? &s[k] : NULL, off, len, t_reply, r);
+		cache_read(t->c, o, next_rand(&rng) % 4 ? &s[k] : NULL, off, len, 0, t_reply, r);
 		/* like max_conns: let the fetcher catch up now and then */
 		pthread_mutex_lock(&T.lock);
 		while (T.n > T_MAXQ)
@@ -2353,6 +2446,7 @@ int main(void)
 	    cmocka_unit_test(test_readahead),
 	    cmocka_unit_test(test_readahead_lagging),
 	    cmocka_unit_test(test_free_queued),
+	    cmocka_unit_test(test_cancel),
 	    cmocka_unit_test(test_random),
 	    cmocka_unit_test(test_threads),
 	};
