@@ -28,6 +28,11 @@
  * grown by one per window of successful answers, never below 1 nor above max_conns. The stats
  * file shows the window and the count of slow-down answers.
  *
+ * A store that is down (a request failed with a transport error after all its retries)
+ * makes the requests queued behind it fail at once for one second rather than each waiting
+ * out its own timeout; after that, requests go out again and the first success shows the
+ * store is back.
+ *
  * Locking: io->lock guards the incoming lists and the stopping flag; everything else belongs
  * to the I/O thread alone. Stats are relaxed atomics.
  */
@@ -72,6 +77,7 @@ struct io {
 	struct timer *timers; /* sorted by due */
 	unsigned active, active_lag;
 	double window;           /* AIMD: transfers allowed at once, 1..max_conns */
+	uint64_t down_until;     /* the store failed at transport level: fail fast until then */
 	uint64_t last_cut_ns;    /* when the window was last halved */
 	struct io_req *running; /* transfers in the multi handle, linked by next */
 	CURL *pool[POOL_MAX];
@@ -149,10 +155,10 @@ static int curl_errno(CURLcode code, bool *ret_retry)
 		return 0;
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_COULDNT_RESOLVE_PROXY:
-		return -EHOSTUNREACH;
+		return -EIO; /* errmsg says which; a reader sees an I/O error */
 	case CURLE_COULDNT_CONNECT:
 		*ret_retry = true;
-		return -ECONNREFUSED;
+		return -EIO;
 	case CURLE_OPERATION_TIMEDOUT:
 		*ret_retry = true;
 		return -ETIMEDOUT;
@@ -576,6 +582,13 @@ static void start_queued(struct io *io)
 			r = dequeue(io, true);
 		if (!r)
 			return;
+		if (io->down_until && mono_ns() < io->down_until) {
+			r->err = -EIO;
+			snprintf(r->errmsg, sizeof(r->errmsg), "store unreachable (failing fast)");
+			r->done(r); /* the failure that tripped this was logged */
+			STAT_ADD(io, errors, 1);
+			continue;
+		}
 		int e = start_attempt(io, r);
 		if (e < 0) {
 			r->err = e;
@@ -660,6 +673,10 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 	}
 	if (r->err == -EAGAIN)
 		r->err = -EIO; /* the store kept asking us to slow down */
+	if (r->err && !r->status && retry)
+		io->down_until = mono_ns() + 1000000000ULL;
+	else if (!r->err)
+		io->down_until = 0;
 	finish(io, r);
 }
 
