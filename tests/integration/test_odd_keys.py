@@ -1,0 +1,210 @@
+"""Keys no real filesystem would allow, from a small fake S3 server, and secrets that must
+never leak.
+
+s3rver stores keys as files and falls over on the keys worth testing ("a//b", "..", 300-byte
+segments), so this module serves ListObjectsV2, HEAD and ranged GET itself from a dict of
+keys (stdlib http.server on 127.0.0.1, a free port, stopped in teardown). It checks that
+tierfs shows every key that can be a path, skips the ones that cannot without failing the
+listing, and reads the bytes of the long ones right. It also runs tierfs in the foreground
+with -d and looks for the secret key in everything tierfs prints or shows.
+"""
+
+import errno
+import os
+import re
+import threading
+import time
+import urllib.parse
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from xml.sax.saxutils import escape
+
+import pytest
+
+import harness
+
+BUCKET = "odd"
+SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY-odd"
+ENV = {"AWS_ACCESS_KEY_ID": "AKIDODDKEYS", "AWS_SECRET_ACCESS_KEY": SECRET,
+       "AWS_SESSION_TOKEN": "session-token-odd-keys"}
+
+LONG = "long/" + "L" * 255 + "/" + "M" * 255 + "/" + "N" * 255 + "/" + "O" * 250  # 1,024 bytes
+KEYS = {
+    "ok.txt": b"plain",
+    "a//b.txt": b"empty segment",          # "a" is a directory; its "" child is skipped
+    "dots/../x.txt": b"dotdot",            # ".." skipped
+    "dots/./y.txt": b"dot",                # "." skipped
+    "dots/z.txt": b"the real one",
+    "tab\there.txt": b"a tab is a legal file name byte",
+    "trail/": b"",                         # a directory marker, not a file
+    "toolong/" + "P" * 300: b"segment past 255 bytes",  # skipped
+    LONG: bytes(range(256)) * 300,         # 76,800 bytes in a 1,024-byte key
+    "pct %41%2F+.bin": b"percent and plus",
+    "err/boom.bin": b"listed, but every GET fails with 500",
+}
+# What the mount must show: path -> bytes, and the directories.
+FILES = {"ok.txt": KEYS["ok.txt"], "dots/z.txt": KEYS["dots/z.txt"],
+         "tab\there.txt": KEYS["tab\there.txt"], LONG: KEYS[LONG],
+         "pct %41%2F+.bin": KEYS["pct %41%2F+.bin"]}
+DIRS = {"a", "err", "dots", "trail", "toolong", "long", "long/" + "L" * 255,
+        "long/" + "L" * 255 + "/" + "M" * 255, "long/" + "L" * 255 + "/" + "M" * 255 + "/" +
+        "N" * 255}
+MTIME = int(time.time())
+
+
+def _etag(body):
+    return '"%08x%08x"' % (len(body), sum(body) & 0xffffffff)
+
+
+class FakeS3(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen_auth = []
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code, body=b"", headers=()):
+        self.send_response(code)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _key(self, path):
+        prefix = f"/{BUCKET}/"
+        return urllib.parse.unquote(path[len(prefix):]) if path.startswith(prefix) else None
+
+    def do_GET(self):
+        FakeS3.seen_auth.append(self.headers.get("Authorization", ""))
+        url = urllib.parse.urlsplit(self.path)
+        if url.path in (f"/{BUCKET}", f"/{BUCKET}/") and "list-type=2" in url.query:
+            return self._list(urllib.parse.parse_qs(url.query, keep_blank_values=True))
+        key = self._key(url.path)
+        if key not in KEYS:
+            return self._send(404, b"<Error><Code>NoSuchKey</Code></Error>")
+        if key.startswith("err/"):
+            return self._send(500, b"<Error><Code>InternalError</Code></Error>")
+        body = KEYS[key]
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        hdrs = [("ETag", _etag(body)), ("Last-Modified", formatdate(MTIME, usegmt=True))]
+        if not m:
+            return self._send(200, body, hdrs)
+        a, b = int(m.group(1)), min(int(m.group(2)), len(body) - 1)
+        hdrs.append(("Content-Range", f"bytes {a}-{b}/{len(body)}"))
+        return self._send(206, body[a:b + 1], hdrs)
+
+    def do_HEAD(self):
+        key = self._key(urllib.parse.urlsplit(self.path).path)
+        if key not in KEYS:
+            return self._send(404)
+        body = KEYS[key]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("ETag", _etag(body))
+        self.send_header("Last-Modified", formatdate(MTIME, usegmt=True))
+        self.end_headers()
+
+    def _list(self, q):
+        prefix = q.get("prefix", [""])[0]
+        delim = q.get("delimiter", [""])[0]
+        contents, prefixes = [], set()
+        for k in sorted(KEYS):
+            if not k.startswith(prefix):
+                continue
+            rest = k[len(prefix):]
+            if delim and delim in rest:
+                prefixes.add(prefix + rest[:rest.index(delim) + 1])
+            else:
+                contents.append(k)
+        lm = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(MTIME))
+        xml = ['<?xml version="1.0" encoding="UTF-8"?>',
+               '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
+               f"<Name>{BUCKET}</Name><Prefix>{escape(prefix)}</Prefix>",
+               f"<KeyCount>{len(contents) + len(prefixes)}</KeyCount>",
+               "<IsTruncated>false</IsTruncated>"]
+        for k in contents:
+            xml.append(f"<Contents><Key>{escape(k)}</Key><LastModified>{lm}</LastModified>"
+                       f"<ETag>{escape(_etag(KEYS[k]))}</ETag><Size>{len(KEYS[k])}</Size>"
+                       "</Contents>")
+        for p in sorted(prefixes):
+            xml.append(f"<CommonPrefixes><Prefix>{escape(p)}</Prefix></CommonPrefixes>")
+        xml.append("</ListBucketResult>")
+        self._send(200, "".join(xml).encode(), [("Content-Type", "application/xml")])
+
+
+@pytest.fixture
+def fake_s3():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), FakeS3)
+    srv.daemon_threads = True
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    FakeS3.seen_auth = []
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _opts(endpoint):
+    return [f"endpoint={endpoint}", "path_style", "region=us-east-1", "block_size=64K"]
+
+
+def test_odd_keys_become_a_sane_tree(mount, fake_s3):
+    m = mount(f"s3://{BUCKET}", _opts(fake_s3), env=ENV)
+    got_files, got_dirs = {}, set()
+    for root, dirs, files in os.walk(m.mnt):
+        rel = os.path.relpath(root, m.mnt)
+        for d in dirs:
+            got_dirs.add(d if rel == "." else f"{rel}/{d}")
+        for f in files:
+            p = f if rel == "." else f"{rel}/{f}"
+            if p.startswith("err/"):
+                continue
+            with open(m.path(p), "rb") as fh:
+                got_files[p] = fh.read()
+    assert got_dirs == DIRS
+    assert set(got_files) == set(FILES)
+    for p, body in FILES.items():
+        assert got_files[p] == body, f"{p!r}: wrong bytes"
+    assert os.listdir(m.path("a")) == [] and os.listdir(m.path("toolong")) == []
+    assert os.listdir(m.path("trail")) == []
+    # every request was signed, with our key id, never with the secret in clear
+    assert FakeS3.seen_auth and all(a.startswith("AWS4-HMAC-SHA256 Credential=AKIDODDKEYS/")
+                                    for a in FakeS3.seen_auth if a)
+    assert not any(SECRET in a for a in FakeS3.seen_auth)
+
+
+def test_secret_never_shown(mount, fake_s3):
+    """Foreground with -d (every FUSE request logged): the secret key and the session token
+    appear nowhere tierfs writes or shows, nor in its command line."""
+    m = mount(f"s3://{BUCKET}", _opts(fake_s3) + ["retries=1"], env=ENV, foreground=True)
+    with open(m.path("ok.txt"), "rb") as fh:
+        assert fh.read() == KEYS["ok.txt"]
+    with pytest.raises(FileNotFoundError):
+        open(m.path("no-such-key"), "rb")
+    # a failing read is logged (with the URL and the cause): make one
+    with pytest.raises(OSError) as e, open(m.path("err/boom.bin"), "rb") as fh:
+        fh.read()
+    assert e.value.errno == errno.EIO
+    shown = []
+    for f in (".tierfs/stats", ".tierfs/config"):
+        with open(m.path(f)) as fh:
+            shown.append(fh.read())
+    shown.append(open(f"/proc/{m.proc.pid}/cmdline", "rb").read().decode(errors="replace"))
+    shown.append(open(f"/proc/{m.proc.pid}/environ", "rb").read().decode(errors="replace")
+                 .replace(SECRET, "") .replace(ENV["AWS_SESSION_TOKEN"], ""))
+    log = harness.tail(m.log, 10**7)
+    text = "\n".join(shown) + log
+    assert "endpoint=" in shown[1]
+    assert "err/boom.bin" in log, f"the failed read was not logged: {log[-2000:]}"
+    assert SECRET not in text and ENV["AWS_SESSION_TOKEN"] not in text
+
+
+def test_secret_as_option_is_refused(mountpoint, tierfs_bin):
+    rc, _, err = harness.run_tierfs(
+        [f"s3://{BUCKET}", str(mountpoint), "-o", f"aws_secret_access_key={SECRET}"])
+    assert rc != 0 and not harness.mounted(mountpoint)
+    assert len(err) == 1 and "/proc" in err[0] and SECRET not in err[0]
