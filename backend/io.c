@@ -28,10 +28,11 @@
  * grown by one per window of successful answers, never below 1 nor above max_conns. The stats
  * file shows the window and the count of slow-down answers.
  *
- * A store that is down (a request failed with a transport error after all its retries)
- * makes the requests queued behind it fail at once for one second rather than each waiting
- * out its own timeout; after that, requests go out again and the first success shows the
- * store is back.
+ * A store that refuses connections (a request could not connect even after its retries)
+ * fails the requests queued behind it at once, rather than each going through its own
+ * retries; requests submitted afterwards go out as usual, so reads recover as soon as the
+ * store is back. A request that merely timed out says nothing about the others and trips
+ * nothing.
  *
  * Locking: io->lock guards the incoming lists and the stopping flag; everything else belongs
  * to the I/O thread alone. Stats are relaxed atomics.
@@ -77,7 +78,6 @@ struct io {
 	struct timer *timers; /* sorted by due */
 	unsigned active, active_lag;
 	double window;           /* AIMD: transfers allowed at once, 1..max_conns */
-	uint64_t down_until;     /* the store failed at transport level: fail fast until then */
 	uint64_t last_cut_ns;    /* when the window was last halved */
 	struct io_req *running; /* transfers in the multi handle, linked by next */
 	CURL *pool[POOL_MAX];
@@ -170,8 +170,8 @@ static int curl_errno(CURLcode code, bool *ret_retry)
 	case CURLE_SSL_CONNECT_ERROR:
 		return -EPROTO;
 	case CURLE_URL_MALFORMAT:
-	case CURLE_UNSUPPORTED_PROTOCOL:
 		return -EINVAL;
+	case CURLE_UNSUPPORTED_PROTOCOL: /* also "Received HTTP/0.9": junk on a kept connection */
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
 	case CURLE_PARTIAL_FILE:
@@ -582,13 +582,6 @@ static void start_queued(struct io *io)
 			r = dequeue(io, true);
 		if (!r)
 			return;
-		if (io->down_until && mono_ns() < io->down_until) {
-			r->err = -EIO;
-			snprintf(r->errmsg, sizeof(r->errmsg), "store unreachable (failing fast)");
-			r->done(r); /* the failure that tripped this was logged */
-			STAT_ADD(io, errors, 1);
-			continue;
-		}
 		int e = start_attempt(io, r);
 		if (e < 0) {
 			r->err = e;
@@ -615,6 +608,21 @@ static void running_unlink(struct io *io, struct io_req *r)
 	if (*pp)
 		*pp = r->next;
 	r->next = NULL;
+}
+
+/* Fail every request waiting for a slot (not the running ones), with EIO and @why. */
+static void fail_queued(struct io *io, const char *why)
+{
+	struct io_req *r;
+
+	for (int lag = 0; lag < 2; lag++) {
+		while ((r = dequeue(io, lag))) {
+			r->err = -EIO;
+			snprintf(r->errmsg, sizeof(r->errmsg), "%s", why);
+			STAT_ADD(io, errors, 1);
+			r->done(r); /* the failure that caused this was logged */
+		}
+	}
 }
 
 static void transfer_done(struct io *io, CURL *e, CURLcode code)
@@ -673,11 +681,9 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 	}
 	if (r->err == -EAGAIN)
 		r->err = -EIO; /* the store kept asking us to slow down */
-	if (r->err && !r->status && retry)
-		io->down_until = mono_ns() + 1000000000ULL;
-	else if (!r->err)
-		io->down_until = 0;
 	finish(io, r);
+	if (code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST)
+		fail_queued(io, "store unreachable: an earlier request could not connect");
 }
 
 static void take_incoming(struct io *io, bool *ret_stopping)

@@ -85,6 +85,10 @@ void ns_dir_put(struct ns_dir *d);
 /* Path of @ino ("" for the root), copied into @buf. @return 0, -ENOENT, -ENAMETOOLONG. */
 int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len);
 
+/* A read of version @id of @ino found the object changed (ESTALE): make the next open and
+ * the next lookup in its directory ask the store again, whatever metadata_ttl says. */
+void ns_stale(struct ns *ns, uint64_t ino, uint64_t id);
+
 /* The current version of file @ino without revalidating. @return 0 and a ref, or -errno. */
 int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret);
 
@@ -106,6 +110,8 @@ struct mount {
 	uint64_t reads;           /* read requests answered (relaxed atomics) */
 	uint64_t read_errors;     /* read requests answered with an error */
 	uint64_t read_bytes;      /* bytes answered */
+	unsigned invals;          /* invalidation threads running; log_lock, signals inval_done */
+	pthread_cond_t inval_done;
 };
 
 /* An open file: an object version and its reader's position, or a control file's text. */

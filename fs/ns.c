@@ -59,6 +59,7 @@ struct node {
 	struct fobj *cur;    /* current known version (one ref), NULL until known */
 	uint64_t meta_ns;    /* when cur was last confirmed with an ETag */
 	uint64_t last_open_id; /* cur->id at the previous open */
+	bool stale;          /* a read found cur changed: revalidate at the next open */
 	/* directories */
 	struct listing *list;
 };
@@ -447,8 +448,10 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 		fobj_put(n->cur);
 		n->cur = o;
 	}
-	if (confirmed && m->etag[0])
+	if (confirmed && m->etag[0]) {
 		n->meta_ns = mono_ns();
+		n->stale = false;
+	}
 	return 0;
 }
 
@@ -611,8 +614,8 @@ int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same)
 		e = -EISDIR;
 		goto out;
 	}
-	if (!n->cur || (!ns->cfg.immutable &&
-			(!n->cur->etag[0] || !fresh(ns, n->meta_ns, mono_ns())))) {
+	if (!n->cur || n->stale ||
+	    (!ns->cfg.immutable && (!n->cur->etag[0] || !fresh(ns, n->meta_ns, mono_ns())))) {
 		char *path = strdup(n->path);
 
 		if (!path) {
@@ -638,6 +641,21 @@ int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same)
 out:
 	pthread_mutex_unlock(&ns->lock);
 	return e;
+}
+
+void ns_stale(struct ns *ns, uint64_t ino, uint64_t id)
+{
+	struct node *n, *p;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (n && n->cur && n->cur->id == id) {
+		n->stale = true;
+		p = find_ino(ns, n->parent);
+		if (p && p->list)
+			p->list->time_ns = 0;
+	}
+	pthread_mutex_unlock(&ns->lock);
 }
 
 int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret)

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,7 +275,58 @@ struct read_req {
 	fuse_req_t req;
 	struct mount *m;
 	struct fobj *o;
+	fuse_ino_t ino;
 };
+
+struct inval {
+	struct mount *m;
+	fuse_ino_t ino;
+};
+
+static void *inval_thread(void *arg)
+{
+	struct inval *iv = arg;
+	struct mount *m = iv->m;
+
+	fuse_lowlevel_notify_inval_inode(m->se, iv->ino, 0, 0);
+	free(iv);
+	pthread_mutex_lock(&m->log_lock);
+	if (--m->invals == 0)
+		pthread_cond_broadcast(&m->inval_done);
+	pthread_mutex_unlock(&m->log_lock);
+	return NULL;
+}
+
+/*
+ * The object behind @ino changed: forget what we know of it, and have the kernel drop its
+ * cached attributes and pages, so a reopen sees the new version whole. The kernel may wait
+ * for pages whose reads the I/O thread is about to answer, so this runs on a thread of its
+ * own, never on the I/O thread or a FUSE worker.
+ */
+static void object_changed(struct mount *m, fuse_ino_t ino, const struct fobj *o)
+{
+	struct inval *iv = malloc(sizeof(*iv));
+	pthread_attr_t attr;
+	pthread_t t;
+
+	ns_stale(m->ns, ino, o->id);
+	if (!iv)
+		return;
+	iv->m = m;
+	iv->ino = ino;
+	pthread_mutex_lock(&m->log_lock);
+	m->invals++;
+	pthread_mutex_unlock(&m->log_lock);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &attr, inval_thread, iv) != 0) {
+		free(iv);
+		pthread_mutex_lock(&m->log_lock);
+		m->invals--;
+		pthread_mutex_unlock(&m->log_lock);
+	}
+	pthread_attr_destroy(&attr);
+}
 
 static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int err)
 {
@@ -284,6 +336,8 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 	if (err) {
 		__atomic_fetch_add(&rr->m->read_errors, 1, __ATOMIC_RELAXED);
 		log_read_error(rr->m, rr->o, err);
+		if (err == -ESTALE)
+			object_changed(rr->m, rr->ino, rr->o);
 	} else {
 		size_t total = 0;
 
@@ -309,13 +363,44 @@ static void cancel_now(void *arg)
 	free(cn);
 }
 
+/*
+ * Is thread @tid being killed? The kernel interrupts a waiting request for any signal, but
+ * a reader stopped and continued, or one whose handler returns, must not see EINTR from a
+ * regular file; only a dying one must be let go. A fatal signal shows as SIGKILL pending on
+ * every thread of the process (/proc/TID/status, SigPnd or ShdPnd).
+ */
+static bool being_killed(pid_t tid)
+{
+	char path[64], line[256];
+	bool dying = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	f = fopen(path, "re");
+	if (!f)
+		return true; /* gone already */
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long mask;
+
+		if ((sscanf(line, "SigPnd: %llx", &mask) == 1 ||
+		     sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
+		    (mask & (1ULL << (SIGKILL - 1))))
+			dying = true;
+	}
+	fclose(f);
+	return dying;
+}
+
 /* Called by libfuse with the request's lock held, maybe from inside fuse_req_interrupt_func:
  * answering here could free the request under that lock, so the I/O thread does it. */
 static void on_interrupt(fuse_req_t req, void *data)
 {
 	struct mount *m = M(req);
-	struct cancel *cn = malloc(sizeof(*cn));
+	struct cancel *cn;
 
+	if (!being_killed(fuse_req_ctx(req)->pid))
+		return; /* the read goes on; the kernel keeps waiting for it */
+	cn = malloc(sizeof(*cn));
 	if (!cn)
 		return;
 	cn->c = m->c;
@@ -350,9 +435,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rr->req = req;
 	rr->m = m;
 	rr->o = fh->obj;
+	rr->ino = ino;
 	fobj_get(rr->o);
 	/* A reader killed while its read waits (for the limiter, a slow store) must not stay a
-	 * zombie until the data comes: the kernel sends an interrupt, which cancels the read. */
+	 * zombie until the data comes: the kernel's interrupt cancels the read if the reader is
+	 * dying (other signals leave it alone). */
 	uint64_t ticket = cache_ticket(m->c);
 	fuse_req_interrupt_func(req, on_interrupt, (void *)(uintptr_t)ticket);
 	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, ticket, reply_read_logged, rr);
@@ -701,6 +788,7 @@ int fs_main(struct fs_opts *o)
 
 	pthread_mutex_init(&m.log_lock, NULL);
 	pthread_mutex_init(&m.opts_lock, NULL);
+	pthread_cond_init(&m.inval_done, NULL);
 	r = backend_new(&bc, &m.b, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
@@ -798,6 +886,10 @@ out:
 	/* answer everything still waiting before the cache goes */
 	if (m.b)
 		backend_stop(m.b);
+	pthread_mutex_lock(&m.log_lock);
+	while (m.invals)
+		pthread_cond_wait(&m.inval_done, &m.log_lock);
+	pthread_mutex_unlock(&m.log_lock);
 	cache_free(m.c);
 	ns_free(m.ns);
 	backend_free(m.b);
@@ -809,5 +901,6 @@ out:
 	free(fsname);
 	pthread_mutex_destroy(&m.log_lock);
 	pthread_mutex_destroy(&m.opts_lock);
+	pthread_cond_destroy(&m.inval_done);
 	return status;
 }

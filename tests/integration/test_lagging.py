@@ -19,6 +19,7 @@ own clock); every wait for a condition polls it against a deadline.
 
 import errno
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -279,6 +280,7 @@ def _tail_round(m, rels, data, buf):
     return [r for r in rels if lu.read_direct(m.path(r), buf) != data[r]]
 
 
+@pytest.mark.concurrency
 def test_replay_does_not_evict_the_tail(mount, store, record_property):
     """hot_size=64M, block_size=1M. A tail reader re-reads a 32 MiB working set of new objects
     with O_DIRECT while another process replays 256 MiB of old objects (lagging_rate=0, so it
@@ -355,6 +357,7 @@ def test_replay_does_not_evict_the_tail(mount, store, record_property):
     assert set(resident.values()) == {"hot=0"}, resident
 
 
+@pytest.mark.concurrency
 def test_throttled_replay_does_not_stall_the_tail(mount, store, record_property):
     """A replay of 24 old objects at once (more readers than tierfs has FUSE worker threads)
     through lagging_rate=1M queues its fetches behind the limiter. A tail reader's cold reads
@@ -403,6 +406,7 @@ def test_throttled_replay_does_not_stall_the_tail(mount, store, record_property)
     assert int(out) == len(replay) * OLD_SIZE
 
 
+@pytest.mark.concurrency
 def test_slow_lagging_fetches_leave_connections_for_the_tail(mount, store, tmp_path,
                                                             record_property):
     """A server that sends old objects slowly (nginx limit_rate 200k: a 1 MiB block takes
@@ -489,6 +493,46 @@ def test_killed_reader_is_released_while_throttled(mount, store, record_property
     assert gone_after is not None, (
         "a reader killed while its read was throttled was still there 3 s later: tierfs "
         "does not answer FUSE_INTERRUPT for reads parked behind the limiter")
+
+
+STOPPED_READER = r"""
+import os, signal, sys
+signal.signal(signal.SIGUSR1, lambda *a: None)   # a handler that returns (SA_RESTART)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+data = b""
+while True:
+    b = os.read(fd, 1 << 20)
+    if not b:
+        break
+    data += b
+sys.stdout.write(str(len(data)))
+"""
+
+
+def test_signals_do_not_interrupt_a_waiting_read(mount, store):
+    """Signals that do not kill (SIGSTOP/SIGCONT, a SIGUSR1 whose handler returns) reach a
+    reader whose read waits for the limiter: the kernel interrupts the request, but tierfs
+    lets the read go on, so the reader gets every byte and no EINTR. Only a dying reader's
+    read is cancelled (test_killed_reader_is_released_while_throttled)."""
+    m = mount(store.nginx.url, BASE + ["lagging_rate=1M", "lagging_burst=1M", "readahead=0"])
+    rel = store.old[0]
+    want = os.path.getsize(store.nginx.root / rel)
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_READER, m.path(rel)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        harness.wait_until(
+            lambda: lu.stats(m.mnt).v("throttle_queued_fetches", "lagging") >= 1, 20,
+            "the reader's read to wait for the limiter")
+        for sig in (signal.SIGSTOP, signal.SIGCONT, signal.SIGUSR1, signal.SIGUSR1):
+            proc.send_signal(sig)
+        os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"0")  # let it finish fast
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, f"the signalled reader failed: {err.decode()[-500:]}"
+    assert int(out) == want
 
 
 # ---------------------------------------------------------------------------------------------
