@@ -39,6 +39,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cache.h"
 #include "cache_i.h"
@@ -47,11 +48,27 @@
 #define STACK_PIECES 32     /* a 1 MiB read with 64 KiB blocks touches 17 */
 #define MAX_READ_BLOCKS 4096 /* refuse absurd reads rather than allocate for them */
 
-/* Heap buffer for a block fetched while every segment of its ring was pinned. */
+/* A block fetched while every segment of its ring was pinned: mapped for the fetch and
+ * unmapped when its last reader is done, so its memory goes back to the system at once
+ * (freed heap memory of this size would stay in the process). */
 struct bounce {
 	unsigned refs; /* flight + each waiter; c->lock */
+	size_t size;   /* of the mapping */
 	char data[];
 };
+
+static struct bounce *bounce_new(uint32_t len)
+{
+	size_t size = sizeof(struct bounce) + len;
+	struct bounce *b = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				-1, 0);
+
+	if (b == MAP_FAILED)
+		return NULL;
+	b->refs = 1;
+	b->size = size;
+	return b;
+}
 
 struct piece;
 struct pread;
@@ -72,6 +89,7 @@ struct flight {
 	struct piece *waiters;  /* pieces of parked reads waiting on this block; c->lock */
 	uint64_t queued_ns;     /* when it entered the throttle queue, 0 if it did not */
 	bool queued;            /* in the throttle queue now; c->lock */
+	bool running;           /* let out of the throttle queue: counted in lag_running */
 };
 
 /* One block's part of a read. */
@@ -120,6 +138,8 @@ struct cache {
 	struct flight *qhead, *qtail;           /* lagging flights waiting for tokens; c->lock */
 	struct rl rl;                           /* c->lock */
 	uint64_t timer_due;      /* earliest armed drain timer, UINT64_MAX if none; c->lock */
+	uint64_t lag_inflight_max; /* lagging fetches at once: half the blocks its ring holds */
+	uint64_t lag_running;    /* lagging flights let out of the queue, not yet done; c->lock */
 	uint64_t hot_ttl;        /* seconds; read without lock (atomic) */
 };
 
@@ -214,7 +234,7 @@ static void bounce_put(struct cache *c, struct bounce *b)
 	left = --b->refs;
 	pthread_mutex_unlock(&c->lock);
 	if (!left)
-		free(b);
+		munmap(b, b->size);
 }
 
 static void piece_release(struct cache *c, struct piece *p)
@@ -283,12 +303,11 @@ static void flight_start(struct flight *f)
 		f->have_ref = true;
 		dst = f->ref.data;
 	} else {
-		f->bounce = malloc(sizeof(*f->bounce) + f->len);
+		f->bounce = bounce_new(f->len);
 		if (!f->bounce) {
 			flight_done(f, -ENOMEM);
 			return;
 		}
-		f->bounce->refs = 1;
 		dst = f->bounce->data;
 		STAT_ADD(c, f->tier, bounces, 1);
 	}
@@ -320,7 +339,13 @@ static struct flight *drain(struct cache *c, uint64_t now)
 
 	while (c->qhead) {
 		struct flight *f = c->qhead;
-		uint64_t wait = rl_take(&c->rl, f->len, now);
+		uint64_t wait;
+
+		/* no more fetches at once than the tier can hold: the rest would bounce; a
+		 * completion drains again */
+		if (c->lag_running >= c->lag_inflight_max)
+			break;
+		wait = rl_take(&c->rl, f->len, now);
 
 		if (wait) {
 			uint64_t due = now + wait;
@@ -345,6 +370,8 @@ static struct flight *drain(struct cache *c, uint64_t now)
 			c->qtail = NULL;
 		f->qnext = NULL;
 		f->queued = false;
+		f->running = true;
+		c->lag_running++;
 		STAT_SUB(c, CACHE_LAG, queued, 1);
 		if (f->queued_ns && now > f->queued_ns) {
 			STAT_ADD(c, CACHE_LAG, throttle_waits, 1);
@@ -456,6 +483,8 @@ static void flight_done(void *arg, int err)
 
 	pthread_mutex_lock(&c->lock);
 	flight_unlink(c, f);
+	if (f->running)
+		c->lag_running--;
 	for (struct piece *p = f->waiters, *next; p; p = next) {
 		struct pread *pr = p->pr;
 
@@ -812,6 +841,7 @@ int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct c
 	}
 	now = now_ns(c);
 	rl_init(&c->rl, cfg->lagging_rate, cfg->lagging_burst, cfg->lagging_ops, now);
+	c->lag_inflight_max = cfg->lagging ? cfg->lagging_size / cfg->block_size / 2 : 1;
 	*ret = c;
 	return 0;
 fail:

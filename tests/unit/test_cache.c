@@ -1294,6 +1294,7 @@ static void test_throttle_charges(void **state)
 	 * 16th block waits for 1000 bytes' worth of time, not a whole block's */
 	cfg.lagging_rate = MIB;
 	cfg.lagging_burst = MIB;
+	cfg.lagging_size = 64ull * BS; /* room for 32 fetches at once: the cap stays out of it */
 	c = mk(&cfg);
 	small = mkobj(&fs, 91, 5ull * BS + 1000, OLD);
 	big = mkobj(&fb, 92, 16ull * BS, OLD);
@@ -1405,6 +1406,50 @@ static void test_set_limits(void **state)
 	st = stats(c);
 	assert_int_equal(st.tier[CACHE_LAG].queued, 0);
 	assert_int_equal(st.tier[CACHE_LAG].inflight, 0);
+	shut(c);
+}
+
+/*
+ * No more lagging fetches run at once than half the blocks the lagging tier holds: more would
+ * find every segment pinned and fetch into bounce buffers that are never cached. A completion
+ * lets the next one go.
+ */
+static void test_lagging_inflight_cap(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj old;
+	struct rep r[10] = {{0}};
+	struct cache_stats st;
+
+	(void)state;
+	cfg.lagging_size = 8ull * BS; /* the smallest tier: 4 fetches at once */
+	c = mk(&cfg);
+	old = mkobj(&fo, 95, 10ull * BS, OLD);
+	for (int i = 0; i < 10; i++)
+		assert_false(rd(c, &old, NULL, (uint64_t)i * BS, BS, &r[i]));
+	assert_int_equal(W.nopen, 4);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 6);
+	assert_int_equal(W.tpending, 0); /* not the limiter: nothing to wait for but a slot */
+	complete_blk(95, 0, 0);
+	assert_int_equal(W.nopen, 4);
+	assert_int_equal(W.nf, 5);
+	complete_blk(95, 1, -EIO); /* a failure frees its slot too */
+	assert_int_equal(W.nf, 6);
+	while (W.nopen)
+		complete_all(0);
+	assert_int_equal(W.nf, 10);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].bounces, 0);
+	assert_int_equal(st.tier[CACHE_LAG].queued, 0);
+	check_err(&r[1], -EIO);
+	for (int i = 0; i < 10; i++) {
+		if (i != 1)
+			check_ok(&r[i]);
+		rep_done(&r[i]);
+	}
 	shut(c);
 }
 
@@ -2441,6 +2486,7 @@ int main(void)
 	    cmocka_unit_test(test_throttle_charges),
 	    cmocka_unit_test(test_set_limits),
 	    cmocka_unit_test(test_ops_limit),
+	    cmocka_unit_test(test_lagging_inflight_cap),
 	    cmocka_unit_test(test_defer_refused),
 	    cmocka_unit_test(test_commit_race),
 	    cmocka_unit_test(test_readahead),
