@@ -1,0 +1,1405 @@
+#!/usr/bin/env python3
+"""The tierfs benchmark suite, run by scripts/bench (which installs packages and builds first).
+
+Servers (127.0.0.1, free ports): one nginx with three listeners over one generated data set
+(JSON autoindex for tierfs, HTML autoindex for rclone and httpdirfs, and a reverse proxy in
+front of s3rver so that S3 traffic is counted in the same access log), and s3rver.
+
+Systems: tierfs (http, and s3 via s3rver), the ceilings bench/nullfs (null FUSE filesystem,
+same mount flags) and curl (one GET of the same object from the same server), the peers s3fs,
+rclone mount (--vfs-cache-mode full) and httpdirfs (--cache).
+
+Scenarios (interleaved runs A B C A B C ..., medians and min-max):
+  1 cold sequential read (fresh mount, source file warm in the server's page cache)
+  2 cached sequential re-read: same mount, the file's kernel page cache dropped with
+    posix_fadvise(DONTNEED) first, so the reads reach the filesystem's own cache
+  3 4 KiB random O_DIRECT reads of the cached object: IOPS, p50/p99 latency
+  4 16 readers of one cold object, reader i starting at i/16: bytes at the server / object
+  5 isolation: tail 4 KiB O_DIRECT re-reads of a hot working set, alone and during a replay
+    of old objects several times the cache size; tail hit ratio from .tierfs/stats
+  6 lagging rate accuracy at 20M and 100M: bytes at the server over time, burst subtracted
+  7 peak RSS (VmHWM) of every tierfs mount against hot_size + lagging_size
+
+Everything started here is recorded in RUN/state (mounts, pids) so that scripts/bench's trap
+can clean up even if this process is killed; this process cleans up itself on any exit.
+"""
+
+import argparse
+import atexit
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MiB = 1 << 20
+GiB = 1 << 30
+
+# ------------------------------------------------------------------------------------------
+# bookkeeping: every process and mount we start, so that nothing outlives us
+
+
+class State:
+    def __init__(self):
+        self.procs = []  # Popen objects we started (by pid only)
+        self.mounts = []  # mountpoints we mounted
+        self.file = None
+
+    def save(self):
+        if not self.file:
+            return
+        lines = [f"mount {m}" for m in self.mounts]
+        lines += [f"pid {p.pid}" for p in self.procs if p.poll() is None]
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(self.file)
+
+    def add_proc(self, p):
+        self.procs.append(p)
+        self.save()
+
+    def add_mount(self, m):
+        self.mounts.append(str(m))
+        self.save()
+
+    def drop_mount(self, m):
+        if str(m) in self.mounts:
+            self.mounts.remove(str(m))
+        self.save()
+
+
+STATE = State()
+
+
+def log(msg):
+    print(f"bench: {msg}", flush=True)
+
+
+def mountpoints():
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4]
+            out.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), mp))
+    return out
+
+
+def is_mounted(mnt):
+    return os.path.realpath(mnt) in mountpoints()
+
+
+def wait_until(pred, timeout, what, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def stop_proc(p, timeout=15):
+    """terminate, wait, kill: only processes we started (p is our Popen)."""
+    if p is None or p.poll() is not None:
+        return
+    try:
+        p.send_signal(signal.SIGCONT)
+        p.terminate()
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=timeout)
+    except ProcessLookupError:
+        pass
+
+
+def unmount(mnt, proc=None):
+    """Unmount @mnt (ours), then wait for its server @proc (ours) to end."""
+    mnt = str(mnt)
+    for i in range(10):
+        if not is_mounted(mnt):
+            break
+        r = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
+        if r.returncode == 0:
+            break
+        time.sleep(0.2 * (i + 1))
+    if is_mounted(mnt):
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+    if proc is not None:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            stop_proc(proc)
+    STATE.drop_mount(mnt)
+
+
+def cleanup():
+    for m in list(STATE.mounts):
+        try:
+            unmount(m)
+        except Exception as e:  # keep going: everything else must still stop
+            log(f"cleanup: unmounting {m}: {e}")
+    for p in STATE.procs:
+        stop_proc(p)
+    STATE.procs.clear()
+    STATE.save()
+
+
+def on_signal(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+# ------------------------------------------------------------------------------------------
+# helpers
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def run(cmd, timeout=None, check=True, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({r.returncode}): "
+                           f"{r.stderr.strip()[-2000:]}")
+    return r
+
+
+def preader(args, timeout=600):
+    r = run([str(PREADER)] + [str(a) for a in args], timeout=timeout)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def median(v):
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+
+
+def vm_hwm(pid):
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def size_opt(n):
+    return f"{n // MiB}M"
+
+
+# ------------------------------------------------------------------------------------------
+# the data set
+
+
+def write_object(path, size):
+    """@size bytes of incompressible data, 1 MiB at a time."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        left = size
+        while left:
+            n = min(left, MiB)
+            f.write(os.urandom(n))
+            left -= n
+    tmp.rename(path)
+
+
+def make_dataset(root, p):
+    """seq.bin, hot/hot-N.bin, old/old-N.bin; reused when already there with these sizes."""
+    want = {"seq.bin": p["seq_size"]}
+    for i in range(p["hot_files"]):
+        want[f"hot/hot-{i}.bin"] = p["hot_file_size"]
+    for i in range(p["old_files"]):
+        want[f"old/old-{i}.bin"] = p["old_file_size"]
+    for rel, size in want.items():
+        f = root / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        if not f.exists() or f.stat().st_size != size:
+            log(f"generating {rel} ({size // MiB} MiB)")
+            write_object(f, size)
+    # hot objects modified now, old ones a month ago (nginx's Last-Modified is the mtime)
+    now = time.time()
+    for rel in want:
+        t = now - 30 * 86400 if rel.startswith("old/") else now
+        os.utime(root / rel, (t, t))
+    return want
+
+
+def warm(paths):
+    """Read the source files once so the servers send them from the page cache."""
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(8 * MiB):
+                pass
+
+
+# ------------------------------------------------------------------------------------------
+# servers
+
+NGINX_CONF = """\
+daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    default_type application/octet-stream;
+    log_format bench '$msec $request_time $server_port $status $body_bytes_sent '
+                     '"$request_method" "$uri" "$http_range"';
+    access_log {d}/access.log bench;
+    client_body_temp_path {d}/tmp/body;
+    proxy_temp_path {d}/tmp/proxy;
+    fastcgi_temp_path {d}/tmp/fastcgi;
+    {extra_temp}
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 100000;
+    keepalive_timeout 120s;
+    server {{
+        listen 127.0.0.1:{json_port};
+        root {root};
+        autoindex on;
+        autoindex_format json;
+        etag on;
+    }}
+    server {{
+        listen 127.0.0.1:{html_port};
+        root {root};
+        autoindex on;
+        etag on;
+    }}
+    server {{
+        listen 127.0.0.1:{proxy_port};
+        client_max_body_size 0;
+        location / {{
+            proxy_pass http://127.0.0.1:{s3_port};
+            proxy_http_version 1.1;
+            proxy_set_header Host $http_host;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+        }}
+    }}
+}}
+"""
+
+
+class Nginx:
+    def __init__(self, d, root, s3_port):
+        self.dir, self.root, self.s3_port = Path(d), Path(root), s3_port
+
+    def start(self):
+        (self.dir / "tmp").mkdir(parents=True, exist_ok=True)
+        v = run(["nginx", "-V"]).stderr
+        extra = ""
+        if "--without-http_uwsgi_module" not in v:
+            extra += f"uwsgi_temp_path {self.dir}/tmp/uwsgi; "
+        if "--without-http_scgi_module" not in v:
+            extra += f"scgi_temp_path {self.dir}/tmp/scgi;"
+        for _ in range(3):
+            self.json_port, self.html_port, self.proxy_port = free_port(), free_port(), free_port()
+            conf = self.dir / "nginx.conf"
+            conf.write_text(NGINX_CONF.format(d=self.dir, root=self.root, extra_temp=extra,
+                                              json_port=self.json_port, html_port=self.html_port,
+                                              proxy_port=self.proxy_port, s3_port=self.s3_port))
+            out = open(self.dir / "stderr.log", "ab")
+            self.proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(self.dir)],
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                         start_new_session=True)
+            out.close()
+            STATE.add_proc(self.proc)
+            try:
+                wait_until(lambda: self.proc.poll() is not None or all(
+                    port_open(p) for p in (self.json_port, self.html_port, self.proxy_port)),
+                    20, "nginx")
+                if self.proc.poll() is None:
+                    return self
+            except RuntimeError:
+                pass
+            stop_proc(self.proc)
+        raise RuntimeError("nginx did not start: " + (self.dir / "error.log").read_text()[-2000:])
+
+    @property
+    def log_path(self):
+        return self.dir / "access.log"
+
+    def mark(self):
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def requests(self, since=0):
+        """[(start, end, port, status, bytes, method, uri, range)] logged after @since."""
+        out = []
+        with open(self.log_path, "rb") as f:
+            f.seek(since)
+            raw = f.read().decode("utf-8", "replace")
+        for line in raw.splitlines():
+            m = re.match(r'^(\S+) (\S+) (\d+) (\d+) (\d+) "([^"]*)" "([^"]*)" "([^"]*)"$', line)
+            if not m:
+                continue
+            end, rt = float(m.group(1)), float(m.group(2))
+            out.append((end - rt, end, int(m.group(3)), int(m.group(4)), int(m.group(5)),
+                        m.group(6), m.group(7), m.group(8)))
+        return out
+
+    def bytes_for(self, since, uri_pred, port=None):
+        return sum(r[4] for r in self.requests(since)
+                   if r[5] == "GET" and uri_pred(r[6]) and (port is None or r[2] == port))
+
+
+class S3rver:
+    def __init__(self, d):
+        self.dir = Path(d)
+
+    def start(self):
+        js = REPO / "tests/integration/node_modules/s3rver/bin/s3rver.js"
+        if not js.exists():
+            raise RuntimeError(f"{js} is missing: run scripts/bootstrap")
+        data = self.dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            self.port = free_port()
+            out = open(self.dir / "s3rver.log", "ab")
+            self.proc = subprocess.Popen(
+                [shutil.which("node") or "node", "--openssl-legacy-provider", str(js),
+                 "--address", "127.0.0.1", "--port", str(self.port), "--directory", str(data),
+                 "--silent"], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                start_new_session=True)
+            out.close()
+            STATE.add_proc(self.proc)
+            try:
+                wait_until(lambda: self.proc.poll() is not None or port_open(self.port), 30,
+                           "s3rver")
+                if self.proc.poll() is None:
+                    return self
+            except RuntimeError:
+                pass
+            stop_proc(self.proc)
+        raise RuntimeError("s3rver did not start: " + (self.dir / "s3rver.log").read_text()[-2000:])
+
+    def upload(self, bucket, key, path):
+        import botocore.session
+        from botocore.config import Config
+
+        c = botocore.session.get_session().create_client(
+            "s3", region_name="us-east-1", endpoint_url=f"http://127.0.0.1:{self.port}",
+            aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
+            config=Config(s3={"addressing_style": "path"}, proxies={}))
+        try:
+            c.create_bucket(Bucket=bucket)
+        except c.exceptions.BucketAlreadyOwnedByYou:
+            pass
+        with open(path, "rb") as f:
+            c.put_object(Bucket=bucket, Key=key, Body=f)
+        return c.head_object(Bucket=bucket, Key=key)["ContentLength"]
+
+
+# ------------------------------------------------------------------------------------------
+# filesystems under test
+
+
+class Mount:
+    """A FUSE mount we started in the foreground (so its pid is ours)."""
+
+    kind = "?"
+    cache_bytes = None  # configured cache memory, tierfs only
+
+    def __init__(self, name, mnt, cmd, env=None, log_path=None):
+        self.name, self.mnt, self.cmd, self.env = name, Path(mnt), cmd, env
+        self.log_path = log_path
+        self.proc = None
+
+    def start(self, timeout=60):
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        if is_mounted(self.mnt):
+            raise RuntimeError(f"{self.mnt} is already mounted")
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                     env=self.env, start_new_session=True)
+        if out is not subprocess.DEVNULL:
+            out.close()
+        STATE.add_proc(self.proc)
+        STATE.add_mount(self.mnt)
+        try:
+            wait_until(lambda: self.proc.poll() is not None or is_mounted(self.mnt), timeout,
+                       f"{self.name} to mount")
+        except RuntimeError:
+            self.stop()
+            raise
+        if self.proc.poll() is not None:
+            STATE.drop_mount(self.mnt)
+            tail = Path(self.log_path).read_text(errors="replace")[-1500:] if self.log_path else ""
+            raise RuntimeError(f"{self.name} exited ({self.proc.returncode}) before mounting: {tail}")
+        self.mount_seconds = time.monotonic() - t0
+        return self
+
+    def path(self, rel):
+        return self.mnt / rel
+
+    def hwm(self):
+        return vm_hwm(self.proc.pid) if self.proc else None
+
+    def stop(self):
+        unmount(self.mnt, self.proc)
+
+
+class Tierfs(Mount):
+    kind = "tierfs"
+
+    def __init__(self, name, mnt, url, opts, log_path, env=None):
+        self.opts = dict(opts)
+        o = ",".join(k if v is None else f"{k}={v}" for k, v in self.opts.items())
+        super().__init__(name, mnt, [str(TIERFS), url, str(mnt), "-f", "-o", o],
+                         env=env, log_path=log_path)
+        hot = parse_size(self.opts.get("hot_size", "1G"))
+        lag = 0 if self.opts.get("lagging") == "off" else parse_size(
+            self.opts.get("lagging_size", "128M"))
+        self.cache_bytes = hot + lag
+
+    def stats(self):
+        out = {}
+        text = (self.mnt / ".tierfs" / "stats").read_text()
+        for line in text.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+        return out
+
+
+def parse_size(s):
+    m = re.fullmatch(r"(\d+)([KMGT]?)", str(s))
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30,
+                              "T": 1 << 40}[m.group(2)]
+
+
+def stat_delta(a, b, key):
+    return b.get(key, 0) - a.get(key, 0)
+
+
+# ------------------------------------------------------------------------------------------
+# the bench
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.quick = args.quick
+        q = self.quick
+        self.p = {
+            "seq_size": 256 * MiB if q else GiB,
+            "runs": args.runs or (3 if q else 5),
+            "rand_seconds": 2 if q else 5,  # per system and run, in 0.5 s slices
+            "cached_passes": 2 if q else 3,  # cached re-reads per system and run
+            "multi_runs": 2 if q else 3,
+            "hot_files": 4,
+            "hot_file_size": 32 * MiB if q else 64 * MiB,
+            "old_files": 4 if q else 10,
+            "old_file_size": 256 * MiB,
+            "iso_hot_size": 192 * MiB if q else 384 * MiB,
+            "iso_lagging_size": 32 * MiB,  # the smallest lagging tier (8 blocks of 4M)
+            "iso_rate": "100M",
+            "iso_slice": 1,  # seconds of tail reads per slice
+            "iso_pairs": 5 if q else 15,  # alone / with replay slice pairs
+            "rate_seconds": 6 if q else 20,
+            "rate_runs": 1 if q else 2,
+            "rates": ["20M", "100M"],
+        }
+        for kv in args.set:
+            k, v = kv.split("=", 1)
+            if k not in self.p:
+                raise SystemExit(f"--set: no parameter {k} (have: {', '.join(self.p)})")
+            self.p[k] = type(self.p[k])(json.loads(v) if not isinstance(self.p[k], str) else v)
+        self.peers = args.peers if args.peers is not None else not q
+        self.work = Path(args.work)
+        self.out = Path(args.out)
+        self.raw = {"params": self.p, "peers": self.peers, "runs": {}}
+        self.notes = []
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def setup(self):
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.data = self.work / ("data-quick" if self.quick else "data-full")
+        self.run_dir = Path(os.environ.get("BENCH_RUN_DIR") or
+                            (self.work / f"run-{os.getpid()}"))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        STATE.file = self.run_dir / "state"
+        STATE.save()
+        t0 = time.monotonic()
+        self.files = make_dataset(self.data, self.p)
+        self.s3 = S3rver(self.run_dir / "s3rver").start()
+        self.nginx = Nginx(self.run_dir / "nginx", self.data, self.s3.port).start()
+        log(f"nginx on 127.0.0.1:{self.nginx.json_port} (json) {self.nginx.html_port} (html) "
+            f"{self.nginx.proxy_port} (s3 proxy); s3rver on 127.0.0.1:{self.s3.port}")
+        self.bucket = "bench"
+        self.s3.upload(self.bucket, "seq.bin", self.data / "seq.bin")
+        warm([self.data / r for r in self.files])
+        self.http_url = f"http://127.0.0.1:{self.nginx.json_port}/"
+        self.html_url = f"http://127.0.0.1:{self.nginx.html_port}/"
+        self.s3_endpoint = f"http://127.0.0.1:{self.nginx.proxy_port}"
+        self.s3_env = dict(os.environ, AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER")
+        for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy",
+                  "ALL_PROXY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+            self.s3_env.pop(k, None)
+        pw = self.run_dir / "s3fs.passwd"
+        pw.write_text("S3RVER:S3RVER\n")
+        pw.chmod(0o600)
+        self.s3fs_passwd = pw
+        self.mnt_n = 0
+        self.hwm = []  # (system, VmHWM, configured cache bytes, opts)
+        log(f"setup took {time.monotonic() - t0:.1f}s")
+
+    def mnt(self, name):
+        self.mnt_n += 1
+        return self.run_dir / "mnt" / f"{name}-{self.mnt_n}"
+
+    def fresh_cache_dir(self, name):
+        d = self.run_dir / "cache" / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        return d
+
+    # -- systems ---------------------------------------------------------------------------
+
+    def seq_opts(self):
+        hot = 512 * MiB if self.quick else 2 * GiB
+        return {"hot_size": size_opt(hot), "hot_ttl": "100000000"}
+
+    def new_mount(self, system, opts=None):
+        """A fresh, cold mount of @system; its seq object is m.path(m.seq)."""
+        name = system
+        logp = self.run_dir / f"{system}.log"
+        if system == "tierfs":
+            m = Tierfs("tierfs", self.mnt(name), self.http_url, opts or self.seq_opts(), logp)
+        elif system == "tierfs-s3":
+            o = dict(self.seq_opts(), endpoint=self.s3_endpoint, path_style=None,
+                     region="us-east-1")
+            m = Tierfs("tierfs-s3", self.mnt(name), f"s3://{self.bucket}", o, logp,
+                       env=self.s3_env)
+        elif system == "nullfs":
+            mp = self.mnt(name)
+            m = Mount("nullfs", mp, [str(NULLFS), str(mp), f"seq.bin={self.p['seq_size']}",
+                                     "-f"], log_path=logp)
+        elif system == "s3fs":
+            cache = self.fresh_cache_dir("s3fs")
+            mp = self.mnt(name)
+            m = Mount("s3fs", mp, [
+                "s3fs", self.bucket, str(mp), "-f", "-o",
+                f"url={self.s3_endpoint},use_path_request_style,passwd_file={self.s3fs_passwd},"
+                f"use_cache={cache},ro,endpoint=us-east-1,dbglevel=warn"],
+                env=self.s3_env, log_path=logp)
+        elif system == "rclone":
+            cache = self.fresh_cache_dir("rclone")
+            mp = self.mnt(name)
+            m = Mount("rclone", mp, [
+                "rclone", "mount", ":http:", str(mp), "--http-url", self.html_url,
+                "--vfs-cache-mode", "full", "--cache-dir", str(cache), "--read-only",
+                "--config", str(self.run_dir / "rclone.conf"), "--log-level", "ERROR"],
+                log_path=logp)
+        elif system == "httpdirfs":
+            cache = self.fresh_cache_dir("httpdirfs")
+            mp = self.mnt(name)
+            m = Mount("httpdirfs", mp, [
+                "httpdirfs", "-f", "--cache", "--cache-location", str(cache), "--no-range-check",
+                self.html_url,
+                str(mp)], log_path=logp)
+        else:
+            raise ValueError(system)
+        m.start()
+        # first lookup of the object (namespace listing, HEAD) is not part of the read
+        try:
+            wait_until(lambda: m.path("seq.bin").exists(), 30, f"{system} to list seq.bin")
+            # and one open (httpdirfs sets up its cache file at the first open, and concurrent
+            # first opens race in it: ENOENT)
+            os.close(os.open(m.path("seq.bin"), os.O_RDONLY))
+        except BaseException:
+            self.close_mount(m, "failed")
+            raise
+        return m
+
+    def peer_failed(self, s, scen, e):
+        """A peer that fails is noted and left out of that run; tierfs failing stops the bench."""
+        if s.startswith("tierfs"):
+            raise e
+        msg = f"{s} failed in {scen}: {str(e)[-300:]}"
+        log(msg)
+        self.notes.append(msg)
+
+    def close_mount(self, m, note=""):
+        h = m.hwm()
+        if h and isinstance(m, Tierfs):
+            try:
+                st = m.stats()
+                keep = {k: v for k, v in st.items()
+                        if re.match(r"tierfs_cache_(bounces|evictions|fetches|misses|hits)_total"
+                                    r"|tierfs_backend_(requests|received_bytes)_total", k)}
+            except OSError:
+                keep = {}
+            self.hwm.append({"system": m.name, "vm_hwm": h, "cache_bytes": m.cache_bytes,
+                             "opts": m.opts, "note": note, "stats": keep})
+        elif h:
+            self.hwm.append({"system": m.name, "vm_hwm": h, "cache_bytes": None, "note": note})
+        m.stop()
+
+    # -- scenarios 1-3 ----------------------------------------------------------------------
+
+    def scen_seq(self):
+        """1-3. Per run: every system gets a fresh mount and a cold read, one after the other
+        (the order rotates from run to run); then, with all of them still mounted, the cached
+        re-reads and the 4 KiB random reads go round the systems in short slices (A B C A B C
+        ...), so that the noise of a shared machine falls on all of them alike."""
+        systems = ["tierfs", "nullfs", "curl", "tierfs-s3", "curl-s3"]
+        if self.peers:
+            systems += ["s3fs", "rclone", "httpdirfs"]
+        runs = self.p["runs"]
+        res = {s: {"cold": [None] * runs, "cached": [None] * runs, "rand": [None] * runs}
+               for s in systems}
+        size = self.p["seq_size"]
+        slice_s = 0.5
+        nslices = max(1, int(round(self.p["rand_seconds"] / slice_s)))
+        for run_i in range(runs):
+            order = systems[run_i % len(systems):] + systems[:run_i % len(systems)]
+            mounts = {}
+            try:
+                for s in order:
+                    if s.startswith("curl"):
+                        url = (self.http_url + "seq.bin" if s == "curl"
+                               else f"{self.s3_endpoint}/{self.bucket}/seq.bin")
+                        r = run(["curl", "-sS", "--noproxy", "*", "-o", "/dev/null", "-w",
+                                 "%{size_download} %{time_total}", url], timeout=600)
+                        n, t = r.stdout.split()
+                        if int(n) != size:
+                            raise RuntimeError(f"curl got {n} bytes of {size}")
+                        res[s]["cold"][run_i] = size / float(t) / 1e6
+                        log(f"run {run_i + 1} {s}: cold {res[s]['cold'][run_i]:.0f} MB/s")
+                        continue
+                    try:
+                        m = self.new_mount(s)
+                        mounts[s] = m
+                        st0 = m.stats() if isinstance(m, Tierfs) else None
+                        cold = preader(["seq", m.path("seq.bin")])
+                        if cold["bytes"] != size:
+                            raise RuntimeError(f"cold read {cold['bytes']} of {size} bytes")
+                        m.st = (st0, m.stats() if st0 is not None else None)
+                    except Exception as e:
+                        if s in mounts:
+                            self.close_mount(mounts.pop(s), "failed")
+                        self.peer_failed(s, f"scenario 1 run {run_i + 1}", e)
+                        continue
+                    res[s]["cold"][run_i] = cold["mbps"]
+                    log(f"run {run_i + 1} {s}: cold {cold['mbps']:.0f} MB/s")
+                # 2: cached re-reads, round-robin
+                cached = {s: [] for s in mounts}
+                for _ in range(self.p["cached_passes"]):
+                    for s, m in list(mounts.items()):
+                        try:
+                            c = preader(["seq", "--dontneed", m.path("seq.bin")])
+                            if c["bytes"] != size:
+                                raise RuntimeError(f"cached read {c['bytes']} of {size} bytes")
+                            cached[s].append(c)
+                        except Exception as e:
+                            self.close_mount(mounts.pop(s), "failed")
+                            self.peer_failed(s, f"scenario 2 run {run_i + 1}", e)
+                st2 = {s: m.stats() for s, m in mounts.items() if isinstance(m, Tierfs)}
+                # 3: random 4 KiB O_DIRECT reads, round-robin slices
+                rnd = {s: [] for s in mounts}
+                for k in range(nslices):
+                    for s, m in list(mounts.items()):
+                        try:
+                            rnd[s].append(preader(["rand", "--direct", "--duration", slice_s,
+                                                   "--seed", run_i * 1000 + k + 1,
+                                                   m.path("seq.bin")]))
+                        except Exception as e:
+                            self.close_mount(mounts.pop(s), "failed")
+                            self.peer_failed(s, f"scenario 3 run {run_i + 1}", e)
+                for s, m in mounts.items():
+                    if cached[s]:
+                        b = sum(c["bytes"] for c in cached[s])
+                        res[s]["cached"][run_i] = b / sum(c["seconds"] for c in cached[s]) / 1e6
+                    if rnd[s]:
+                        ops = sum(r["ops"] for r in rnd[s])
+                        res[s]["rand"][run_i] = {
+                            "iops": ops / sum(r["seconds"] for r in rnd[s]),
+                            "lat_us": {q: statistics.median(r["lat_us"][q] for r in rnd[s])
+                                       for q in ("p50", "p99", "p999")},
+                            "slices": len(rnd[s])}
+                    if isinstance(m, Tierfs):
+                        st0, st1 = m.st
+                        st3 = m.stats()
+                        fk = 'tierfs_cache_fetched_bytes_total{tier="hot"}'
+                        rk = 'tierfs_read_bytes_total'
+                        res[s].setdefault("check", []).append({
+                            "cold_fetched": stat_delta(st0, st1, fk),
+                            "cached_fetched": stat_delta(st1, st2[s], fk),
+                            "cached_served": stat_delta(st1, st2[s], rk),
+                            "rand_fetched": stat_delta(st2[s], st3, fk),
+                            "rand_served": stat_delta(st2[s], st3, rk)})
+                    rr = res[s]["rand"][run_i]
+                    log(f"run {run_i + 1} {s}: cached "
+                        f"{fmt_num(res[s]['cached'][run_i])} MB/s, rand "
+                        + (f"{rr['iops']:.0f} IOPS p50 {rr['lat_us']['p50']:.0f}us p99 "
+                           f"{rr['lat_us']['p99']:.0f}us" if rr else "n/a"))
+            finally:
+                for s, m in mounts.items():
+                    self.close_mount(m, "scenarios 1-3")
+        self.raw["runs"]["seq"] = res
+        return res
+
+    # -- scenario 4 -------------------------------------------------------------------------
+
+    def scen_multi(self):
+        systems = ["tierfs", "nullfs"] + (["s3fs", "rclone", "httpdirfs"] if self.peers else [])
+        res = {s: [] for s in systems}
+        size = self.p["seq_size"]
+        for run_i in range(self.p["multi_runs"]):
+            for s in systems:
+                try:
+                    m = self.new_mount(s)
+                    try:
+                        mark = self.nginx.mark()
+                        st0 = m.stats() if isinstance(m, Tierfs) else None
+                        r = preader(["multi", "--threads", 16, m.path("seq.bin")])
+                        st1 = m.stats() if isinstance(m, Tierfs) else None
+                    finally:
+                        self.close_mount(m, "scenario 4")
+                    if r["bytes"] != 16 * size:
+                        raise RuntimeError(f"{s}: 16 readers read {r['bytes']} of {16 * size}")
+                except Exception as e:
+                    self.peer_failed(s, f"scenario 4 run {run_i + 1}", e)
+                    continue
+                time.sleep(0.3)  # nginx logs a request when it ends; the unmount ended them
+                if s == "nullfs":
+                    fetched = None
+                else:
+                    fetched = self.nginx.bytes_for(mark, lambda u: u.endswith("/seq.bin"))
+                e = {"mbps": r["mbps"], "seconds": r["seconds"],
+                     "fetched": fetched, "ratio": fetched / size if fetched is not None else None}
+                if st0 is not None:
+                    e["stats_received"] = stat_delta(st0, st1,
+                                                     "tierfs_backend_received_bytes_total")
+                    e["stats_joins"] = stat_delta(
+                        st0, st1, 'tierfs_cache_singleflight_joins_total{tier="hot"}')
+                res[s].append(e)
+                log(f"run {run_i + 1} {s}: 16 readers {r['mbps']:.0f} MB/s aggregate, "
+                    f"server bytes / object = "
+                    f"{'n/a' if fetched is None else f'{fetched / size:.3f}'}")
+        self.raw["runs"]["multi"] = res
+        return res
+
+    # -- scenario 5 -------------------------------------------------------------------------
+
+    def scen_isolation(self):
+        p = self.p
+        opts = {"hot_size": size_opt(p["iso_hot_size"]), "hot_ttl": "3600",
+                "lagging_size": size_opt(p["iso_lagging_size"]), "lagging_rate": p["iso_rate"]}
+        m = Tierfs("tierfs", self.mnt("tierfs-iso"), self.http_url, opts,
+                   self.run_dir / "tierfs-iso.log").start()
+        hot = [m.path(r) for r in self.files if r.startswith("hot/")]
+        old = [m.path(r) for r in self.files if r.startswith("old/")]
+        res = {"alone": [], "replay": [], "hit_ratio": [], "hot_misses": [], "opts": opts}
+        try:
+            wait_until(lambda: all(f.exists() for f in hot + old), 30, "the data set to list")
+            # the working set into the hot tier
+            preader(["seq", "--direct"] + hot)
+            # The replay runs throughout; it pauses (a pause file: its readers wait before their
+            # next read) for every "alone" slice and goes on for every "with replay" slice:
+            # A B A B ... a second each, so both see the same noise from the rest of the machine.
+            pause = self.run_dir / "replay.pause"
+            pause.unlink(missing_ok=True)
+            rep = subprocess.Popen(
+                [str(PREADER), "seq", "--threads", "2", "--loop", "--duration", "3600",
+                 "--pause-file", str(pause)]
+                + [str(x) for x in old], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, start_new_session=True)
+            STATE.add_proc(rep)
+            lag_key = 'tierfs_cache_fetched_bytes_total{tier="lagging"}'
+            hits = miss = lag = 0
+            st_start = m.stats()
+            try:
+                for i in range(p["iso_pairs"]):
+                    pause.touch()
+                    time.sleep(0.3)  # reads and fetches already started finish
+                    a = preader(["rand", "--direct", "--duration", p["iso_slice"]] + hot)
+                    pause.unlink()
+                    time.sleep(0.3)  # the replay under way again
+                    st0 = m.stats()
+                    w = preader(["rand", "--direct", "--duration", p["iso_slice"]] + hot)
+                    st1 = m.stats()
+                    if rep.poll() is not None:
+                        raise RuntimeError(f"replay ended: {rep.stderr.read()[-500:]}")
+                    res["alone"].append(a)
+                    res["replay"].append(w)
+                    h = stat_delta(st0, st1, 'tierfs_cache_hits_total{tier="hot"}')
+                    mi = stat_delta(st0, st1, 'tierfs_cache_misses_total{tier="hot"}')
+                    hits, miss = hits + h, miss + mi
+                    lag += stat_delta(st0, st1, lag_key)
+                    res["hit_ratio"].append(h / (h + mi) if h + mi else None)
+                    res["hot_misses"].append(mi)
+            finally:
+                pause.unlink(missing_ok=True)
+                stop_proc(rep)
+            st_end = m.stats()
+            res["replay_bytes"] = {"lagging_fetched": stat_delta(st_start, st_end, lag_key),
+                                   "during_with_slices": lag,
+                                   "cache_bytes": m.cache_bytes}
+            res["total_hit_ratio"] = hits / (hits + miss) if hits + miss else None
+            a99 = [x["lat_us"]["p99"] for x in res["alone"]]
+            w99 = [x["lat_us"]["p99"] for x in res["replay"]]
+            log(f"isolation: {len(a99)} pairs of {p['iso_slice']} s slices: tail p50/p99 alone "
+                f"{median([x['lat_us']['p50'] for x in res['alone']]):.1f}/{median(a99):.1f}us, "
+                f"with replay {median([x['lat_us']['p50'] for x in res['replay']]):.1f}/"
+                f"{median(w99):.1f}us, p99 ratio (median of pairs) "
+                f"{median([x / y for x, y in zip(w99, a99)]):.2f}; replay fetched "
+                f"{res['replay_bytes']['lagging_fetched'] / MiB:.0f} MiB = "
+                f"{res['replay_bytes']['lagging_fetched'] / m.cache_bytes:.1f}x the cache; "
+                f"tail hit ratio {res['total_hit_ratio']:.4f}")
+        finally:
+            self.close_mount(m, "scenario 5")
+        self.raw["runs"]["isolation"] = res
+        return res
+
+    # -- scenario 6 -------------------------------------------------------------------------
+
+    def scen_rate(self):
+        p = self.p
+        res = {r: [] for r in p["rates"]}
+        old_rel = [r for r in self.files if r.startswith("old/")]
+        for run_i in range(p["rate_runs"]):
+            for rate in p["rates"]:
+                opts = {"hot_size": "256M", "lagging_rate": rate}
+                m = Tierfs("tierfs", self.mnt("tierfs-rate"), self.http_url, opts,
+                           self.run_dir / "tierfs-rate.log").start()
+                try:
+                    old = [m.path(r) for r in old_rel]
+                    wait_until(lambda: all(f.exists() for f in old), 30, "old objects")
+                    mark = self.nginx.mark()
+                    st0 = m.stats()
+                    r = preader(["seq", "--threads", 4, "--duration", p["rate_seconds"]] + old)
+                    st1 = m.stats()
+                finally:
+                    self.close_mount(m, "scenario 6")
+                time.sleep(0.3)
+                reqs = [q for q in self.nginx.requests(mark)
+                        if q[5] == "GET" and q[6].startswith("/old/") and q[2] == self.nginx.json_port]
+                e = self.rate_estimate(reqs, parse_size(rate), p["rate_seconds"])
+                e["stats_fetched"] = stat_delta(
+                    st0, st1, 'tierfs_cache_fetched_bytes_total{tier="lagging"}')
+                e["reader_bytes"] = r["bytes"]
+                res[rate].append(e)
+                log(f"rate {rate} run {run_i + 1}: measured {e['rate'] / MiB:.2f} MiB/s = "
+                    f"{e['accuracy']:.3f}x (regression {e['slope'] / MiB:.2f} MiB/s)")
+        self.raw["runs"]["rate"] = res
+        return res
+
+    @staticmethod
+    def rate_estimate(reqs, rate, seconds):
+        """Bytes at the server over time, the burst subtracted.
+
+        The limiter lets a fetch start when the bucket holds its bytes: by the start of fetch k,
+        bytes(<= k) = burst + rate * (t_k - t_0) when the reader always wants more. So the rate is
+        (bytes of all fetches started up to the last one in the window - burst) / (its start -
+        the first start). Also a least-squares slope of cumulative bytes over start times, past
+        the burst, as a check that needs no burst figure."""
+        burst = 2 * rate
+        if not reqs:
+            raise RuntimeError("no lagging requests at the server")
+        reqs = sorted(reqs, key=lambda q: q[0])
+        t0 = reqs[0][0]
+        inwin = [q for q in reqs if q[0] - t0 <= seconds]
+        cum, pts = 0, []
+        for q in inwin:
+            cum += q[4]
+            pts.append((q[0] - t0, cum))
+        tl, bl = pts[-1]
+        est = (bl - burst) / tl if tl > 0 else 0
+        post = [pt for pt in pts if pt[1] > burst]
+        slope = 0.0
+        if len(post) >= 3:
+            mx = sum(x for x, _ in post) / len(post)
+            my = sum(y for _, y in post) / len(post)
+            sxx = sum((x - mx) ** 2 for x, _ in post)
+            slope = sum((x - mx) * (y - my) for x, y in post) / sxx if sxx else 0.0
+        return {"rate": est, "accuracy": est / rate, "slope": slope,
+                "slope_accuracy": slope / rate, "requests": len(inwin), "window": tl,
+                "bytes": bl, "burst": burst, "total_bytes": sum(q[4] for q in reqs)}
+
+    # -- report -----------------------------------------------------------------------------
+
+    def machine(self):
+        def ver(cmd, pat=None):
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+                t = (r.stdout + r.stderr).strip()
+                if pat:
+                    m = re.search(pat, t)
+                    return m.group(1) if m else t.splitlines()[0]
+                return t.splitlines()[0] if t else "?"
+            except Exception:
+                return "not found"
+
+        cpu = "?"
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        s3v = json.loads((REPO / "tests/integration/node_modules/s3rver/package.json")
+                         .read_text())["version"]
+        git = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True).stdout.strip()
+        return {
+            "nproc": os.cpu_count(), "cpu": cpu, "memory": f"{mem / 1024 / 1024:.1f} GiB",
+            "kernel": platform.release(), "os": ver(["cat", "/etc/debian_version"]),
+            "tierfs": f"{ver([str(TIERFS), '-V'])} (git {git})",
+            "libfuse": ver(["pkg-config", "--modversion", "fuse3"]),
+            "nginx": ver(["nginx", "-v"], r"nginx/(\S+)"),
+            "node": ver(["node", "--version"]), "s3rver": s3v,
+            "curl": ver(["curl", "--version"], r"curl (\S+)"),
+            "s3fs": ver(["s3fs", "--version"], r"V(\S+)"),
+            "rclone": ver(["rclone", "version"], r"rclone (\S+)"),
+            "httpdirfs": ver(["httpdirfs", "--version"], r"HTTPDirFS version (\S+)"),
+            "gnuplot": ver(["gnuplot", "--version"]),
+            "loadavg_start": self.load_start, "loadavg_end": Path("/proc/loadavg").read_text().split()[:3],
+        }
+
+
+def target_ok(v, lim, kind):
+    if v is None:
+        return False
+    if kind == "band":
+        return lim[0] <= v <= lim[1]
+    return v >= lim if kind == "min" else v <= lim
+
+
+def fmt_num(v, unit=""):
+    if v is None:
+        return "n/a"
+    if abs(v) >= 100:
+        s = f"{v:.0f}"
+    elif abs(v) >= 10:
+        s = f"{v:.1f}"
+    else:
+        s = f"{v:.3g}" if abs(v) < 1 else f"{v:.2f}"
+    return s + unit
+
+
+def summarize(vals):
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None, None, None
+    return statistics.median(vals), min(vals), max(vals)
+
+
+def cell(vals, unit="", show_range=True):
+    med, lo, hi = summarize(vals)
+    if med is None:
+        return "n/a"
+    s = fmt_num(med, unit)
+    if show_range and len([v for v in vals if v is not None]) > 1:
+        s += f" [{fmt_num(lo)}–{fmt_num(hi)}]"
+    return s
+
+
+def build_report(b, seq, multi, iso, rate):
+    """The table rows: (scenario, tierfs cell, {column: (cell, ratio)}, target, met)."""
+    cols = ["nullfs", "curl", "s3fs", "rclone", "httpdirfs"]
+    rows = []
+    targets = []
+
+    def ratio(a, c):
+        return a / c if a and c else None
+
+    def prr(a, c):
+        """median over runs of the per-run ratio a[i] / c[i] (runs are interleaved, so each
+        ratio compares figures taken close together)"""
+        rs = [x / y for x, y in zip(a, c) if x and y]
+        return statistics.median(rs) if rs else None
+
+    P = b.peers
+
+    def col(s, k):
+        return seq[s][k] if s in seq else []
+
+    # 1 cold sequential
+    t, t3 = col("tierfs", "cold"), col("tierfs-s3", "cold")
+    peer_ratios = {}
+    cells = {}
+    for k in cols:
+        ref = t3 if k == "s3fs" else t
+        r = prr(ref, col(k, "cold")) if k in seq else None
+        cells[k] = (cell(col(k, "cold"), " MB/s"), r)
+        if k in ("s3fs", "rclone", "httpdirfs") and r is not None:
+            peer_ratios[k] = r
+    r_curl = cells["curl"][1]
+    met1 = r_curl is not None and r_curl >= 1.0 and all(v > 1.0 for v in peer_ratios.values())
+    rows.append(("1. cold sequential read, 1 obj of %d MiB, MB/s (http: nginx)" % (b.p["seq_size"] // MiB),
+                 cell(t, " MB/s"), cells,
+                 ">= 1.0x curl, > every peer" + ("" if P else " (peers not run)"), met1))
+    targets.append(("cold seq vs curl", r_curl, 1.0, "min"))
+    for p, v in peer_ratios.items():
+        targets.append((f"cold seq vs {p}" + (" (both via s3rver)" if p == "s3fs" else ""),
+                        v, 1.0, "min"))
+    # 1b: the S3 API, same server as s3fs
+    cells = {k: ("n/a", None) for k in cols}
+    cells["curl"] = (cell(col("curl-s3", "cold"), " MB/s"), prr(t3, col("curl-s3", "cold")))
+    if "s3fs" in seq:
+        cells["s3fs"] = (cell(col("s3fs", "cold"), " MB/s"), prr(t3, col("s3fs", "cold")))
+    rows.append(("1b. cold sequential read via S3 API (s3rver behind nginx proxy), MB/s",
+                 cell(t3, " MB/s"), cells, "(info; s3fs compared here)", None))
+    # 2 cached sequential
+    t = col("tierfs", "cached")
+    cells = {}
+    for k in cols:
+        if k in seq and any(col(k, "cached")):
+            cells[k] = (cell(col(k, "cached"), " MB/s"), prr(t, col(k, "cached")))
+        else:
+            cells[k] = ("n/a", None)
+    r_null = cells["nullfs"][1]
+    rows.append(("2. cached sequential re-read, MB/s (same mount, file's page cache dropped by "
+                 "fadvise DONTNEED: the fs's own cache)", cell(t, " MB/s"),
+                 cells, ">= 0.8x nullfs", r_null is not None and r_null >= 0.8))
+    targets.append(("cached seq vs nullfs", r_null, 0.8, "min"))
+    # 3 random reads
+    cells = {}
+    iops = {k: [r["iops"] if r else None for r in seq[k]["rand"]] for k in seq
+            if any(seq[k]["rand"])}
+    p50 = {k: [r["lat_us"]["p50"] for r in seq[k]["rand"] if r] for k in iops}
+    p99 = {k: [r["lat_us"]["p99"] for r in seq[k]["rand"] if r] for k in iops}
+    for k in cols:
+        if k in iops:
+            cells[k] = (f"{cell(iops[k])} IOPS, p50/p99 {fmt_num(median(p50[k]))}/"
+                        f"{fmt_num(median(p99[k]))} us", prr(iops["tierfs"], iops[k]))
+        else:
+            cells[k] = ("n/a", None)
+    r_null = cells["nullfs"][1]
+    rows.append(("3. 4 KiB random O_DIRECT reads of the cached object, 1 thread QD1 (IOPS, "
+                 "p50/p99 latency)", f"{cell(iops['tierfs'])} IOPS, p50/p99 "
+                 f"{fmt_num(median(p50['tierfs']))}/{fmt_num(median(p99['tierfs']))} us",
+                 cells, ">= 0.8x nullfs IOPS", r_null is not None and r_null >= 0.8))
+    targets.append(("4K random IOPS vs nullfs", r_null, 0.8, "min"))
+    # 4 sixteen readers
+    cells = {}
+    tr = [e["ratio"] for e in multi["tierfs"]]
+    for k in cols:
+        if k in multi and k != "nullfs":
+            rr = [e["ratio"] for e in multi[k]]
+            cells[k] = (f"{cell(rr, 'x')} fetched, {fmt_num(median([e['mbps'] for e in multi[k]]))}"
+                        " MB/s", ratio(summarize(tr)[0], summarize(rr)[0]))
+        elif k == "nullfs":
+            cells[k] = (f"{fmt_num(median([e['mbps'] for e in multi[k]]))} MB/s aggregate",
+                        ratio(median([e["mbps"] for e in multi["tierfs"]]),
+                              median([e["mbps"] for e in multi[k]])))
+        elif k == "curl":
+            cells[k] = ("1.00x (one GET)", None)
+        else:
+            cells[k] = ("n/a", None)
+    worst = max(tr)
+    rows.append(("4. 16 readers of one cold object, reader i from i/16: bytes at server / object "
+                 "(aggregate MB/s)", f"{cell(tr, 'x')} fetched, "
+                 f"{fmt_num(median([e['mbps'] for e in multi['tierfs']]))} MB/s", cells,
+                 "<= 1.05x (every run)", worst <= 1.05))
+    targets.append(("16 readers fetched/object", worst, 1.05, "max"))
+    # 5 isolation
+    a99 = [x["lat_us"]["p99"] for x in iso["alone"]]
+    w99 = [x["lat_us"]["p99"] for x in iso["replay"]]
+    a50 = [x["lat_us"]["p50"] for x in iso["alone"]]
+    w50 = [x["lat_us"]["p50"] for x in iso["replay"]]
+    pr = [w / a for w, a in zip(w99, a99)]
+    r99 = median(pr)
+    hr = iso["total_hit_ratio"]
+    rb = iso["replay_bytes"]
+    cells = {k: ("n/a", None) for k in cols}
+    rows.append(("5. isolation: tail 4 KiB O_DIRECT re-reads of the hot set, p50/p99 us alone "
+                 "vs during a replay of old objects (replay volume in cache sizes); tail hit ratio",
+                 f"alone {fmt_num(median(a50))}/{fmt_num(median(a99))}, replay "
+                 f"{fmt_num(median(w50))}/{fmt_num(median(w99))} (replay "
+                 f"{rb['lagging_fetched'] / rb['cache_bytes']:.1f}x the cache); p99 ratio "
+                 f"{r99:.2f}x [{min(pr):.2f}–{max(pr):.2f}]; hit ratio {100 * hr:.2f}%", cells,
+                 "p99 ratio <= 1.2x, hit ratio >= 99%", r99 <= 1.2 and hr >= 0.99))
+    targets.append(("isolation p99 with/alone", r99, 1.2, "max"))
+    targets.append(("isolation tail hit ratio", hr, 0.99, "min"))
+    # 6 rate accuracy
+    parts, ok = [], True
+    for rt, es in rate.items():
+        acc = [e["accuracy"] for e in es]
+        ok = ok and all(abs(a - 1) <= 0.05 for a in acc)
+        parts.append(f"{rt}: " + " ".join(f"{a:.3f}x" for a in acc))
+        worst = max(acc, key=lambda a: abs(a - 1))
+        targets.append((f"lagging rate {rt} accuracy", worst, (0.95, 1.05), "band"))
+    rows.append(("6. lagging rate accuracy (bytes at server / time, burst subtracted) / "
+                 "configured rate", "; ".join(parts), {k: ("n/a", None) for k in cols},
+                 "within ±5%", ok))
+    # 7 peak RSS
+    th = [h for h in b.hwm if h["cache_bytes"]]
+    worst = max(th, key=lambda h: h["vm_hwm"] - h["cache_bytes"])
+    over = max(h["vm_hwm"] / (h["cache_bytes"] + 64 * MiB) for h in th)
+    cells = {k: ("n/a", None) for k in cols}
+    for k in cols:
+        hs = [h["vm_hwm"] for h in b.hwm if h["system"] == k]
+        if hs:
+            cells[k] = (f"{max(hs) / MiB:.0f} MiB (own cache settings)", None)
+    rows.append(("7. peak RSS (VmHWM), worst tierfs mount vs hot_size + lagging_size",
+                 f"{worst['vm_hwm'] / MiB:.0f} MiB for {worst['cache_bytes'] / MiB:.0f} MiB of "
+                 f"cache (+{(worst['vm_hwm'] - worst['cache_bytes']) / MiB:.0f} MiB)", cells,
+                 "<= caches + 64 MiB (every mount)", over <= 1.0))
+    targets.append(("peak RSS / (caches + 64M)", over, 1.0, "max"))
+    return cols, rows, targets
+
+
+def write_results(b, cols, rows, targets, machine, elapsed):
+    out = b.out
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    lines.append(f"# tierfs benchmark results ({'quick' if b.quick else 'full'} run)")
+    lines.append("")
+    lines.append(f"Generated by `scripts/bench{' --quick' if b.quick else ''}` on "
+                 f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')} in {elapsed:.0f} s. Medians of "
+                 f"interleaved runs, [min–max]; in parentheses tierfs's ratio to that column "
+                 f"(tierfs / other, the median of the per-run ratios: > 1 is better for throughput "
+                 f"and IOPS, < 1 for the fetched-bytes row). Raw data: `results.json`.")
+    lines.append("")
+    lines.append("| scenario | tierfs | " + " | ".join(
+        {"nullfs": "nullfs (ceiling)", "curl": "curl (ceiling)"}.get(c, c) for c in cols)
+        + " | target | met |")
+    lines.append("|" + "---|" * (len(cols) + 4))
+    for name, tcell, cells, target, met in rows:
+        cs = []
+        for c in cols:
+            v, r = cells.get(c, ("n/a", None))
+            cs.append(v if r is None else f"{v} ({r:.2f}x)")
+        m = "" if met is None else ("**met**" if met else "**MISSED**")
+        lines.append(f"| {name} | {tcell} | " + " | ".join(cs) + f" | {target} | {m} |")
+    lines.append("")
+    lines.append("## Targets")
+    lines.append("")
+    lines.append("| target | tierfs | limit | met |")
+    lines.append("|---|---|---|---|")
+    for name, v, lim, kind in targets:
+        ok = target_ok(v, lim, kind)
+        ls = f"{lim[0]}–{lim[1]}" if kind == "band" else (f">= {lim}" if kind == "min"
+                                                          else f"<= {lim}")
+        lines.append(f"| {name} | {'n/a' if v is None else f'{v:.3f}'} | {ls} | "
+                     f"{'met' if ok else 'MISSED'} |")
+    lines.append("")
+    lines.append("## How each figure is taken")
+    lines.append("")
+    p = b.p
+    lines += [
+        f"- Data: generated incompressible objects on local disk, read once before the runs so "
+        f"nginx and s3rver send them from the page cache (no drop_caches anywhere). "
+        f"seq.bin {p['seq_size'] // MiB} MiB; hot/ {p['hot_files']} x "
+        f"{p['hot_file_size'] // MiB} MiB (mtime now); old/ {p['old_files']} x "
+        f"{p['old_file_size'] // MiB} MiB (mtime 30 days ago).",
+        f"- Servers on 127.0.0.1: nginx (sendfile, one worker) with a JSON-index listener "
+        f"(tierfs, curl), an HTML-index listener (rclone, httpdirfs) and a proxy listener in "
+        f"front of s3rver {machine['s3rver']} (tierfs-s3, s3fs, curl-s3), all in one access "
+        f"log; bytes at the server are its $body_bytes_sent.",
+        f"- tierfs for 1-4: `-o hot_size={size_opt(512 * MiB if b.quick else 2 * GiB)},"
+        f"hot_ttl=100000000`, other options default (block_size 4M, readahead 2). nullfs: "
+        f"bench/nullfs.c, the same FUSE flags as tierfs (low level, 16 workers, max_write and "
+        f"max_readahead 1 MiB, read_ahead_kb 1024, keep_cache), replying from an in-memory arena.",
+        "- Peers: s3fs `use_cache=DIR` against s3rver (through the proxy), rclone mount "
+        "`:http: --vfs-cache-mode full --read-only`, httpdirfs `--cache`; every run with an "
+        "empty cache directory and a fresh mount.",
+        f"- Runs interleave systems (run 1: every system, run 2: every system, ...): "
+        f"{p['runs']} runs for 1-3, {p['multi_runs']} for 4, {p['iso_pairs']} alone/replay "
+        f"pairs for 5, {p['rate_runs']} per rate for 6.",
+        "- 1: fresh mount, `preader seq` (1 MiB preads, one thread, start to end); curl: one GET "
+        "to /dev/null, size / time_total.",
+        "- 2: the same mount right after 1: posix_fadvise(DONTNEED) on the file drops its page "
+        "cache, then the same sequential read; the figure is the filesystem's own cache (for "
+        "tierfs checked in the stats: no bytes fetched during 2). Not a fresh mount.",
+        f"- 3: the same mount after 2: `preader rand --direct` 4 KiB O_DIRECT preads at random "
+        f"aligned offsets over the whole object, one thread, {p['rand_seconds']} s.",
+        "- 4: fresh mount; 16 threads read the whole object with 1 MiB preads, thread i starting "
+        "at i/16 of it and wrapping (page cache on, as brokers read); server bytes for the object "
+        "/ object size.",
+        f"- 5: one tierfs mount `hot_size={size_opt(p['iso_hot_size'])},lagging_size="
+        f"{size_opt(p['iso_lagging_size'])},lagging_rate={p['iso_rate']},hot_ttl=3600`; the hot "
+        f"set read once; 2 threads replay old/ in a loop (lagging tier, direct_io), and the tail "
+        f"reader does {p['iso_slice']} s slices of 4 KiB O_DIRECT random re-reads of the hot "
+        f"set, alternately with the replay paused (its readers wait before their next read) and running, {p['iso_pairs']} "
+        f"pairs. p99 ratio = median over pairs of p99 with replay / p99 alone. Hit ratio = hot "
+        f"hits / (hits + misses) in the stats over the with-replay slices. Replay volume = "
+        f"lagging bytes fetched / (hot_size + lagging_size).",
+        f"- 6: fresh mount per run, `lagging_rate=R` (burst 2R), 4 threads read old/ for "
+        f"{p['rate_seconds']} s. From the access log: (bytes of all range GETs started up to "
+        f"the last start in the window - burst) / (that start - the first start), over R. "
+        f"results.json also has a least-squares slope past the burst.",
+        "- 7: VmHWM of every tierfs mount just before unmounting, against its hot_size + "
+        "lagging_size (the arena is prefaulted at mount).",
+    ]
+    lines.append("")
+    lines.append("## Machine")
+    lines.append("")
+    for k, v in machine.items():
+        lines.append(f"- {k}: {v}")
+    lines.append("")
+    if b.notes:
+        lines.append("## Notes")
+        lines.append("")
+        lines += [f"- {n}" for n in b.notes]
+        lines.append("")
+    (out / "results.md").write_text("\n".join(lines))
+    b.raw["machine"] = machine
+    b.raw["elapsed_s"] = elapsed
+    b.raw["hwm"] = b.hwm
+    b.raw["targets"] = [{"name": n, "value": v, "limit": lim, "kind": k}
+                        for n, v, lim, k in targets]
+    b.raw["table"] = [{"scenario": r[0], "tierfs": r[1], "cells": r[2], "target": r[3],
+                       "met": r[4]} for r in rows]
+    (out / "results.json").write_text(json.dumps(b.raw, indent=1, default=str))
+    return "\n".join(lines)
+
+
+def draw_chart(b, targets, seq):
+    """results.png: left, figures of every system per scenario; right, each target as the
+    measured value over its limit (bars at or past 1 meet it)."""
+    out = b.out
+    d = b.run_dir / "chart"
+    d.mkdir(exist_ok=True)
+    systems = [s for s in ["tierfs", "tierfs-s3", "nullfs", "curl", "curl-s3", "s3fs", "rclone",
+                           "httpdirfs"] if s in seq]
+    with open(d / "seq.dat", "w") as f:
+        f.write("# system cold cached iops_k\n")
+        for s in systems:
+            cold = summarize(seq[s]["cold"])[0] or 0
+            cached = summarize(seq[s]["cached"])[0] or 0
+            iops = summarize([r["iops"] for r in seq[s]["rand"] if r])[0] or 0
+            f.write(f"{s} {cold:.1f} {cached:.1f} {iops / 1000:.2f}\n")
+    with open(d / "targets.dat", "w") as f:
+        f.write("# target score\n")
+        for name, v, lim, kind in targets:
+            if v is None:
+                sc = 0
+            elif kind == "min":
+                sc = v / lim
+            elif kind == "max":
+                sc = lim / v if v else 0
+            else:  # band: 1 at the edge, more inside
+                sc = 0.05 / max(abs(v - 1), 1e-3)
+                sc = min(sc, 2.0)
+            f.write(f"\"{name}\" {min(sc, 3.0):.3f}\n")
+    gp = f"""
+set terminal pngcairo size 1500,620 font "sans,10"
+set output "{out / 'results.png'}"
+set multiplot layout 1,2 title "tierfs benchmark ({'quick' if b.quick else 'full'}), medians of interleaved runs"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.85 border -1
+set boxwidth 0.9
+set key outside top center horizontal
+set grid ytics
+set bmargin 10
+set rmargin 12
+set xtics rotate by -30 scale 0
+set ylabel "MB/s (sequential) / kIOPS (4 KiB random)"
+set title "1-3: sequential MB/s, 4 KiB random kIOPS x100"
+plot "{d / 'seq.dat'}" using 2:xtic(1) title "1 cold seq MB/s", \\
+     "" using 3 title "2 cached seq MB/s", \\
+     "" using ($4*100) title "3 random kIOPS x100"
+set title "targets: measured / limit (>= 1 met; rate: 1 at +-5%)"
+set ylabel "score"
+set yrange [0:3.3]
+set xtics rotate by -40
+unset key
+set style histogram clustered gap 1
+plot "{d / 'targets.dat'}" using 2:xtic(1) title "score" lc rgb "#3a7dc9", \\
+     "" using 0:2:(sprintf("%.2f", $2)) with labels offset 0,0.8 notitle, \\
+     1 with lines lw 2 lc rgb "red" notitle
+unset multiplot
+"""
+    (d / "chart.gp").write_text(gp)
+    r = subprocess.run(["gnuplot", str(d / "chart.gp")], capture_output=True, text=True)
+    if r.returncode != 0:
+        log(f"gnuplot failed: {r.stderr[-1000:]}")
+
+
+def main():
+    global TIERFS, NULLFS, PREADER
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--peers", dest="peers", action="store_true", default=None)
+    ap.add_argument("--no-peers", dest="peers", action="store_false")
+    ap.add_argument("--runs", type=int, default=0)
+    ap.add_argument("--only", default="", help="comma list of scenarios: seq,multi,iso,rate")
+    ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
+                    help="override a parameter (see Bench.p), e.g. --set iso_seconds=30")
+    ap.add_argument("--chart-only", action="store_true",
+                    help="redraw results.png from OUT/results.json, run nothing")
+    ap.add_argument("--tierfs", required=True)
+    ap.add_argument("--nullfs", required=True)
+    ap.add_argument("--preader", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    TIERFS, NULLFS, PREADER = Path(args.tierfs), Path(args.nullfs), Path(args.preader)
+    if args.chart_only:
+        raw = json.loads((Path(args.out) / "results.json").read_text())
+        b = argparse.Namespace(out=Path(args.out), run_dir=Path(args.work),
+                               quick=raw["params"]["seq_size"] < GiB)
+        Path(args.work).mkdir(parents=True, exist_ok=True)
+        draw_chart(b, [(t["name"], t["value"], t["limit"], t["kind"]) for t in raw["targets"]],
+                   raw["runs"]["seq"])
+        return 0
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    atexit.register(cleanup)
+    b = Bench(args)
+    b.load_start = Path("/proc/loadavg").read_text().split()[:3]
+    t0 = time.monotonic()
+    only = set(filter(None, args.only.split(",")))
+    try:
+        b.setup()
+        seq = b.scen_seq() if not only or "seq" in only else None
+        multi = b.scen_multi() if not only or "multi" in only else None
+        iso = b.scen_isolation() if not only or "iso" in only else None
+        rate = b.scen_rate() if not only or "rate" in only else None
+    finally:
+        cleanup()
+    if only:
+        print(json.dumps(b.raw["runs"], indent=1, default=str))
+        print(json.dumps(b.hwm, indent=1, default=str))
+        return 0
+    for e in seq["tierfs"].get("check", []):
+        if e["cached_fetched"] or e["rand_fetched"]:
+            b.notes.append(f"tierfs fetched bytes during the cached scenarios: {e}")
+    elapsed = time.monotonic() - t0
+    cols, rows, targets = build_report(b, seq, multi, iso, rate)
+    text = write_results(b, cols, rows, targets, b.machine(), elapsed)
+    draw_chart(b, targets, seq)
+    print()
+    print(text)
+    missed = [t["name"] for t in b.raw["targets"] if not target_ok(t["value"], t["limit"],
+                                                                   t["kind"])]
+    log(f"finished in {elapsed:.0f}s; targets missed: {', '.join(missed) if missed else 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
