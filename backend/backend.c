@@ -171,3 +171,18 @@ char *backend_url_path(const char *path)
 {
 	return sigv4_uri_encode(path, true);
 }
+
+int backend_io_head(struct backend *b, struct io_req *r, struct bk_meta *ret)
+{
+	int e;
+
+	r->head = true;
+	e = io_run(b->io, r);
+	if (e == 0) {
+		ret->size = r->length == UINT64_MAX ? 0 : r->length;
+		ret->mtime = r->mtime;
+		snprintf(ret->etag, sizeof(ret->etag), "%s", r->etag_got);
+	}
+	io_req_free(r);
+	return e;
+}

@@ -272,6 +272,10 @@ struct io_cfg backend_io_cfg(const struct backend_cfg *cfg);
 int backend_io_read(struct backend *b, struct io_req *r, const char *etag, uint64_t off,
 		    uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg);
 
+/* HEAD with @r (url and signing set): size, mtime and ETag into *ret. Frees @r.
+ * @return 0 or -errno. */
+int backend_io_head(struct backend *b, struct io_req *r, struct bk_meta *ret);
+
 /* A path ("a/b c") as URL path segments ("a/b%20c"). @return malloc'd or NULL. */
 char *backend_url_path(const char *path);
 

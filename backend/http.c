@@ -121,19 +121,8 @@ static int http_list(struct backend *b, const char *dir, bk_list_fn fn, void *ar
 static int http_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct io_req *r = new_req(b->priv, path, false);
-	int e;
 
-	if (!r)
-		return -ENOMEM;
-	r->head = true;
-	e = io_run(b->io, r);
-	if (e == 0) {
-		ret->size = r->length == UINT64_MAX ? 0 : r->length;
-		ret->mtime = r->mtime;
-		snprintf(ret->etag, sizeof(ret->etag), "%s", r->etag_got);
-	}
-	io_req_free(r);
-	return e;
+	return r ? backend_io_head(b, r, ret) : -ENOMEM;
 }
 
 static int ignore(void *arg, const char *name, bool is_dir, uint64_t size, int64_t mtime)

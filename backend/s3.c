@@ -293,21 +293,9 @@ static int s3_check(struct backend *b, char *err, size_t errlen)
 
 static int s3_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
-	struct s3 *s = b->priv;
-	struct io_req *r = new_req(s, path, NULL);
-	int e;
+	struct io_req *r = new_req(b->priv, path, NULL);
 
-	if (!r)
-		return -ENOMEM;
-	r->head = true;
-	e = io_run(b->io, r);
-	if (e == 0) {
-		ret->size = r->length == UINT64_MAX ? 0 : r->length;
-		ret->mtime = r->mtime;
-		snprintf(ret->etag, sizeof(ret->etag), "%s", r->etag_got);
-	}
-	io_req_free(r);
-	return e;
+	return r ? backend_io_head(b, r, ret) : -ENOMEM;
 }
 
 static int s3_read(struct backend *b, const char *path, const char *etag, uint64_t off,

@@ -455,6 +455,30 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 	return 0;
 }
 
+/*
+ * Ask the store for the current version of file *@np (lock held on entry and exit, dropped
+ * for the request). *@np is found again afterwards, or the call fails with -ENOENT if it was
+ * forgotten meanwhile. @return 0 or -errno.
+ */
+static int revalidate(struct ns *ns, struct node **np)
+{
+	uint64_t ino = (*np)->ino;
+	char *path = strdup((*np)->path);
+	struct bk_meta m;
+	int e;
+
+	if (!path)
+		return -ENOMEM;
+	pthread_mutex_unlock(&ns->lock);
+	e = backend_stat(ns->cfg.backend, path, &m);
+	free(path);
+	pthread_mutex_lock(&ns->lock);
+	*np = find_ino(ns, ino);
+	if (!*np)
+		return -ENOENT;
+	return e < 0 ? e : set_version(ns, *np, &m, true);
+}
+
 static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -537,25 +561,8 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret
 	}
 	if (!is_dir && have_meta)
 		e = set_version(ns, n, &m, true);
-	if (!is_dir && !have_meta && (!n->cur || !fresh(ns, n->meta_ns, mono_ns()))) {
-		/* a manifest names files without metadata: ask the store */
-		uint64_t ino = n->ino;
-		char *path = strdup(n->path);
-
-		if (!path) {
-			e = -ENOMEM;
-			goto out;
-		}
-		pthread_mutex_unlock(&ns->lock);
-		e = backend_stat(ns->cfg.backend, path, &m);
-		free(path);
-		pthread_mutex_lock(&ns->lock);
-		n = find_ino(ns, ino);
-		if (e == 0 && !n)
-			e = -ENOENT;
-		if (e == 0)
-			e = set_version(ns, n, &m, true);
-	}
+	if (!is_dir && !have_meta && (!n->cur || !fresh(ns, n->meta_ns, mono_ns())))
+		e = revalidate(ns, &n); /* a manifest names files without metadata */
 	if (e == 0) {
 		n->nlookup++;
 		fill_stat(ns, n, ret_st);
@@ -601,7 +608,6 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st)
 int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same)
 {
 	struct node *n;
-	struct bk_meta m;
 	int e = 0;
 
 	pthread_mutex_lock(&ns->lock);
@@ -616,22 +622,8 @@ int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same)
 	}
 	if (!n->cur || n->stale ||
 	    (!ns->cfg.immutable && (!n->cur->etag[0] || !fresh(ns, n->meta_ns, mono_ns())))) {
-		char *path = strdup(n->path);
-
-		if (!path) {
-			e = -ENOMEM;
-			goto out;
-		}
-		pthread_mutex_unlock(&ns->lock);
-		e = backend_stat(ns->cfg.backend, path, &m);
-		free(path);
-		pthread_mutex_lock(&ns->lock);
-		n = find_ino(ns, ino);
-		if (!n)
-			e = -ENOENT;
+		e = revalidate(ns, &n);
 		if (e < 0)
-			goto out;
-		if ((e = set_version(ns, n, &m, true)) < 0)
 			goto out;
 	}
 	fobj_get(n->cur);
