@@ -805,8 +805,7 @@ static void *loop(void *arg)
 				transfer_done(io, m->easy_handle, m->data.result);
 		timeout = run_timers(io, mono_ns());
 		start_queued(io);
-		if (io->in_head || io->hot_head)
-			timeout = 0;
+		/* a submission meanwhile wakes the poll (curl_multi_wakeup) */
 		curl_multi_poll(io->multi, NULL, 0, timeout, NULL);
 	}
 	shutdown_all(io);

@@ -537,15 +537,20 @@ static void flight_done(void *arg, int err)
 	start_list(go);
 }
 
-/* Prefetch blocks after @last for a sequential reader, through the same queue and limiter. */
-static void readahead(struct cache *c, const struct cache_obj *o, struct cache_stream *s,
-		      uint64_t last, uint64_t now)
+/*
+ * Which blocks after @last to prefetch for a sequential reader: [*ret_from, *ret_to], empty
+ * when *ret_from > *ret_to. Advances the stream, so it runs before the reply (after it, the
+ * file and its stream may be gone). The stream is shared by the readers of one open file
+ * without a lock: relaxed atomics, and a race only makes readahead less exact.
+ */
+static void readahead_plan(struct cache *c, const struct cache_obj *o, struct cache_stream *s,
+			   uint64_t last, enum cache_tier tier, uint64_t *ret_from, uint64_t *ret_to)
 {
 	uint64_t nblocks = (o->size + c->cfg.block_size - 1) >> c->shift;
-	uint64_t depth = c->cfg.readahead;
-	struct flight *go = NULL, **go_tail = &go;
-	enum cache_tier tier = cache_route(c, o);
+	uint64_t depth = c->cfg.readahead, from = last + 1, to, ra_next;
 
+	*ret_from = 1;
+	*ret_to = 0;
 	if (tier == CACHE_LAG) {
 		/* A throttled reader consumes a block in block_size/rate seconds; blocks fetched
 		 * further ahead than about half the lagging TTL would expire unread and be paid
@@ -558,18 +563,29 @@ static void readahead(struct cache *c, const struct cache_obj *o, struct cache_s
 	}
 	if (!depth)
 		return;
-	uint64_t from = last + 1, to = last + depth;
-
+	to = last + depth;
 	if (to >= nblocks)
 		to = nblocks - 1;
-	if (s->ra_next > to + 1)
-		s->ra_next = 0; /* the reader went back: start over */
-	if (from < s->ra_next)
-		from = s->ra_next;
+	ra_next = __atomic_load_n(&s->ra_next, __ATOMIC_RELAXED);
+	if (ra_next > to + 1)
+		ra_next = 0; /* the reader went back: start over */
+	if (from < ra_next)
+		from = ra_next;
 	if (from > to)
 		return;
-	s->ra_next = to + 1;
+	__atomic_store_n(&s->ra_next, to + 1, __ATOMIC_RELAXED);
+	*ret_from = from;
+	*ret_to = to;
+}
 
+/* Prefetch blocks [from, to] of @o, through the same queue and limiter as reads. */
+static void readahead(struct cache *c, const struct cache_obj *o, uint64_t from, uint64_t to,
+		      enum cache_tier tier, uint64_t now)
+{
+	struct flight *go = NULL, **go_tail = &go;
+
+	if (from > to)
+		return;
 	pthread_mutex_lock(&c->lock);
 	for (uint64_t b = from; b <= to; b++) {
 		struct ring_key k = {o->id, b};
@@ -592,9 +608,9 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 {
 	struct piece stack_p[STACK_PIECES], *p = stack_p;
 	struct pread *pr = NULL;
-	uint64_t first, last, now;
+	uint64_t first, last, now, ra_from = 1, ra_to = 0;
 	uint32_t n, missing = 0;
-	bool sequential;
+	enum cache_tier tier;
 
 	if (off >= o->size || len == 0) {
 		reply(req, NULL, 0, 0);
@@ -610,9 +626,13 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	}
 	n = (uint32_t)(last - first + 1);
 	now = now_ns(c);
-	sequential = s && (off == s->next_off || off == 0);
-	if (s)
-		s->next_off = off + len;
+	tier = cache_route(c, o);
+	if (s) {
+		uint64_t prev = __atomic_exchange_n(&s->next_off, off + len, __ATOMIC_RELAXED);
+
+		if ((off == prev || off == 0) && c->cfg.readahead)
+			readahead_plan(c, o, s, last, tier, &ra_from, &ra_to);
+	}
 
 	if (n > STACK_PIECES) {
 		pr = calloc(1, sizeof(*pr) + n * sizeof(struct piece));
@@ -656,7 +676,6 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	pr->err = 0;
 	pr->pending = 1; /* held by this function until every piece is registered */
 
-	enum cache_tier tier = cache_route(c, o);
 	struct flight *go = NULL, **go_tail = &go;
 	bool finished;
 
@@ -701,8 +720,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 		free(pr);
 	}
 readahead:
-	if (sequential && c->cfg.readahead)
-		readahead(c, o, s, last, now);
+	readahead(c, o, ra_from, ra_to, tier, now);
 }
 
 uint64_t cache_ticket(struct cache *c)

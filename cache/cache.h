@@ -74,7 +74,8 @@ struct cache_iov {
 typedef void (*cache_reply_fn)(void *req, const struct cache_iov *iov, int n, int err);
 
 /* Per open file: where the last read ended, to detect sequential readers. Zero it at open.
- * Unlocked: concurrent readers of one handle only make readahead less exact. */
+ * Unlocked (relaxed atomics): concurrent readers of one handle only make readahead less
+ * exact. */
 struct cache_stream {
 	uint64_t next_off; /* end of the previous read */
 	uint64_t ra_next;  /* first block not yet considered for readahead */
@@ -118,7 +119,9 @@ void cache_free(struct cache *c);
  * Read @len bytes at @off of @o. @reply runs exactly once: before cache_read returns when
  * every block is resident (or on an immediate error), else later from the thread that
  * completes the last fetch, or from cache_cancel. @s may be NULL (no readahead). @ticket (from
- * cache_ticket, or 0) names the read for cache_cancel while it waits.
+ * cache_ticket, or 0) names the read for cache_cancel while it waits. @o and its ctx must stay
+ * valid until cache_read returns, even when the reply came first; @s is not touched after the
+ * reply.
  */
 void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
 		size_t len, uint64_t ticket, cache_reply_fn reply, void *req);

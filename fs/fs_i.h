@@ -71,6 +71,7 @@ struct ns_dirent {
 	bool is_dir;
 };
 struct ns_dir {
+	struct ns_dir *prev, *next; /* the mount's open directories (ops.c); handles_lock */
 	unsigned refs;            /* atomic */
 	uint64_t ino;             /* the directory */
 	uint64_t parent;          /* its parent's inode (itself for the root) */
@@ -110,12 +111,16 @@ struct mount {
 	uint64_t reads;           /* read requests answered (relaxed atomics) */
 	uint64_t read_errors;     /* read requests answered with an error */
 	uint64_t read_bytes;      /* bytes answered */
+	pthread_mutex_t handles_lock;
+	struct fh *fhs;           /* open files: freed at exit if the kernel never releases them */
+	struct ns_dir *dirs;      /* open directories, likewise */
 	unsigned invals;          /* invalidation threads running; log_lock, signals inval_done */
 	pthread_cond_t inval_done;
 };
 
 /* An open file: an object version and its reader's position, or a control file's text. */
 struct fh {
+	struct fh *prev, *next;   /* the mount's open files; handles_lock */
 	struct fobj *obj;         /* NULL for a control file */
 	struct cache_stream s;
 	bool lagging;             /* opened as lagging (direct_io) */

@@ -183,6 +183,58 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_attr(req, &st, ttl(M(req)));
 }
 
+/* Open handles are listed so that those still open when the session ends (libfuse sends no
+ * release for them) are freed too. */
+static void track_fh(struct mount *m, struct fh *fh)
+{
+	pthread_mutex_lock(&m->handles_lock);
+	fh->prev = NULL;
+	fh->next = m->fhs;
+	if (m->fhs)
+		m->fhs->prev = fh;
+	m->fhs = fh;
+	pthread_mutex_unlock(&m->handles_lock);
+}
+
+static void fh_free(struct mount *m, struct fh *fh)
+{
+	pthread_mutex_lock(&m->handles_lock);
+	if (fh->prev)
+		fh->prev->next = fh->next;
+	else
+		m->fhs = fh->next;
+	if (fh->next)
+		fh->next->prev = fh->prev;
+	pthread_mutex_unlock(&m->handles_lock);
+	fobj_put(fh->obj);
+	free(fh->text);
+	free(fh);
+}
+
+static void track_dir(struct mount *m, struct ns_dir *d)
+{
+	pthread_mutex_lock(&m->handles_lock);
+	d->prev = NULL;
+	d->next = m->dirs;
+	if (m->dirs)
+		m->dirs->prev = d;
+	m->dirs = d;
+	pthread_mutex_unlock(&m->handles_lock);
+}
+
+static void dir_free(struct mount *m, struct ns_dir *d)
+{
+	pthread_mutex_lock(&m->handles_lock);
+	if (d->prev)
+		d->prev->next = d->next;
+	else
+		m->dirs = d->next;
+	if (d->next)
+		d->next->prev = d->prev;
+	pthread_mutex_unlock(&m->handles_lock);
+	ns_dir_put(d);
+}
+
 /* A control file: its text is taken now and served from memory, bypassing the page cache. */
 static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -201,10 +253,9 @@ static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	}
 	fi->direct_io = 1;
 	fi->fh = (uint64_t)(uintptr_t)fh;
-	if (fuse_reply_open(req, fi) == -ENOENT) {
-		free(fh->text);
-		free(fh);
-	}
+	track_fh(M(req), fh);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		fh_free(M(req), fh);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -242,11 +293,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	else
 		fi->keep_cache = same;
 	fi->fh = (uint64_t)(uintptr_t)fh;
-	if (fuse_reply_open(req, fi) == -ENOENT) {
-		/* the opener was interrupted: no release will come */
-		fobj_put(o);
-		free(fh);
-	}
+	track_fh(m, fh);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		fh_free(m, fh); /* the opener was interrupted: no release will come */
 }
 
 static void reply_read(void *arg, const struct cache_iov *iov, int n, int err)
@@ -442,16 +491,18 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * dying (other signals leave it alone). */
 	uint64_t ticket = cache_ticket(m->c);
 	fuse_req_interrupt_func(req, on_interrupt, (void *)(uintptr_t)ticket);
+	/* once the reply is out the file may be released (fh freed) while cache_read still
+	 * runs: the object stays held until it returns */
+	struct fobj *hold = fh->obj;
+
+	fobj_get(hold);
 	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, ticket, reply_read_logged, rr);
+	fobj_put(hold);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
-
-	fobj_put(fh->obj);
-	free(fh->text);
-	free(fh);
+	fh_free(M(req), (struct fh *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -489,8 +540,9 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
 	fi->cache_readdir = 0;
+	track_dir(M(req), d);
 	if (fuse_reply_open(req, fi) == -ENOENT)
-		ns_dir_put(d);
+		dir_free(M(req), d);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -535,7 +587,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	ns_dir_put((struct ns_dir *)(uintptr_t)fi->fh);
+	dir_free(M(req), (struct ns_dir *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -789,6 +841,7 @@ int fs_main(struct fs_opts *o)
 	pthread_mutex_init(&m.log_lock, NULL);
 	pthread_mutex_init(&m.opts_lock, NULL);
 	pthread_cond_init(&m.inval_done, NULL);
+	pthread_mutex_init(&m.handles_lock, NULL);
 	r = backend_new(&bc, &m.b, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
@@ -890,6 +943,10 @@ out:
 	while (m.invals)
 		pthread_cond_wait(&m.inval_done, &m.log_lock);
 	pthread_mutex_unlock(&m.log_lock);
+	while (m.fhs)
+		fh_free(&m, m.fhs);
+	while (m.dirs)
+		dir_free(&m, m.dirs);
 	cache_free(m.c);
 	ns_free(m.ns);
 	backend_free(m.b);
@@ -902,5 +959,6 @@ out:
 	pthread_mutex_destroy(&m.log_lock);
 	pthread_mutex_destroy(&m.opts_lock);
 	pthread_cond_destroy(&m.inval_done);
+	pthread_mutex_destroy(&m.handles_lock);
 	return status;
 }

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -40,6 +41,8 @@ def _sigterm(signum, frame):
 def pytest_configure(config):
     signal.signal(signal.SIGTERM, _sigterm)
     config.addinivalue_line("markers", "watchdog(seconds): time limit of a test that mounts")
+    config.addinivalue_line("markers", "concurrency: drives tierfs from many threads or "
+                                       "processes at once (scripts/test runs these under TSan)")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -50,6 +53,13 @@ def pytest_sessionfinish(session, exitstatus):
     if left:
         print(f"\nSAFETY NET: had to unmount {left}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    # Sanitizer reports that no test failed on (from a server nobody unmounted, say).
+    if under:
+        for d in sorted(Path(under).glob("*/san-*")):  # tmp_path/san-MNT, san-run/san-*
+            found = harness.sanitizer_reports(d)
+            if found:
+                print(f"\nSAFETY NET: a sanitizer report no test failed on:\n{found}")
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,6 +86,7 @@ def fuse(tierfs_bin):
 @pytest.fixture(scope="session", autouse=True)
 def _record_basetemp(tmp_path_factory):
     _basetemp[:] = [str(tmp_path_factory.getbasetemp())]
+    harness.SAN_ROOT = os.path.join(_basetemp[0], "san-run")
 
 
 # ---------------------------------------------------------------------------------------------

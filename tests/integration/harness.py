@@ -430,18 +430,123 @@ def fuse_usable():
     return None
 
 
-def run_tierfs(args, env=None, timeout=30, cwd=None):
+# ---------------------------------------------------------------------------------------------
+# sanitizers
+#
+# scripts/test runs this suite again against tierfs built with AddressSanitizer + UBSan and
+# with ThreadSanitizer. A daemonized tierfs has its stderr on /dev/null, so every tierfs
+# started here gets *SAN_OPTIONS with log_path=DIR/san: a report lands in DIR/san.PID, PID
+# being the process that wrote it (launcher or daemon). Each mount has a directory of its own
+# (san-<mount point name> beside its log), so any file in it is that mount's, and
+# Mount.unmount() - after the server has exited, which is when LeakSanitizer reports - makes it
+# a problem that fails the test. run_tierfs() checks its own. conftest's session end sweeps up
+# any report that was not turned into a failure (a server nobody unmounted). A program built
+# without sanitizers ignores the variables.
+
+ASAN_SUPP = REPO / "tests" / "asan.supp"
+TSAN_SUPP = REPO / "tests" / "tsan.supp"
+SAN_QUOTE = 6000  # characters of each report quoted in a failure message
+SAN_ROOT = None  # where run_tierfs() makes its report directories (conftest: under basetemp)
+san_reported = set()  # report files already turned into a failure
+
+
+def sanitizer_env(sandir):
+    """ASAN_OPTIONS, UBSAN_OPTIONS, TSAN_OPTIONS for a tierfs whose reports must go to
+    @sandir/san.PID (created here). ASan also checks leaks at exit; UBSan stops at the first
+    error; TSan goes on and exits 66 (the report files are what counts: a daemon's exit status
+    reaches no one). Options already in the environment come after these, so a developer can
+    change any of them but log_path. LSAN_OPTIONS is passed through as it is."""
+    sandir = Path(sandir)
+    sandir.mkdir(parents=True, exist_ok=True)
+    log = f"log_path={sandir / 'san'}"
+    asan = "detect_leaks=1:halt_on_error=1:exitcode=86:handle_abort=1"
+    if ASAN_SUPP.is_file():
+        asan += f":suppressions={ASAN_SUPP}"
+    tsan = "halt_on_error=0:exitcode=66:second_deadlock_stack=1:history_size=4"
+    if TSAN_SUPP.is_file():
+        tsan += f":suppressions={TSAN_SUPP}"
+    ours = {
+        "ASAN_OPTIONS": asan,
+        "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1:report_error_type=1",
+        "TSAN_OPTIONS": tsan,
+    }
+    return {k: ":".join(filter(None, (v, os.environ.get(k, ""), log))) for k, v in ours.items()}
+
+
+_sanitizer_of = {}
+
+
+def sanitizer():
+    """The sanitizer the tierfs under test was built with: "asan" (AddressSanitizer, with UBSan
+    in scripts/test), "tsan" or None. For the few bounds that a sanitizer's own cost breaks:
+    its shadow memory in a peak RSS, its slowdown in the work done in a fixed time."""
+    b = tierfs_bin()
+    if b not in _sanitizer_of:
+        try:
+            data = Path(b).read_bytes()
+        except OSError:
+            data = b""
+        _sanitizer_of[b] = ("asan" if b"__asan_init" in data else
+                            "tsan" if b"__tsan_init" in data else None)
+    return _sanitizer_of[b]
+
+
+def tierfs_env(env, sandir):
+    """The environment tierfs runs in: ours without SCRUB_ENV, sanitizer_env(@sandir), @env."""
+    return clean_env({**sanitizer_env(sandir), **(env or {})})
+
+
+def sanitizer_reports(sandir):
+    """Describe the reports in @sandir (files san.PID) not described before; None if none."""
+    try:
+        files = sorted(Path(sandir).glob("san.*"), key=lambda f: f.stat().st_mtime)
+    except OSError:
+        return None
+    files = [f for f in files if os.path.realpath(f) not in san_reported]
+    if not files:
+        return None
+    out = []
+    for f in files:
+        san_reported.add(os.path.realpath(f))
+        text = f.read_text(errors="replace")
+        more = f"\n[... {len(text) - SAN_QUOTE} more characters in {f}]" \
+            if len(text) > SAN_QUOTE else ""
+        out.append(f"sanitizer report {f} (pid {f.suffix[1:]}):\n{text[:SAN_QUOTE]}{more}")
+    return "\n".join(out)
+
+
+class SanitizerReport(AssertionError):
+    pass
+
+
+def run_tierfs(args, env=None, timeout=30, cwd=None, sandir=None):
     """Run the program to completion; stderr goes to a file, not a pipe (a daemon that kept a
-    pipe open would keep us waiting). Return (returncode, stdout, stderr lines)."""
+    pipe open would keep us waiting). Return (returncode, stdout, stderr lines). Sanitizer
+    reports go to @sandir, which the caller then checks; without @sandir they go to a fresh
+    directory checked here, and any report raises SanitizerReport."""
     import tempfile
 
+    own = sandir is None
+    if own:
+        if SAN_ROOT:
+            os.makedirs(SAN_ROOT, exist_ok=True)
+        sandir = tempfile.mkdtemp(prefix="san-", dir=SAN_ROOT)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         p = subprocess.run([tierfs_bin()] + list(args), stdin=subprocess.DEVNULL, stdout=out,
-                           stderr=err, env=clean_env(env), timeout=timeout, cwd=cwd)
+                           stderr=err, env=tierfs_env(env, sandir), timeout=timeout, cwd=cwd)
         out.seek(0)
         err.seek(0)
-        return (p.returncode, out.read().decode("utf-8", "replace"),
-                err.read().decode("utf-8", "replace").splitlines())
+        ret = (p.returncode, out.read().decode("utf-8", "replace"),
+               err.read().decode("utf-8", "replace").splitlines())
+    if own:
+        found = sanitizer_reports(sandir)
+        if found:
+            raise SanitizerReport(f"tierfs {' '.join(map(str, args))}: {found}")
+        try:
+            os.rmdir(sandir)  # empty unless a daemon it started still runs
+        except OSError:
+            pass
+    return ret
 
 
 def mounted(mnt):
@@ -546,6 +651,7 @@ class Mount:
         self.pids = []
         self.unmounted = False
         self.mounted_at_exit = None  # daemonized: was it mounted when the program exited?
+        self.sandir = self.logdir / f"san-{self.mnt.name}"  # sanitizer reports (see above)
 
     def argv(self):
         a = [self.url, str(self.mnt)]
@@ -564,14 +670,16 @@ class Mount:
         Mount.registry.append(str(self.mnt))
         if self.foreground:
             return self._start_foreground(timeout)
-        rc, _, self.stderr = run_tierfs(self.argv(), self.env, timeout=timeout)
+        rc, _, self.stderr = run_tierfs(self.argv(), self.env, timeout=timeout,
+                                        sandir=self.sandir)
         if rc != 0:
             if mounted(self.mnt):
-                self.unmount()
+                what = self.unmount()
                 raise MountError(f"tierfs exited {rc} but left {self.mnt} mounted: "
-                                 f"{self.stderr}")
+                                 f"{self.stderr}" + (f"; {what}" if what else ""))
+            found = sanitizer_reports(self.sandir)
             raise MountError(f"tierfs {' '.join(self.argv())} exited {rc}: "
-                             + " | ".join(self.stderr))
+                             + " | ".join(self.stderr) + (f"\n{found}" if found else ""))
         self.mounted_at_exit = mounted(self.mnt)
         try:
             wait_until(lambda: mounted(self.mnt), 10, f"{self.mnt} to be mounted")
@@ -583,13 +691,15 @@ class Mount:
     def _start_foreground(self, timeout):
         out = open(self.log, "ab")
         self.proc = subprocess.Popen([tierfs_bin()] + self.argv(), stdin=subprocess.DEVNULL,
-                                     stdout=out, stderr=out, env=clean_env(self.env))
+                                     stdout=out, stderr=out,
+                                     env=tierfs_env(self.env, self.sandir))
         out.close()
 
         def up():
             if self.proc.poll() is not None:
+                found = sanitizer_reports(self.sandir)
                 raise MountError(f"tierfs -f exited {self.proc.returncode} before mounting: "
-                                 + tail(self.log))
+                                 + tail(self.log) + (f"\n{found}" if found else ""))
             return mounted(self.mnt)
 
         try:
@@ -618,7 +728,7 @@ class Mount:
 
     def unmount(self):
         """Unmount and wait for the server to exit. Return None if clean, else what went wrong
-        (lazy unmount needed, server did not exit, bad exit status)."""
+        (lazy unmount needed, server did not exit, bad exit status, a sanitizer report)."""
         if self.unmounted:
             return None
         self.unmounted = True
@@ -648,6 +758,9 @@ class Mount:
                         pass
                 problems.append(f"tierfs (pids {pids}) still running 15s after unmount "
                                 "(killed)")
+        found = sanitizer_reports(self.sandir)  # the server has exited: leaks are reported
+        if found:
+            problems.append(found)
         return "; ".join(problems) or None
 
 

@@ -1031,11 +1031,15 @@ def test_load_64_readers(mount, load_store, path):
         assert not idle, f"readers that completed no read in {LOAD_SECONDS} s: {idle}"
         s = stats(m)
         assert s["tierfs_read_errors_total"] == 0
+        san = harness.sanitizer()  # its shadow memory and slowdown change what is fair
         for tier in ("hot", "lagging"):
             ev = s[f'tierfs_cache_evictions_total{{tier="{tier}"}}']
-            assert ev > 0, f"the {tier} tier never evicted: the test did not fill it"
+            assert ev > 0 or san == "tsan", \
+                f"the {tier} tier never evicted: the test did not fill it"
         hwm = vm_hwm_kib(pid) * 1024
         limit = HOT_SIZE + LAG_SIZE + 64 * MIB
+        if san:  # the bound is for the real program; under a sanitizer only look for runaways
+            limit = {"asan": 3, "tsan": 8}[san] * (HOT_SIZE + LAG_SIZE + 64 * MIB)
         ev_hot = s['tierfs_cache_evictions_total{tier="hot"}']
         ev_lag = s['tierfs_cache_evictions_total{tier="lagging"}']
         print(f"load ({path}): {ops} reads, {sum(o[1] for o in out) / MIB:.0f} MiB, "

@@ -98,6 +98,7 @@ def _read_blocks(path, nblocks, start, direct, barrier, out, i):
         out[i] = e
 
 
+@pytest.mark.concurrency
 def test_single_flight_across_readers(mount, nginx, corpus64k):
     """8 threads read the same cold 1 MiB object (16 blocks of 64K) at once, four from block 0
     and four from block 8, so each block is wanted by several readers at the same moment; half
