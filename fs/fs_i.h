@@ -65,13 +65,19 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st);
  */
 int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same);
 
+/* Link of an open handle in the mount's list (ops.c), so handles still open when the
+ * session ends are freed too. */
+struct hlink {
+	struct hlink *prev, *next;
+};
+
 /* A directory listing frozen at opendir, so readdir pages are consistent. */
 struct ns_dirent {
 	char *name;
 	bool is_dir;
 };
 struct ns_dir {
-	struct ns_dir *prev, *next; /* the mount's open directories (ops.c); handles_lock */
+	struct hlink link;        /* first: the mount's open directories (ops.c); handles_lock */
 	unsigned refs;            /* atomic */
 	uint64_t ino;             /* the directory */
 	uint64_t parent;          /* its parent's inode (itself for the root) */
@@ -112,15 +118,15 @@ struct mount {
 	uint64_t read_errors;     /* read requests answered with an error */
 	uint64_t read_bytes;      /* bytes answered */
 	pthread_mutex_t handles_lock;
-	struct fh *fhs;           /* open files: freed at exit if the kernel never releases them */
-	struct ns_dir *dirs;      /* open directories, likewise */
+	struct hlink *fhs;        /* open files: freed at exit if the kernel never releases them */
+	struct hlink *dirs;       /* open directories, likewise */
 	unsigned invals;          /* invalidation threads running; log_lock, signals inval_done */
 	pthread_cond_t inval_done;
 };
 
 /* An open file: an object version and its reader's position, or a control file's text. */
 struct fh {
-	struct fh *prev, *next;   /* the mount's open files; handles_lock */
+	struct hlink link;        /* first: the mount's open files; handles_lock */
 	struct fobj *obj;         /* NULL for a control file */
 	struct cache_stream s;
 	bool lagging;             /* opened as lagging (direct_io) */

@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,27 +186,40 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 /* Open handles are listed so that those still open when the session ends (libfuse sends no
  * release for them) are freed too. */
-static void track_fh(struct mount *m, struct fh *fh)
+static void hlink_add(struct mount *m, struct hlink **head, struct hlink *l)
 {
 	pthread_mutex_lock(&m->handles_lock);
-	fh->prev = NULL;
-	fh->next = m->fhs;
-	if (m->fhs)
-		m->fhs->prev = fh;
-	m->fhs = fh;
+	l->prev = NULL;
+	l->next = *head;
+	if (*head)
+		(*head)->prev = l;
+	*head = l;
 	pthread_mutex_unlock(&m->handles_lock);
+}
+
+static void hlink_del(struct mount *m, struct hlink **head, struct hlink *l)
+{
+	pthread_mutex_lock(&m->handles_lock);
+	if (l->prev)
+		l->prev->next = l->next;
+	else
+		*head = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	pthread_mutex_unlock(&m->handles_lock);
+}
+
+_Static_assert(offsetof(struct fh, link) == 0 && offsetof(struct ns_dir, link) == 0,
+	       "fs_main casts a list link back to its handle");
+
+static void track_fh(struct mount *m, struct fh *fh)
+{
+	hlink_add(m, &m->fhs, &fh->link);
 }
 
 static void fh_free(struct mount *m, struct fh *fh)
 {
-	pthread_mutex_lock(&m->handles_lock);
-	if (fh->prev)
-		fh->prev->next = fh->next;
-	else
-		m->fhs = fh->next;
-	if (fh->next)
-		fh->next->prev = fh->prev;
-	pthread_mutex_unlock(&m->handles_lock);
+	hlink_del(m, &m->fhs, &fh->link);
 	fobj_put(fh->obj);
 	free(fh->text);
 	free(fh);
@@ -213,25 +227,12 @@ static void fh_free(struct mount *m, struct fh *fh)
 
 static void track_dir(struct mount *m, struct ns_dir *d)
 {
-	pthread_mutex_lock(&m->handles_lock);
-	d->prev = NULL;
-	d->next = m->dirs;
-	if (m->dirs)
-		m->dirs->prev = d;
-	m->dirs = d;
-	pthread_mutex_unlock(&m->handles_lock);
+	hlink_add(m, &m->dirs, &d->link);
 }
 
 static void dir_free(struct mount *m, struct ns_dir *d)
 {
-	pthread_mutex_lock(&m->handles_lock);
-	if (d->prev)
-		d->prev->next = d->next;
-	else
-		m->dirs = d->next;
-	if (d->next)
-		d->next->prev = d->prev;
-	pthread_mutex_unlock(&m->handles_lock);
+	hlink_del(m, &m->dirs, &d->link);
 	ns_dir_put(d);
 }
 
@@ -943,10 +944,11 @@ out:
 	while (m.invals)
 		pthread_cond_wait(&m.inval_done, &m.log_lock);
 	pthread_mutex_unlock(&m.log_lock);
+	/* the link is the first member of both */
 	while (m.fhs)
-		fh_free(&m, m.fhs);
+		fh_free(&m, (struct fh *)m.fhs);
 	while (m.dirs)
-		dir_free(&m, m.dirs);
+		dir_free(&m, (struct ns_dir *)m.dirs);
 	cache_free(m.c);
 	ns_free(m.ns);
 	backend_free(m.b);
