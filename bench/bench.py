@@ -32,7 +32,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The integration harness's helpers: polling, ports, mount checks, stopping our processes.
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+from harness import free_port, port_open, wait_until  # noqa: E402
+from harness import mounted as is_mounted  # noqa: E402
+from harness import stop_process as stop_proc  # noqa: E402
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -83,45 +87,6 @@ def log(msg):
     print(f"bench: {msg}", flush=True)
 
 
-def mountpoints():
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mp = line.split()[4]
-            out.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), mp))
-    return out
-
-
-def is_mounted(mnt):
-    return os.path.realpath(mnt) in mountpoints()
-
-
-def wait_until(pred, timeout, what, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() >= deadline:
-            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def stop_proc(p, timeout=15):
-    """terminate, wait, kill: only processes we started (p is our Popen)."""
-    if p is None or p.poll() is not None:
-        return
-    try:
-        p.send_signal(signal.SIGCONT)
-        p.terminate()
-        p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait(timeout=timeout)
-    except ProcessLookupError:
-        pass
-
-
 def unmount(mnt, proc=None):
     """Unmount @mnt (ours), then wait for its server @proc (ours) to end."""
     mnt = str(mnt)
@@ -160,20 +125,6 @@ def on_signal(signum, frame):
 
 # ------------------------------------------------------------------------------------------
 # helpers
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_open(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def run(cmd, timeout=None, check=True, **kw):
@@ -335,7 +286,7 @@ class Nginx:
                     20, "nginx")
                 if self.proc.poll() is None:
                     return self
-            except RuntimeError:
+            except TimeoutError:
                 pass
             stop_proc(self.proc)
         raise RuntimeError("nginx did not start: " + (self.dir / "error.log").read_text()[-2000:])
@@ -395,7 +346,7 @@ class S3rver:
                            "s3rver")
                 if self.proc.poll() is None:
                     return self
-            except RuntimeError:
+            except TimeoutError:
                 pass
             stop_proc(self.proc)
         raise RuntimeError("s3rver did not start: " + (self.dir / "s3rver.log").read_text()[-2000:])
@@ -447,7 +398,7 @@ class Mount:
         try:
             wait_until(lambda: self.proc.poll() is not None or is_mounted(self.mnt), timeout,
                        f"{self.name} to mount")
-        except RuntimeError:
+        except TimeoutError:
             self.stop()
             raise
         if self.proc.poll() is not None:

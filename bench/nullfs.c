@@ -29,6 +29,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs.h"
+
 #define MAX_REQUEST (1u << 20)
 #define MAX_FILES 256
 
@@ -193,45 +195,6 @@ static const struct fuse_lowlevel_ops ops = {
 	.statfs = op_statfs,
 };
 
-/* The same as tierfs's tune_readahead (fs/ops.c). */
-static void tune_readahead(const char *mountpoint)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char line[4096], path[PATH_MAX + 64], dev[32];
-	unsigned maj = 0, min = 0;
-	bool found = false;
-
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char mnt[PATH_MAX + 64], *w = mnt;
-
-		if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, mnt) != 2)
-			continue;
-		for (char *r = mnt; *r; r++) {
-			if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] && r[3]) {
-				*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
-				r += 3;
-			} else {
-				*w++ = *r;
-			}
-		}
-		*w = '\0';
-		if (strcmp(mnt, mountpoint) == 0 && sscanf(dev, "%u:%u", &maj, &min) == 2)
-			found = true;
-	}
-	fclose(f);
-	if (!found)
-		return;
-	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
-	f = fopen(path, "we");
-	if (!f) {
-		fprintf(stderr, "nullfs: cannot raise %s (not root?)\n", path);
-		return;
-	}
-	fprintf(f, "%u\n", MAX_REQUEST / 1024);
-	fclose(f);
-}
 
 static int parse_size(const char *s, uint64_t *ret)
 {
@@ -329,7 +292,9 @@ int main(int argc, char **argv)
 		goto destroy;
 	if (fuse_session_mount(se, mntabs) < 0)
 		goto handlers;
-	tune_readahead(mntabs);
+	/* the very code tierfs uses, so both mounts get the same kernel requests */
+	if (fs_tune_readahead(mntabs, MAX_REQUEST / 1024) < 0)
+		fprintf(stderr, "nullfs: cannot raise read_ahead_kb (not root?)\n");
 	if (fuse_daemonize(fg) < 0)
 		goto unmount;
 	if (single) {

@@ -83,6 +83,14 @@ size_t fs_opts_format(const struct fs_opts *o, char *buf, size_t len);
 
 void fs_opts_done(struct fs_opts *o);
 
+/*
+ * Raise the read_ahead_kb of the FUSE mount at @mountpoint (absolute) to @kib, so sequential
+ * readers send requests that large. The device number comes from /proc/self/mountinfo: a
+ * stat() of the mountpoint would need the session loop running. Needs root.
+ * @return 0, -ENOENT (not mounted), or the errno of opening the sysfs file.
+ */
+int fs_tune_readahead(const char *mountpoint, unsigned kib);
+
 /* Run the mount described by @o until unmounted. @return the process exit status. */
 int fs_main(struct fs_opts *o);
 

@@ -741,9 +741,7 @@ static void syslog_func(enum fuse_log_level level, const char *fmt, va_list ap)
 	vsyslog((int)level, fmt, ap);
 }
 
-/* Raise the mount's bdi read_ahead_kb so sequential readers send 1 MiB requests. The device
- * number comes from /proc/self/mountinfo: a stat() of the mountpoint would need the loop. */
-static void tune_readahead(const char *mountpoint)
+int fs_tune_readahead(const char *mountpoint, unsigned kib)
 {
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	char line[4096], path[PATH_MAX + 64], dev[32];
@@ -751,7 +749,7 @@ static void tune_readahead(const char *mountpoint)
 	bool found = false;
 
 	if (!f)
-		return;
+		return -errno;
 	while (fgets(line, sizeof(line), f)) {
 		char mnt[PATH_MAX + 64], *w = mnt;
 
@@ -772,13 +770,13 @@ static void tune_readahead(const char *mountpoint)
 	}
 	fclose(f);
 	if (!found)
-		return;
+		return -ENOENT;
 	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
 	f = fopen(path, "we");
 	if (!f)
-		return; /* not root: the kernel default stays */
-	fprintf(f, "%u\n", MAX_REQUEST / 1024);
-	fclose(f);
+		return -errno; /* not root: the kernel default stays */
+	fprintf(f, "%u\n", kib);
+	return fclose(f) == 0 ? 0 : -errno;
 }
 
 /* "fsname=URL" for mount(8) output, without user:password@ and with commas escaped. */
@@ -906,7 +904,7 @@ int fs_main(struct fs_opts *o)
 		goto out;
 	}
 	mounted = true;
-	tune_readahead(o->mountpoint);
+	fs_tune_readahead(o->mountpoint, MAX_REQUEST / 1024); /* best effort */
 
 	/* the I/O thread must not exist across the fork in fuse_daemonize */
 	backend_stop(m.b);
