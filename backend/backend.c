@@ -78,7 +78,12 @@ int backend_check(struct backend *b, char *err, size_t errlen)
 
 int backend_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
-	return b->ops->stat(b, path, ret);
+	struct bk_meta m = {0}; /* what a store does not say stays zero */
+	int e = b->ops->stat(b, path, &m);
+
+	if (e == 0)
+		*ret = m;
+	return e;
 }
 
 int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)

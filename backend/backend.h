@@ -20,6 +20,8 @@ struct bk_meta {
 	uint64_t size;
 	int64_t mtime;          /* seconds since epoch; INT64_MIN if the store gave none */
 	char etag[BK_ETAG_MAX]; /* as the store sends it (quotes included); "" if none */
+	bool have_perm;         /* the store has permission bits (file://); false for s3, http */
+	uint32_t perm;          /* with have_perm: the store's permission bits, 0..0777 */
 };
 
 struct backend_cfg {
@@ -61,12 +63,14 @@ void backend_stop(struct backend *b);
  */
 int backend_check(struct backend *b, char *err, size_t errlen);
 
-/* HEAD (or stat) one object. @return 0 and *ret, -ENOENT, -EACCES, -EIO, -ETIMEDOUT... */
+/* HEAD (or stat) one object; *ret is written whole (fields a store lacks are zero).
+ * @return 0 and *ret, -ENOENT, -EACCES, -EIO, -ETIMEDOUT... */
 int backend_stat(struct backend *b, const char *path, struct bk_meta *ret);
 
 /*
  * Called once per entry of a directory: @name is one path segment; @meta is NULL if the listing
- * gave no metadata for a file (then the caller stats it). Return 0 to go on, negative to stop.
+ * gave no metadata for a file (then the caller stats it). For a directory @meta is NULL, or
+ * carries only have_perm and perm (file://). Return 0 to go on, negative to stop.
  */
 typedef int (*bk_list_fn)(void *arg, const char *name, bool is_dir, const struct bk_meta *meta);
 

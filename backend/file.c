@@ -2,25 +2,56 @@
  * file.c - file:///dir: a local directory as the object store.
  *
  * The quickest way to try tierfs, and the demo's default. Objects are the regular files under
- * the directory (symbolic links followed); their ETag is made from what changes when the file
- * does, "mtime_ns-size-inode" in hex, as nginx does. Reads run as jobs on the backend's I/O
- * thread (pread from the page cache is fast, and it keeps FUSE workers off the disk), and
- * check the ETag first, so a file replaced under an open handle gives -ESTALE, never a mix.
+ * the directory; their ETag is made from what changes when the file does,
+ * "mtime_ns-size-inode" in hex, as nginx does. Reads run as jobs on the backend's I/O thread
+ * (pread from the page cache is fast, and it keeps FUSE workers off the disk), and check the
+ * ETag first, so a file replaced under an open handle gives -ESTALE, never a mix.
+ *
+ * Confinement. The store's contents are untrusted input: anyone who can write into the
+ * directory may plant `shadow -> /etc/shadow`, `up -> ../..` or a FIFO, and the mount (often
+ * root with allow_other) must not serve them to other users. So:
+ *
+ *     rootfd ── O_PATH|O_DIRECTORY on the root, opened once, held for the mount's life
+ *       │
+ *       └─ every path ── openat2(rootfd, path, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+ *                        an absolute symlink, a ".." or a symlink leading out of the root,
+ *                        and /proc magic links fail (EXDEV, ELOOP), shown as ENOENT
+ *
+ *   - A symlink whose target stays beneath the root and is a regular file is followed: it
+ *     lists and reads as that file. Every other symlink (out of the root, absolute, to a
+ *     directory, dangling) is hidden. Symlinked directories are hidden so that a loop such as
+ *     `a -> .` cannot make find or rsync walk forever.
+ *   - stat and listings never leave the root either: entries are fstatat()ed with
+ *     AT_SYMLINK_NOFOLLOW relative to a directory fd opened beneath the root, and a symlink
+ *     is resolved with openat2(O_PATH) from the root like any other path.
+ *   - Only regular files are ever opened for reading. A path is first opened O_PATH (which
+ *     opens nothing: a FIFO does not block, a device's driver is not called) and fstat()ed;
+ *     only a regular file is then opened O_RDONLY|O_NONBLOCK|O_NOCTTY, and the fd must be
+ *     the same inode. FIFOs, sockets and devices are neither listed nor opened.
+ *   - Kernels without openat2 (before 5.6, ENOSYS at mount) walk the path one component at
+ *     a time with O_NOFOLLOW instead: just as race-free, but no symlink is followed at all.
+ *     TIERFS_FILE_NO_OPENAT2=1 in the environment forces this walk (for tests).
+ *
+ * Each entry also carries the store's permission bits (bk_meta.perm): fs/ never shows a mode
+ * wider than them. Locking: none; the struct is read-only after file_init.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "backend_i.h"
 
 struct file {
-	char *root; /* absolute directory, no trailing slash */
-	int dirfd;  /* open on root */
+	char *root; /* absolute directory, no trailing slash (for messages) */
+	int rootfd; /* O_PATH on root: every path is resolved beneath it */
+	bool walk;  /* no openat2: resolve component by component, following no symlink */
 };
 
 struct job {
@@ -40,20 +71,23 @@ static void file_free(struct backend *b)
 
 	if (!f)
 		return;
-	if (f->dirfd >= 0)
-		close(f->dirfd);
+	if (f->rootfd >= 0)
+		close(f->rootfd);
 	free(f->root);
 	free(f);
 }
 
 static void meta_from_stat(const struct stat *st, struct bk_meta *m)
 {
+	memset(m, 0, sizeof(*m));
 	m->size = (uint64_t)st->st_size;
 	m->mtime = st->st_mtim.tv_sec;
 	snprintf(m->etag, sizeof(m->etag), "\"%llx-%llx-%llx\"",
 		 (unsigned long long)st->st_mtim.tv_sec * 1000000000ULL +
 		     (unsigned long long)st->st_mtim.tv_nsec,
 		 (unsigned long long)st->st_size, (unsigned long long)st->st_ino);
+	m->have_perm = true;
+	m->perm = st->st_mode & 0777;
 }
 
 static const char *rel(const char *path)
@@ -61,31 +95,173 @@ static const char *rel(const char *path)
 	return path[0] ? path : ".";
 }
 
+/* An attempt to leave the root, or a link loop: to the caller, nothing is there. */
+static int hide(int e)
+{
+	return e == -EXDEV || e == -ELOOP ? -ENOENT : e;
+}
+
+static int sys_openat2(int dirfd, const char *path, int flags, unsigned long long resolve)
+{
+	/* openat2 refuses O_NOCTTY (and any flag but O_DIRECTORY, O_NOFOLLOW) with O_PATH */
+	struct open_how how = {
+	    .flags = (unsigned long long)(flags | O_CLOEXEC | (flags & O_PATH ? 0 : O_NOCTTY)),
+	    .resolve = resolve,
+	};
+
+	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+}
+
+/* Without openat2: each component opened with O_NOFOLLOW from the one before, so neither a
+ * symlink nor ".." can lead out. @return an fd or -errno. */
+static int walk_open(const struct file *f, const char *path, int flags)
+{
+	const char *p = path;
+	int cur = f->rootfd, fd;
+
+	flags |= flags & O_PATH ? 0 : O_NOCTTY;
+	if (!path[0]) {
+		fd = openat(f->rootfd, ".", flags | O_CLOEXEC);
+		return fd < 0 ? -errno : fd;
+	}
+	for (;;) {
+		size_t n = strcspn(p, "/");
+		char name[256];
+		bool last = p[n] == '\0';
+
+		if (n == 0 || n >= sizeof(name) || (n == 1 && p[0] == '.') ||
+		    (n == 2 && p[0] == '.' && p[1] == '.')) {
+			fd = -ENOENT;
+			break;
+		}
+		memcpy(name, p, n);
+		name[n] = '\0';
+		fd = openat(cur, name, (last ? flags : O_PATH | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			fd = -errno;
+		if (cur != f->rootfd)
+			close(cur);
+		if (fd < 0 || last)
+			break;
+		cur = fd;
+		p += n + 1;
+	}
+	return hide(fd);
+}
+
+/* Open @path (relative, "" = the root) beneath the root. @return an fd or -errno (-ENOENT
+ * for anything outside the root). */
+static int open_beneath(const struct file *f, const char *path, int flags)
+{
+	int fd;
+
+	if (f->walk)
+		return walk_open(f, path, flags);
+	fd = sys_openat2(f->rootfd, rel(path), flags, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+	return fd < 0 ? hide(-errno) : fd;
+}
+
+/* What @path is, resolved beneath the root (a followed symlink gives its target). Opens
+ * nothing but an O_PATH fd. @return 0 or -errno. */
+static int stat_beneath(const struct file *f, const char *path, struct stat *ret)
+{
+	int fd = open_beneath(f, path, O_PATH);
+	int e = 0;
+
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, ret) < 0)
+		e = -errno;
+	close(fd);
+	return e;
+}
+
+/* Open regular file @path for reading, and only a regular file. @return an fd and *ret_st,
+ * -ENOENT (not there, or not a regular file), -ESTALE (replaced between the two opens). */
+static int open_regular(const struct file *f, const char *path, struct stat *ret_st)
+{
+	struct stat ps, st;
+	int e, fd;
+
+	e = stat_beneath(f, path, &ps);
+	if (e < 0)
+		return e;
+	if (!S_ISREG(ps.st_mode))
+		return S_ISDIR(ps.st_mode) ? -EISDIR : -ENOENT;
+	fd = open_beneath(f, path, O_RDONLY | O_NONBLOCK);
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &st) < 0) {
+		e = -errno;
+		close(fd);
+		return e;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_dev != ps.st_dev || st.st_ino != ps.st_ino) {
+		close(fd);
+		return -ESTALE;
+	}
+	*ret_st = st;
+	return fd;
+}
+
 static int file_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct file *f = b->priv;
 	struct stat st;
+	int e = stat_beneath(f, path, &st);
 
-	if (fstatat(f->dirfd, rel(path), &st, 0) < 0)
-		return -errno;
+	if (e < 0)
+		return e;
 	if (S_ISDIR(st.st_mode))
 		return -EISDIR;
 	if (!S_ISREG(st.st_mode))
-		return -ENOENT;
+		return -ENOENT; /* a FIFO, socket or device: never served */
 	meta_from_stat(&st, ret);
 	return 0;
+}
+
+/* One directory entry: a regular file, a directory, or a symlink to a regular file beneath
+ * the root. @return what fn returned, or 0 for an entry that is skipped. */
+static int list_one(struct file *f, int dfd, const char *dir, const char *name, bk_list_fn fn,
+		    void *arg)
+{
+	struct stat st;
+	struct bk_meta m;
+
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0; /* vanished */
+	if (S_ISLNK(st.st_mode)) {
+		char *path;
+		int e;
+
+		if (asprintf(&path, "%s%s%s", dir, dir[0] ? "/" : "", name) < 0)
+			return -ENOMEM;
+		e = stat_beneath(f, path, &st);
+		free(path);
+		if (e < 0 || !S_ISREG(st.st_mode))
+			return 0; /* out of the root, dangling, or not a regular file: hidden */
+	}
+	meta_from_stat(&st, &m);
+	if (S_ISDIR(st.st_mode)) {
+		m.size = 0;
+		m.etag[0] = '\0';
+		return fn(arg, name, true, &m);
+	}
+	if (S_ISREG(st.st_mode))
+		return fn(arg, name, false, &m);
+	return 0; /* FIFO, socket, device */
 }
 
 static int file_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 {
 	struct file *f = b->priv;
-	int fd = openat(f->dirfd, rel(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int fd = open_beneath(f, dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK);
 	struct dirent *de;
 	DIR *d;
 	int e = 0;
 
 	if (fd < 0)
-		return -errno;
+		return fd;
 	d = fdopendir(fd);
 	if (!d) {
 		e = -errno;
@@ -93,19 +269,9 @@ static int file_list(struct backend *b, const char *dir, bk_list_fn fn, void *ar
 		return e;
 	}
 	while ((de = readdir(d))) {
-		struct stat st;
-		struct bk_meta m;
-
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (fstatat(dirfd(d), de->d_name, &st, 0) < 0)
-			continue; /* vanished, or a dangling link */
-		if (S_ISDIR(st.st_mode)) {
-			e = fn(arg, de->d_name, true, NULL);
-		} else if (S_ISREG(st.st_mode)) {
-			meta_from_stat(&st, &m);
-			e = fn(arg, de->d_name, false, &m);
-		}
+		e = list_one(f, dirfd(d), dir, de->d_name, fn, arg);
 		if (e < 0)
 			break;
 	}
@@ -121,14 +287,10 @@ static void run_job(void *arg)
 	struct bk_meta m;
 	uint32_t got = 0;
 	int e = 0;
-	int fd = openat(f->dirfd, j->path, O_RDONLY | O_CLOEXEC);
+	int fd = open_regular(f, j->path, &st);
 
 	if (fd < 0) {
-		e = -errno;
-		goto out;
-	}
-	if (fstat(fd, &st) < 0) {
-		e = -errno;
+		e = fd;
 		goto out;
 	}
 	meta_from_stat(&st, &m);
@@ -194,15 +356,13 @@ static int file_read(struct backend *b, const char *path, const char *etag, uint
 static int file_check(struct backend *b, char *err, size_t errlen)
 {
 	struct file *f = b->priv;
-	DIR *d = opendir(f->root);
+	int fd = open_beneath(f, "", O_RDONLY | O_DIRECTORY);
 
-	if (!d) {
-		int e = -errno;
-
-		snprintf(err, errlen, "%s: %s", f->root, strerror(-e));
-		return e;
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: %s", f->root, strerror(-fd));
+		return fd;
 	}
-	closedir(d);
+	close(fd);
 	return 0;
 }
 
@@ -235,7 +395,7 @@ int file_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_
 
 	if (!f)
 		return -ENOMEM;
-	f->dirfd = -1;
+	f->rootfd = -1;
 	b->priv = f;
 	b->ops = &file_ops;
 	b->scheme = "file";
@@ -262,12 +422,18 @@ int file_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_
 	while (n > 1 && f->root[n - 1] == '/')
 		n--;
 	f->root[n] = '\0';
-	f->dirfd = open(f->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (f->dirfd < 0) {
+	f->rootfd = open(f->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (f->rootfd < 0) {
 		e = -errno;
 		snprintf(err, errlen, "%s: %s", f->root, strerror(-e));
 		goto fail;
 	}
+	/* ask the kernel once whether it has openat2 */
+	e = sys_openat2(f->rootfd, ".", O_PATH, RESOLVE_BENEATH);
+	if (e >= 0)
+		close(e);
+	f->walk = (e < 0 && errno == ENOSYS) || (getenv("TIERFS_FILE_NO_OPENAT2") &&
+						 !strcmp(getenv("TIERFS_FILE_NO_OPENAT2"), "1"));
 	ioc = backend_io_cfg(cfg);
 	b->io = io_new(&ioc);
 	if (!b->io) {

@@ -42,6 +42,10 @@ struct fs_opts {
 	uint64_t retries;     /* default 3 */
 	char *cache_dir;      /* reserved for the persistent tier */
 	char *control_dir;    /* default ".tierfs" */
+	uint64_t uid;         /* owner shown for everything; default getuid() */
+	uint64_t gid;         /* group shown for everything; default getgid() */
+	uint64_t file_mode;   /* permission bits of files, 0..0777; default 0644 */
+	uint64_t dir_mode;    /* permission bits of directories, 0..0777; default 0755 */
 
 	bool foreground;      /* -f */
 	bool debug;           /* -d */

@@ -39,8 +39,10 @@ struct ns_cfg {
 	struct backend *backend;
 	uint64_t metadata_ttl;    /* seconds */
 	bool immutable;
-	uid_t uid;
+	uid_t uid;                /* owner of everything */
 	gid_t gid;
+	mode_t file_mode;         /* permission bits of files, ANDed with the store's if any */
+	mode_t dir_mode;          /* permission bits of directories, likewise */
 	uint32_t block_size;      /* st_blksize */
 };
 

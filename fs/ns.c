@@ -54,6 +54,8 @@ struct node {
 	bool is_dir;
 	bool unlinked;       /* no longer in by_name (replaced by a node of another type) */
 	uint64_t nlookup;    /* kernel references */
+	bool have_perm;      /* the store gave permission bits (file://) ... */
+	uint32_t perm;       /* ... these, from the last listing or stat: the mode never exceeds them */
 	struct node *next_ino, *next_name; /* hash chains */
 	/* files */
 	struct fobj *cur;    /* current known version (one ref), NULL until known */
@@ -455,6 +457,13 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 	return 0;
 }
 
+/* Remember the store's permission bits for @n, when it has any (lock held). */
+static void take_perm(struct node *n, const struct bk_meta *m)
+{
+	n->have_perm = m->have_perm;
+	n->perm = m->perm & 0777;
+}
+
 /*
  * Ask the store for the current version of file *@np (lock held on entry and exit, dropped
  * for the request). *@np is found again afterwards, or the call fails with -ENOENT if it was
@@ -476,11 +485,21 @@ static int revalidate(struct ns *ns, struct node **np)
 	*np = find_ino(ns, ino);
 	if (!*np)
 		return -ENOENT;
-	return e < 0 ? e : set_version(ns, *np, &m, true);
+	if (e < 0)
+		return e;
+	take_perm(*np, &m);
+	return set_version(ns, *np, &m, true);
 }
 
+/* Ownership and modes are the mount's (uid, gid, file_mode, dir_mode); where the store has
+ * permission bits of its own (file://) the mode is ANDed with them, so a file is never more
+ * readable, writable or searchable through the mount than it is in the store. */
 static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 {
+	mode_t mode = n->is_dir ? ns->cfg.dir_mode : ns->cfg.file_mode;
+
+	if (n->have_perm)
+		mode &= n->perm;
 	memset(st, 0, sizeof(*st));
 	st->st_ino = n->ino;
 	st->st_uid = ns->cfg.uid;
@@ -488,12 +507,12 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 	st->st_blksize = ns->cfg.block_size;
 	if (n->is_dir) {
 		/* a prefix has no time of its own: show when the mount started */
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR | mode;
 		st->st_nlink = 2;
 		st->st_mtime = st->st_ctime = st->st_atime = ns->started;
 		return;
 	}
-	st->st_mode = S_IFREG | 0444;
+	st->st_mode = S_IFREG | mode;
 	st->st_nlink = 1;
 	if (n->cur) {
 		st->st_size = (off_t)n->cur->size;
@@ -559,6 +578,8 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret
 		e = -ENOMEM;
 		goto out;
 	}
+	if (have_meta)
+		take_perm(n, &m);
 	if (!is_dir && have_meta)
 		e = set_version(ns, n, &m, true);
 	if (!is_dir && !have_meta && (!n->cur || !fresh(ns, n->meta_ns, mono_ns())))

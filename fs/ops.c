@@ -872,14 +872,21 @@ int fs_main(struct fs_opts *o)
 		.backend = m.b,
 		.metadata_ttl = o->metadata_ttl,
 		.immutable = o->immutable,
-		.uid = getuid(),
-		.gid = getgid(),
+		.uid = (uid_t)o->uid,
+		.gid = (gid_t)o->gid,
+		.file_mode = (mode_t)o->file_mode,
+		.dir_mode = (mode_t)o->dir_mode,
 		.block_size = (uint32_t)o->block_size,
 	};
 	m.ns = ns_new(&nc);
 	fsname = fsname_opt(o->url);
+	/* default_permissions always: the kernel enforces uid, gid and the modes, so another
+	 * user of an allow_other mount gets only what the modes give (and no setxattr on the
+	 * root unless dir_mode lets them write it) */
 	if (!m.ns || !fsname || fuse_opt_add_arg(&args, "tierfs") < 0 ||
 	    fuse_opt_add_arg(&args, "-o") < 0 || fuse_opt_add_arg(&args, fsname) < 0 ||
+	    fuse_opt_add_arg(&args, "-o") < 0 ||
+	    fuse_opt_add_arg(&args, "default_permissions") < 0 ||
 	    (o->fuse_opts && (fuse_opt_add_arg(&args, "-o") < 0 ||
 			      fuse_opt_add_arg(&args, o->fuse_opts) < 0)) ||
 	    (o->debug && fuse_opt_add_arg(&args, "-d") < 0)) {

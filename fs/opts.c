@@ -26,8 +26,9 @@
  * do not run in fs_opts_set(): the options they involve are fixed for the life of a mount.
  *
  * Output format (fs_opts_format): every row of the table in table order, numbers as plain
- * decimal integers (bytes, seconds, counts), the bool as on/off, a flag as its bare name when
- * set and not at all when clear, a string as stored and not at all when unset. Each line is
+ * decimal integers (bytes, seconds, counts, ids), modes in octal with a leading 0 (0644), the
+ * bool as on/off, a flag as its bare name when set and not at all when clear, a string as
+ * stored and not at all when unset. Each line is
  * something fs_opts_set() accepts and gives back the same value, and the lines joined with
  * commas are a valid -o (once any comma inside a value is escaped).
  *
@@ -82,6 +83,7 @@ enum opt_kind {
 	OPT_BOOL,    /* name=on|off|true|false|1|0 */
 	OPT_STRING,  /* any non-empty text */
 	OPT_PATH,    /* a file or directory; made absolute (tierfs may chdir("/") to daemonize) */
+	OPT_MODE,    /* permission bits in octal, 0..0777: 0644, 644, 0 */
 };
 
 enum opt_group { GROUP_CACHE, GROUP_LAGGING, GROUP_STORE, GROUP_MOUNT, N_GROUPS };
@@ -188,6 +190,21 @@ static const struct opt opt_table[] = {
 	{.name = "control_dir", .kind = OPT_STRING, .group = GROUP_MOUNT, .off = OFF(control_dir),
 	 .def_str = ".tierfs", .check = CHECK_SEGMENT, .meta = "NAME",
 	 .help = "control directory at the mount root"},
+	/* ownership and modes, as mountpoint-s3's --uid/--gid/--file-mode/--dir-mode; the
+	 * kernel enforces them (default_permissions is always on). uid and gid default to the
+	 * user who mounts (opts_init). (uid_t)-1 is not an id: chown(2) reads it as "keep". */
+	{.name = "uid", .kind = OPT_COUNT, .group = GROUP_MOUNT, .off = OFF(uid),
+	 .min = 0, .max = UINT32_MAX - 1, .meta = "N",
+	 .help = "owner of files and directories", .def_help = "the mounting user"},
+	{.name = "gid", .kind = OPT_COUNT, .group = GROUP_MOUNT, .off = OFF(gid),
+	 .min = 0, .max = UINT32_MAX - 1, .meta = "N",
+	 .help = "group of files and directories", .def_help = "the mounting group"},
+	{.name = "file_mode", .kind = OPT_MODE, .group = GROUP_MOUNT, .off = OFF(file_mode),
+	 .min = 0, .max = 0777, .def = 0644,
+	 .help = "file permissions, file:// ANDs the store's"},
+	{.name = "dir_mode", .kind = OPT_MODE, .group = GROUP_MOUNT, .off = OFF(dir_mode),
+	 .min = 0, .max = 0777, .def = 0755,
+	 .help = "directory permissions"},
 };
 /* clang-format on */
 
@@ -431,6 +448,29 @@ static int parse_count(const char *s, uint64_t *ret)
 	if (!n || s[n])
 		return -EINVAL;
 	if (overflow)
+		return -ERANGE;
+	*ret = v;
+	return 0;
+}
+
+/* Octal permission bits, "0644" or "644": digits 0-7 only, no sign or prefix. A value above
+ * @max (setuid, setgid and sticky bits included) is -ERANGE. @return 0 or -EINVAL / -ERANGE. */
+static int parse_mode(const char *s, uint64_t max, uint64_t *ret)
+{
+	uint64_t v = 0;
+	bool big = false;
+	size_t n;
+
+	for (n = 0; s[n] >= '0' && s[n] <= '7'; n++) {
+		v = v * 8 + (uint64_t)(s[n] - '0');
+		if (v > max) {
+			big = true;
+			v = max; /* keeps v small however long the string */
+		}
+	}
+	if (!n || s[n])
+		return -EINVAL;
+	if (big)
 		return -ERANGE;
 	*ret = v;
 	return 0;
@@ -698,6 +738,19 @@ static int set_one(struct fs_opts *o, const struct opt *d, const char *value, ch
 		if (r == -EINVAL)
 			return fail(err, errlen, r, "%s=%s: not a whole number", d->name, value);
 		break;
+	case OPT_MODE:
+		r = parse_mode(value, d->max, &v);
+		if (r == -EINVAL)
+			return fail(err, errlen, r,
+				    "%s=%s: not an octal mode (use digits 0-7, e.g. 0644)", d->name,
+				    value);
+		if (r == -ERANGE)
+			return fail(err, errlen, -EINVAL,
+				    "%s=%s: must be at most 0%" PRIo64
+				    " (no setuid, setgid or sticky bits)",
+				    d->name, value, d->max);
+		*u64_at(o, d) = v;
+		return 0;
 	case OPT_BOOL:
 		if (parse_bool(value, &b) < 0)
 			return fail(err, errlen, -EINVAL, "%s=%s: use on or off", d->name, value);
@@ -781,6 +834,9 @@ static int opts_init(struct fs_opts *o)
 			break;
 		}
 	}
+	/* not in the table: the default is whoever mounts, as in mountpoint-s3 and s3fs */
+	o->uid = getuid();
+	o->gid = getgid();
 	return 0;
 }
 
@@ -1121,7 +1177,7 @@ static void help_build(char *buf, size_t len)
 	    "    -V, --version           print the version and exit",
 	    "    -o allow_other          let other users in (needs user_allow_other)",
 	    "    -o allow_root           let root in too",
-	    "    -o default_permissions  let the kernel check file modes",
+	    "    -o default_permissions  accepted: always on, the kernel checks the modes",
 	    "    -o auto_unmount         unmount when tierfs exits",
 	    "    -o fsname=NAME          source name shown in /proc/mounts",
 	    "    -o subtype=NAME         type shown as fuse.NAME",
@@ -1155,6 +1211,7 @@ static void help_build(char *buf, size_t len)
 				       : d->kind == OPT_SECONDS ? "SECS"
 				       : d->kind == OPT_COUNT	? "N"
 				       : d->kind == OPT_BOOL	? "on|off"
+				       : d->kind == OPT_MODE	? "MODE"
 								: "VALUE";
 			if (d->kind == OPT_FLAG)
 				snprintf(left, sizeof(left), "%s", d->name);
@@ -1166,6 +1223,8 @@ static void help_build(char *buf, size_t len)
 			else if (d->kind == OPT_SIZE)
 				snprintf(def, sizeof(def), " (%s)",
 					 human(d->def, num, sizeof(num)));
+			else if (d->kind == OPT_MODE)
+				snprintf(def, sizeof(def), " (0%" PRIo64 ")", d->def);
 			else if (d->kind == OPT_SECONDS || d->kind == OPT_COUNT)
 				snprintf(def, sizeof(def), " (%" PRIu64 ")", d->def);
 			else if (d->kind == OPT_FLAG || d->kind == OPT_BOOL)
@@ -1215,6 +1274,9 @@ size_t fs_opts_format(const struct fs_opts *o, char *buf, size_t len)
 		case OPT_PATH:
 			if (str_of(o, d))
 				out_printf(&w, "%s=%s\n", d->name, str_of(o, d));
+			break;
+		case OPT_MODE:
+			out_printf(&w, "%s=0%03" PRIo64 "\n", d->name, u64_of(o, d));
 			break;
 		default:
 			out_printf(&w, "%s=%" PRIu64 "\n", d->name, u64_of(o, d));
