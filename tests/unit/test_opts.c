@@ -2,7 +2,8 @@
  * test_opts.c - unit tests for fs/opts.c: the size and seconds parsers, every option's
  * default, every validation message, checks between options in either order, duplicates,
  * /etc/fstab no-ops, pass-through FUSE options, the help text, fs_opts_format() round-trips
- * through fs_opts_set(), positionals, -h / -V and the mountpoint.
+ * through fs_opts_set(), positionals, -h / -V, the mountpoint, and uid, gid and the octal
+ * file_mode / dir_mode.
  *
  * The mountpoint is a real directory made with mkdtemp() in the group setup; relative-path
  * tests chdir() into its parent and back.
@@ -46,6 +47,8 @@ static const char *const all_options[] = {
     "ca_file",	    "insecure",
     "max_conns",    "timeout",
     "retries",	    "control_dir",
+    "uid",	    "gid",
+    "file_mode",    "dir_mode",
 };
 #define N_ALL (sizeof(all_options) / sizeof(all_options[0]))
 
@@ -274,6 +277,11 @@ static void test_defaults(void **state)
 	assert_true(o.retries == 3);
 	assert_null(o.cache_dir);
 	assert_string_equal(o.control_dir, ".tierfs");
+	/* owned by whoever mounts, modes as mountpoint-s3's */
+	assert_true(o.uid == getuid());
+	assert_true(o.gid == getgid());
+	assert_true(o.file_mode == 0644);
+	assert_true(o.dir_mode == 0755);
 	assert_false(o.foreground);
 	assert_false(o.debug);
 	assert_false(o.single_thread);
@@ -365,6 +373,50 @@ static void test_every_option(void **state)
 	"do not pass credentials as mount options: they are visible in /proc/PID/cmdline; use "    \
 	"the environment or credentials=FILE"
 
+/* uid, gid, file_mode, dir_mode: numbers and octal modes, and their edges. */
+static void test_ids_and_modes(void **state)
+{
+	static const struct {
+		const char *opts;
+		uint64_t uid, gid, file_mode, dir_mode;
+	} cases[] = {
+	    {"uid=0,gid=0,file_mode=0,dir_mode=0", 0, 0, 0, 0},
+	    {"uid=4294967294,gid=4294967294,file_mode=0777,dir_mode=777", 4294967294u,
+	     4294967294u, 0777, 0777},
+	    {"uid=1000,gid=100,file_mode=644,dir_mode=0750", 1000, 100, 0644, 0750},
+	    {"file_mode=00000600,dir_mode=00", 0, 0, 0600, 0},
+	    {"file_mode=4", 0, 0, 04, 0755},
+	    /* the last of two wins */
+	    {"file_mode=0600,file_mode=0444,uid=1,uid=2", 2, 0, 0444, 0755},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct fs_opts o;
+
+		expect_ok(cases[i].opts, &o);
+		if (strstr(cases[i].opts, "uid="))
+			assert_true(o.uid == cases[i].uid);
+		else
+			assert_true(o.uid == getuid());
+		if (strstr(cases[i].opts, "gid="))
+			assert_true(o.gid == cases[i].gid);
+		else
+			assert_true(o.gid == getgid());
+		assert_true(o.file_mode == cases[i].file_mode);
+		assert_true(o.dir_mode == cases[i].dir_mode);
+		fs_opts_done(&o);
+	}
+	/* default_permissions is still accepted (and passed on), though always on */
+	{
+		struct fs_opts o;
+
+		expect_ok("default_permissions", &o);
+		assert_string_equal(o.fuse_opts, "default_permissions");
+		fs_opts_done(&o);
+	}
+}
+
 static void test_errors(void **state)
 {
 	static const struct {
@@ -440,6 +492,35 @@ static void test_errors(void **state)
 	    {"control_dir=..", -EINVAL,
 	     "control_dir=..: must be a single name (no '/', not . or ..)"},
 	    {"control_dir=", -EINVAL, "control_dir needs a value"},
+	    {"uid=abc", -EINVAL, "uid=abc: not a whole number"},
+	    {"uid=-1", -EINVAL, "uid=-1: not a whole number"},
+	    {"uid=", -EINVAL, "uid needs a value"},
+	    {"uid", -EINVAL, "uid needs a value"},
+	    {"uid=4294967295", -EINVAL, "uid=4294967295: must be at most 4294967294"},
+	    {"uid=99999999999999999999", -ERANGE,
+	     "uid=99999999999999999999: too large (must be at most 4294967294)"},
+	    {"gid=root", -EINVAL, "gid=root: not a whole number"},
+	    {"gid=4294967295", -EINVAL, "gid=4294967295: must be at most 4294967294"},
+	    {"file_mode=999", -EINVAL, "file_mode=999: not an octal mode (use digits 0-7, e.g. 0644)"},
+	    {"file_mode=0o644", -EINVAL,
+	     "file_mode=0o644: not an octal mode (use digits 0-7, e.g. 0644)"},
+	    {"file_mode=rw-r--r--", -EINVAL,
+	     "file_mode=rw-r--r--: not an octal mode (use digits 0-7, e.g. 0644)"},
+	    {"file_mode=-644", -EINVAL,
+	     "file_mode=-644: not an octal mode (use digits 0-7, e.g. 0644)"},
+	    {"file_mode= 644", -EINVAL,
+	     "file_mode= 644: not an octal mode (use digits 0-7, e.g. 0644)"},
+	    {"file_mode=", -EINVAL, "file_mode needs a value"},
+	    {"file_mode=4755", -EINVAL,
+	     "file_mode=4755: must be at most 0777 (no setuid, setgid or sticky bits)"},
+	    {"file_mode=1000", -EINVAL,
+	     "file_mode=1000: must be at most 0777 (no setuid, setgid or sticky bits)"},
+	    {"file_mode=77777777777777777777777777", -EINVAL,
+	     "file_mode=77777777777777777777777777: must be at most 0777 (no setuid, setgid or "
+	     "sticky bits)"},
+	    {"dir_mode=8", -EINVAL, "dir_mode=8: not an octal mode (use digits 0-7, e.g. 0644)"},
+	    {"dir_mode=01777", -EINVAL,
+	     "dir_mode=01777: must be at most 0777 (no setuid, setgid or sticky bits)"},
 	    {"foo", -EINVAL, "unknown option 'foo'"},
 	    {"foo=bar", -EINVAL, "unknown option 'foo'"},
 	    {"Block_size=4M", -EINVAL, "unknown option 'Block_size'"},
@@ -761,6 +842,11 @@ static void test_help_text(void **state)
 	assert_non_null(strstr(h, "    -o hot_size=SIZE        "));
 	assert_non_null(strstr(h, "(0 = 2 x rate)"));
 	assert_non_null(strstr(h, "(.tierfs)"));
+	assert_non_null(strstr(h, "    -o uid=N                "));
+	assert_non_null(strstr(h, "(the mounting user)\n"));
+	assert_non_null(strstr(h, "    -o file_mode=MODE       "));
+	assert_non_null(strstr(h, "(0644)\n"));
+	assert_non_null(strstr(h, "(0755)\n"));
 	static const char *const must[] = {"    -f ",
 					   "    -d ",
 					   "    -s ",
@@ -830,6 +916,10 @@ static void assert_same(const struct fs_opts *a, const struct fs_opts *b)
 	assert_true(a->retries == b->retries);
 	SAME_STR(cache_dir);
 	SAME_STR(control_dir);
+	assert_true(a->uid == b->uid);
+	assert_true(a->gid == b->gid);
+	assert_true(a->file_mode == b->file_mode);
+	assert_true(a->dir_mode == b->dir_mode);
 #undef SAME_STR
 }
 
@@ -883,15 +973,16 @@ static void round_trip(const char *opts, size_t want_lines)
 static void test_format(void **state)
 {
 	struct fs_opts o;
-	char small[16], buf[4096], cwd[PATH_MAX];
+	char small[16], buf[4096], cwd[PATH_MAX], want[1024];
 	size_t need;
 
 	(void)state;
-	/* defaults: no flags, no unset strings */
+	/* defaults: no flags, no unset strings; modes in octal */
 	expect_ok("", &o);
 	need = fs_opts_format(&o, buf, sizeof(buf));
 	assert_int_equal(strlen(buf), need);
-	assert_string_equal(buf, "block_size=4194304\n"
+	snprintf(want, sizeof(want),
+				 "block_size=4194304\n"
 				 "hot_size=1073741824\n"
 				 "hot_ttl=60\n"
 				 "readahead=2\n"
@@ -905,7 +996,13 @@ static void test_format(void **state)
 				 "max_conns=16\n"
 				 "timeout=30\n"
 				 "retries=3\n"
-				 "control_dir=.tierfs\n");
+				 "control_dir=.tierfs\n"
+				 "uid=%u\n"
+				 "gid=%u\n"
+				 "file_mode=0644\n"
+				 "dir_mode=0755\n",
+		 (unsigned)getuid(), (unsigned)getgid());
+	assert_string_equal(buf, want);
 	/* truncation like snprintf: same length back, NUL-terminated */
 	assert_int_equal(fs_opts_format(&o, small, sizeof(small)), need);
 	assert_int_equal(strlen(small), sizeof(small) - 1);
@@ -913,14 +1010,18 @@ static void test_format(void **state)
 	assert_int_equal(fs_opts_format(&o, NULL, 0), need);
 	fs_opts_done(&o);
 
-	round_trip("", 15);
+	round_trip("", 19);
+	/* a mode round-trips as octal, whatever its digits */
+	round_trip("file_mode=0,dir_mode=7", 19);
+	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 19);
 	/* every option set to something other than its default */
 	round_trip("block_size=64K,hot_size=512K,hot_ttl=1,lagging=off,lagging_size=0,"
 		   "lagging_ttl=100000,lagging_rate=0,lagging_burst=1T,lagging_ops=7,"
 		   "lagging_page_cache,readahead=64,metadata_ttl=0,immutable,"
 		   "endpoint=http://127.0.0.1:9000/,region=us-east-1,path_style,profile=p r,"
 		   "credentials=c,manifest=/m.json,ca_file=/ca.pem,insecure,max_conns=256,"
-		   "timeout=3600,retries=20,cache_dir=/var/cache/x,control_dir=..x",
+		   "timeout=3600,retries=20,cache_dir=/var/cache/x,control_dir=..x,uid=1234,"
+		   "gid=5678,file_mode=0400,dir_mode=0500",
 		   N_ALL);
 
 	/* with every option set, format names each exactly once, in the order of the list */
@@ -1099,6 +1200,7 @@ int main(void)
 	    cmocka_unit_test(test_help_version), cmocka_unit_test(test_help_text),
 	    cmocka_unit_test(test_format),	 cmocka_unit_test(test_set),
 	    cmocka_unit_test(test_url),		 cmocka_unit_test(test_mountpoint),
+	    cmocka_unit_test(test_ids_and_modes),
 	};
 
 	return cmocka_run_group_tests_name("opts", tests, group_setup, group_teardown);
