@@ -13,6 +13,10 @@
  * changes, so cached blocks of an old version can never be served for a new one; open files
  * keep the version they opened.
  *
+ * Attributes: every node is owned by the mount's uid and gid, with file_mode or dir_mode; where
+ * the store has permission bits of its own (file://), the last listing's or stat's bits are
+ * kept in the node and ANDed in, so the mount never shows a wider mode than the store.
+ *
  * Freshness: a listing is reused for metadata_ttl seconds. A file's version is revalidated
  * (HEAD) at open when it is older than that or has no ETag, unless the mount is immutable.
  *

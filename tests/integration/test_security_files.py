@@ -354,3 +354,17 @@ def test_bad_values_refused_with_one_line(fuse, tmp_path, opt, msg):
     assert rc != 0
     assert not harness.mounted(mnt)
     assert len(err) == 1 and err[0].startswith("tierfs: " + msg), err
+
+
+def test_default_permissions_keeps_others_from_steering(shared_mount, tmp_path):
+    """default_permissions is always on: the kernel asks for write permission on the root
+    before a user.* setxattr, and dir_mode 0755 gives it to the owner only."""
+    store = tmp_path / "store"
+    store.mkdir()
+    m = shared_mount(store)
+    before = os.getxattr(m.path(), "user.tierfs.lagging_rate")
+    rc, _, err = as_nobody("setfattr", "-n", "user.tierfs.lagging_rate", "-v", "0", m.path())
+    assert rc != 0 and "Permission denied" in err, err
+    assert os.getxattr(m.path(), "user.tierfs.lagging_rate") == before
+    os.setxattr(m.path(), "user.tierfs.lagging_rate", b"10M")  # the owner may
+    assert os.getxattr(m.path(), "user.tierfs.lagging_rate") == b"10485760"
