@@ -136,7 +136,8 @@ static int walk_open(const struct file *f, const char *path, int flags)
 		}
 		memcpy(name, p, n);
 		name[n] = '\0';
-		fd = openat(cur, name, (last ? flags : O_PATH | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC);
+		fd = openat(cur, name,
+			    (last ? flags : O_PATH | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			fd = -errno;
 		if (cur != f->rootfd)

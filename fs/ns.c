@@ -59,7 +59,7 @@ struct node {
 	bool unlinked;       /* no longer in by_name (replaced by a node of another type) */
 	uint64_t nlookup;    /* kernel references */
 	bool have_perm;      /* the store gave permission bits (file://) ... */
-	uint32_t perm;       /* ... these, from the last listing or stat: the mode never exceeds them */
+	uint32_t perm;       /* ... these (last listing or stat); modes never exceed them */
 	struct node *next_ino, *next_name; /* hash chains */
 	/* files */
 	struct fobj *cur;    /* current known version (one ref), NULL until known */

@@ -381,8 +381,8 @@ static void test_ids_and_modes(void **state)
 		uint64_t uid, gid, file_mode, dir_mode;
 	} cases[] = {
 	    {"uid=0,gid=0,file_mode=0,dir_mode=0", 0, 0, 0, 0},
-	    {"uid=4294967294,gid=4294967294,file_mode=0777,dir_mode=777", 4294967294u,
-	     4294967294u, 0777, 0777},
+	    {"uid=4294967294,gid=4294967294,file_mode=0777,dir_mode=777", 4294967294u, 4294967294u,
+	     0777, 0777},
 	    {"uid=1000,gid=100,file_mode=644,dir_mode=0750", 1000, 100, 0644, 0750},
 	    {"file_mode=00000600,dir_mode=00", 0, 0, 0600, 0},
 	    {"file_mode=4", 0, 0, 04, 0755},
@@ -501,7 +501,8 @@ static void test_errors(void **state)
 	     "uid=99999999999999999999: too large (must be at most 4294967294)"},
 	    {"gid=root", -EINVAL, "gid=root: not a whole number"},
 	    {"gid=4294967295", -EINVAL, "gid=4294967295: must be at most 4294967294"},
-	    {"file_mode=999", -EINVAL, "file_mode=999: not an octal mode (use digits 0-7, e.g. 0644)"},
+	    {"file_mode=999", -EINVAL,
+	     "file_mode=999: not an octal mode (use digits 0-7, e.g. 0644)"},
 	    {"file_mode=0o644", -EINVAL,
 	     "file_mode=0o644: not an octal mode (use digits 0-7, e.g. 0644)"},
 	    {"file_mode=rw-r--r--", -EINVAL,
@@ -982,25 +983,25 @@ static void test_format(void **state)
 	need = fs_opts_format(&o, buf, sizeof(buf));
 	assert_int_equal(strlen(buf), need);
 	snprintf(want, sizeof(want),
-				 "block_size=4194304\n"
-				 "hot_size=1073741824\n"
-				 "hot_ttl=60\n"
-				 "readahead=2\n"
-				 "metadata_ttl=60\n"
-				 "lagging=on\n"
-				 "lagging_size=134217728\n"
-				 "lagging_ttl=5\n"
-				 "lagging_rate=52428800\n"
-				 "lagging_burst=0\n"
-				 "lagging_ops=0\n"
-				 "max_conns=16\n"
-				 "timeout=30\n"
-				 "retries=3\n"
-				 "control_dir=.tierfs\n"
-				 "uid=%u\n"
-				 "gid=%u\n"
-				 "file_mode=0644\n"
-				 "dir_mode=0755\n",
+		 "block_size=4194304\n"
+		 "hot_size=1073741824\n"
+		 "hot_ttl=60\n"
+		 "readahead=2\n"
+		 "metadata_ttl=60\n"
+		 "lagging=on\n"
+		 "lagging_size=134217728\n"
+		 "lagging_ttl=5\n"
+		 "lagging_rate=52428800\n"
+		 "lagging_burst=0\n"
+		 "lagging_ops=0\n"
+		 "max_conns=16\n"
+		 "timeout=30\n"
+		 "retries=3\n"
+		 "control_dir=.tierfs\n"
+		 "uid=%u\n"
+		 "gid=%u\n"
+		 "file_mode=0644\n"
+		 "dir_mode=0755\n",
 		 (unsigned)getuid(), (unsigned)getgid());
 	assert_string_equal(buf, want);
 	/* truncation like snprintf: same length back, NUL-terminated */
@@ -1191,15 +1192,15 @@ static void test_mountpoint(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_size),	 cmocka_unit_test(test_seconds),
-	    cmocka_unit_test(test_defaults),	 cmocka_unit_test(test_every_option),
-	    cmocka_unit_test(test_errors),	 cmocka_unit_test(test_secret_not_echoed),
-	    cmocka_unit_test(test_cross_checks), cmocka_unit_test(test_duplicates),
-	    cmocka_unit_test(test_fstab),	 cmocka_unit_test(test_fuse_passthrough),
-	    cmocka_unit_test(test_command_line), cmocka_unit_test(test_positionals),
-	    cmocka_unit_test(test_help_version), cmocka_unit_test(test_help_text),
-	    cmocka_unit_test(test_format),	 cmocka_unit_test(test_set),
-	    cmocka_unit_test(test_url),		 cmocka_unit_test(test_mountpoint),
+	    cmocka_unit_test(test_size),	  cmocka_unit_test(test_seconds),
+	    cmocka_unit_test(test_defaults),	  cmocka_unit_test(test_every_option),
+	    cmocka_unit_test(test_errors),	  cmocka_unit_test(test_secret_not_echoed),
+	    cmocka_unit_test(test_cross_checks),  cmocka_unit_test(test_duplicates),
+	    cmocka_unit_test(test_fstab),	  cmocka_unit_test(test_fuse_passthrough),
+	    cmocka_unit_test(test_command_line),  cmocka_unit_test(test_positionals),
+	    cmocka_unit_test(test_help_version),  cmocka_unit_test(test_help_text),
+	    cmocka_unit_test(test_format),	  cmocka_unit_test(test_set),
+	    cmocka_unit_test(test_url),		  cmocka_unit_test(test_mountpoint),
 	    cmocka_unit_test(test_ids_and_modes),
 	};
 
