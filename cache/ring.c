@@ -419,6 +419,27 @@ bool ring_contains(struct ring *r, struct ring_key key, uint64_t now_ns)
 	return found;
 }
 
+void ring_each_block(struct ring *r, uint64_t obj, uint64_t now_ns,
+		     void (*fn)(void *arg, uint64_t blk), void *arg)
+{
+	/* Every slot of every visible table: O(nseg x tsize), whatever the object's size. A
+	 * key committed in two segments is reported twice; the caller de-duplicates. */
+	pthread_mutex_lock(&r->lock);
+	for (uint32_t si = 0; si < r->nseg; si++) {
+		const struct seg *s = &r->segs[si];
+
+		if (!seg_visible(r, s, now_ns))
+			continue;
+		for (uint32_t i = 0; i <= r->mask; i++) {
+			const struct slot *e = &s->table[i];
+
+			if (e->gen == s->gen && e->state == SLOT_COMMITTED && e->obj == obj)
+				fn(arg, e->blk);
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
 void ring_pin(struct ring *r, const struct ring_ref *ref)
 {
 	pthread_mutex_lock(&r->lock);
