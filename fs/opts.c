@@ -81,13 +81,14 @@
  *   OPS_MIN 4: a lagging read asks for its block and, by default, 2 blocks of readahead; 4
  *     fetches per second lets those 3 go at once, so the limiter never makes one reader's
  *     own readahead delay the block it waits for by seconds.
- * HOT_TTL_MAX 30 days: hot_ttl routes objects younger than it to the hot tier and is the hot
- * blocks' lifetime. Beyond a month of retention every segment of a log is "tail", which is
- * lagging=off said badly; 4294967295 s (136 years) was accepted before.
+ * HOT_TTL_MAX 3650 days: hot_ttl routes objects younger than it to the hot tier and is the
+ * hot blocks' lifetime. Ten years is beyond any log's retention, so "everything is hot" can
+ * still be said with a large number (the bench does, with 100000000), while 4294967295 (136
+ * years: a -1 that wrapped, or a typo), accepted before, is refused.
  */
 #define RATE_MIN    (64 * KIB)
 #define OPS_MIN	    4
-#define HOT_TTL_MAX (30 * 86400)
+#define HOT_TTL_MAX (3650 * 86400)
 
 #define USAGE	  "usage: tierfs URL MOUNTPOINT [-o options]"
 #define SIZE_HINT "use a number with an optional K, M, G or T suffix"
@@ -144,7 +145,7 @@ static const struct opt opt_table[] = {
 	 .help = "hot tier memory, >= 8 x block_size"},
 	{.name = "hot_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(hot_ttl),
 	 .min = 1, .max = HOT_TTL_MAX, .def = 60,
-	 .help = "objects younger than this are hot, <= 30 days"},
+	 .help = "objects younger than this are hot, <= 10 years"},
 	{.name = "readahead", .kind = OPT_COUNT, .group = GROUP_CACHE, .off = OFF(readahead),
 	 .min = 0, .max = 64, .def = 2,
 	 .help = "blocks read ahead of a sequential reader, 0..64"},

@@ -347,11 +347,11 @@ static void test_every_option(void **state)
 	/* the edges of each range are accepted */
 	expect_ok("block_size=64K,hot_size=512K,lagging_size=512K,max_conns=256,readahead=64,"
 		  "retries=20,timeout=1,hot_ttl=1,lagging_ttl=1,lagging_ops=1000000,"
-		  "lagging_rate=1T,lagging_burst=1T,hot_ttl=2592000",
+		  "lagging_rate=1T,lagging_burst=1T,hot_ttl=315360000",
 		  &o);
 	assert_true(o.block_size == 64 * KIB);
 	assert_true(o.hot_size == 512 * KIB);
-	assert_true(o.hot_ttl == 2592000);
+	assert_true(o.hot_ttl == 315360000);
 	assert_true(o.lagging_rate == TIB);
 	fs_opts_done(&o);
 	/* the limiter's floors, and 0 (no limit) below them */
@@ -395,13 +395,13 @@ static void test_errors(void **state)
 	    {"hot_size=18446744073709551616", -ERANGE, "hot_size=18446744073709551616: too large"},
 	    {"hot_size", -EINVAL, "hot_size needs a value"},
 	    {"hot_size=", -EINVAL, "hot_size needs a value"},
-	    {"hot_ttl=0", -EINVAL, "hot_ttl=0: must be between 1 and 2592000 seconds"},
-	    {"hot_ttl=2592001", -EINVAL, "hot_ttl=2592001: must be between 1 and 2592000 seconds"},
+	    {"hot_ttl=0", -EINVAL, "hot_ttl=0: must be between 1 and 315360000 seconds"},
+	    {"hot_ttl=315360001", -EINVAL, "hot_ttl=315360001: must be between 1 and 315360000 seconds"},
 	    {"hot_ttl=4294967295", -EINVAL,
-	     "hot_ttl=4294967295: must be between 1 and 2592000 seconds"},
+	     "hot_ttl=4294967295: must be between 1 and 315360000 seconds"},
 	    {"hot_ttl=1m", -EINVAL, "hot_ttl=1m: " SECS_MSG},
 	    {"hot_ttl=99999999999999999999", -ERANGE,
-	     "hot_ttl=99999999999999999999: too large (must be between 1 and 2592000 "
+	     "hot_ttl=99999999999999999999: too large (must be between 1 and 315360000 "
 	     "seconds)"},
 	    {"lagging=maybe", -EINVAL, "lagging=maybe: use on or off"},
 	    {"lagging", -EINVAL, "lagging needs a value (on or off)"},
@@ -997,9 +997,9 @@ static void test_set(void **state)
 	    {"lagging_ops", "1", -EINVAL, "lagging_ops=1: must be 0 or between 4 and 1000000"},
 	    {"lagging_burst", "", -EINVAL, "lagging_burst needs a value"},
 	    {"lagging_ops", NULL, -EINVAL, "lagging_ops needs a value"},
-	    {"hot_ttl", "0", -EINVAL, "hot_ttl=0: must be between 1 and 2592000 seconds"},
+	    {"hot_ttl", "0", -EINVAL, "hot_ttl=0: must be between 1 and 315360000 seconds"},
 	    {"hot_ttl", "4294967295", -EINVAL,
-	     "hot_ttl=4294967295: must be between 1 and 2592000 seconds"},
+	     "hot_ttl=4294967295: must be between 1 and 315360000 seconds"},
 	    {"immutable", "off", -EINVAL, "immutable takes no value"},
 	    {"region", "bad region", -EINVAL,
 	     "region=bad region: not a region name (letters, digits, '-', '_' and '.')"},
