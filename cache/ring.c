@@ -60,7 +60,8 @@
  * Workload: a FUSE read of a cached block does one ring_lookup() and one ring_unpin(); a miss
  * does one ring_reserve(), fills block_size bytes from the network, ring_commit() and
  * ring_unpin(). nseg is small (4 to a few dozen); segments hold from a few to thousands of
- * blocks.
+ * blocks. ring_get_stats() and ring_each_block() (user.tierfs.cached) walk every table: their
+ * cost follows the ring's size, never an object's.
  */
 #include <assert.h>
 #include <errno.h>
