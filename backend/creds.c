@@ -25,7 +25,7 @@
  * the file or the environment, so a secret cannot end up in a log.
  *
  * Secrets pass through the stdio buffer, the line buffer and a local struct; all three are wiped
- * before return. No global state: safe to call from any thread, although it runs once at mount.
+ * before return, and the line buffer is sized up front so getline never reallocs a copy away. No global state: safe to call from any thread, although it runs once at mount.
  */
 #include <errno.h>
 #include <limits.h>
@@ -190,6 +190,15 @@ static int parse(FILE *f, const char *path, struct target *t, struct s3_creds *c
 	size_t opt_indent = 0;	 /* ... and was indented this much */
 	int r = 0;
 
+	/* getline grows its buffer with realloc, which would leave a copy of the lines read so
+	 * far (secrets among them) in the block it frees. Start it large enough for any line
+	 * whose value fits struct s3_creds, so only a line refused as too long can grow it. */
+	cap = sizeof(((struct s3_creds *)0)->session_token) + 256;
+	buf = malloc(cap);
+	if (!buf) {
+		seterr(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
 	errno = 0;
 	while ((n = getline(&buf, &cap, f)) >= 0) {
 		char *p, *delim, *name, *value;

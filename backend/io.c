@@ -197,6 +197,16 @@ struct io_req *io_req_new(void)
 	return r;
 }
 
+/* Free a list of an attempt's headers. The signer put credentials in it (Authorization,
+ * x-amz-security-token), so every string is zeroed first: no freed heap block keeps one. */
+static void slist_free_wiped(struct curl_slist *l)
+{
+	for (struct curl_slist *h = l; h; h = h->next)
+		if (h->data)
+			explicit_bzero(h->data, strlen(h->data));
+	curl_slist_free_all(l);
+}
+
 void io_req_free(struct io_req *r)
 {
 	if (!r)
@@ -204,7 +214,7 @@ void io_req_free(struct io_req *r)
 	free(r->url);
 	free(r->etag);
 	curl_slist_free_all(r->headers);
-	curl_slist_free_all(r->att_headers);
+	slist_free_wiped(r->att_headers);
 	free(r->body);
 	free(r);
 }
@@ -471,7 +481,7 @@ static int start_attempt(struct io *io, struct io_req *r)
 	if (!e)
 		return -ENOMEM;
 	reset_attempt(r);
-	curl_slist_free_all(r->att_headers);
+	slist_free_wiped(r->att_headers);
 	r->att_headers = NULL;
 	for (struct curl_slist *h = r->headers; h; h = h->next) {
 		struct curl_slist *n = curl_slist_append(l, h->data);
@@ -481,7 +491,7 @@ static int start_attempt(struct io *io, struct io_req *r)
 		l = n;
 	}
 	if (r->sign && (err = r->sign(r, &l, r->sign_arg)) < 0) {
-		curl_slist_free_all(l);
+		slist_free_wiped(l);
 		io->pool[io->npool++] = e;
 		return err;
 	}
@@ -534,7 +544,7 @@ static int start_attempt(struct io *io, struct io_req *r)
 	STAT_ADD(io, active, 1);
 	return 0;
 nomem:
-	curl_slist_free_all(l);
+	slist_free_wiped(l);
 	io->pool[io->npool++] = e;
 	return -ENOMEM;
 }

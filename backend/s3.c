@@ -9,8 +9,10 @@
  *             └──────────── Host ─────────────┘└─ canonical URI ─┘ └ query ┘
  *
  * Each attempt (retries too) is signed afresh with the current time. Anonymous access (no
- * credentials anywhere) sends unsigned requests. Secrets live only in struct s3_creds and are
- * never put in a URL, a log line or an error.
+ * credentials anywhere) sends unsigned requests. Secrets live in struct s3_creds (zeroed at
+ * free) and are never put in a URL, a log line or an error; the header lines a signature
+ * makes (session token, Authorization) are zeroed on the stack here and in the attempt's
+ * header list when io.c frees it. curl's own copy of a request's headers is not ours to wipe.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -100,22 +102,27 @@ static int sign(struct io_req *r, struct curl_slist **list, void *arg)
 	};
 	e = sigv4_sign(&in, auth, sizeof(auth));
 	if (e < 0)
-		return e;
+		goto out;
+	e = -ENOMEM;
 	for (size_t i = 1; i < nh; i++) {
 		snprintf(line, sizeof(line), "%s: %s", hdr[i].k, hdr[i].v);
 		struct curl_slist *l = curl_slist_append(*list, line);
 		if (!l)
-			return -ENOMEM;
+			goto out;
 		*list = l;
 	}
 	snprintf(line, sizeof(line), "Authorization: %s", auth);
 	struct curl_slist *l = curl_slist_append(*list, line);
+	if (!l)
+		goto out;
+	*list = l;
+	e = 0;
+out:
+	/* line held the session token, then the Authorization header; the list owns copies,
+	 * which io.c zeroes when it frees them */
 	explicit_bzero(line, sizeof(line));
 	explicit_bzero(auth, sizeof(auth));
-	if (!l)
-		return -ENOMEM;
-	*list = l;
-	return 0;
+	return e;
 }
 
 /* A request for key @key (prefix not yet added) or, with @key NULL, for the bucket. */

@@ -25,7 +25,9 @@
  * in the order given, and values are trimmed with inner whitespace runs folded to one space.
  *
  * Crypto is OpenSSL's (EVP_Digest, HMAC); nothing is hand-rolled. Key material (the "AWS4"
- * prefixed secret and every derived key) lives in buffers that are cleansed before return.
+ * prefixed secret and every derived key), the signature, and the canonical request (which
+ * carries the session token) live in buffers that are cleansed before they are freed; the
+ * growable strings never realloc, which would free a copy unseen.
  * The module keeps no state: every function is reentrant and may run on any thread. Workload:
  * one signature per S3 request, a few microseconds each, so clarity wins over speed here. This
  * is library code; it never prints anything.
@@ -65,10 +67,17 @@ static void sb_addn(struct sbuf *b, const char *s, size_t n)
 
 		while (cap < b->len + n + 1)
 			cap *= 2;
-		p = realloc(b->p, cap);
+		/* not realloc: the canonical request holds the session token, and realloc
+		 * would leave a copy in the block it frees */
+		p = malloc(cap);
 		if (!p) {
 			b->oom = true;
 			return;
+		}
+		if (b->p) {
+			memcpy(p, b->p, b->len + 1);
+			OPENSSL_cleanse(b->p, b->cap);
+			free(b->p);
 		}
 		b->p = p;
 		b->cap = cap;
@@ -76,6 +85,15 @@ static void sb_addn(struct sbuf *b, const char *s, size_t n)
 	memcpy(b->p + b->len, s, n);
 	b->len += n;
 	b->p[b->len] = '\0';
+}
+
+/* Zero and free @b's bytes. */
+static void sb_free(struct sbuf *b)
+{
+	if (b->p)
+		OPENSSL_cleanse(b->p, b->cap);
+	free(b->p);
+	b->p = NULL;
 }
 
 static void sb_add(struct sbuf *b, const char *s)
@@ -412,8 +430,9 @@ out:
 	if (kbuf)
 		OPENSSL_cleanse(kbuf, klen + 1);
 	free(kbuf);
-	free(creq.p);
-	free(shdrs.p);
-	free(sts.p);
+	OPENSSL_cleanse(sig_hex, sizeof(sig_hex));
+	sb_free(&creq); /* holds x-amz-security-token */
+	sb_free(&shdrs);
+	sb_free(&sts);
 	return r;
 }

@@ -37,6 +37,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -915,25 +917,171 @@ int cache_set_hot_ttl(struct cache *c, uint64_t hot_ttl)
 	return 0;
 }
 
+/*
+ * Residency walks the rings' index tables for the object's blocks (ring_each_block), never the
+ * object's block numbers: a sparse 4 TiB object with 64 KiB blocks has 2^26 of those, and
+ * asking each ring for each one cost seconds of CPU. What it finds is at most every block the
+ * two rings hold, so the cost and the memory are bounded by the tiers' sizes. Each found block
+ * is packed with its tier in the low bit (hot sorts first), sorted, and de-duplicated; a block
+ * in both tiers counts as hot, as a lookup would find it there first.
+ */
+struct resident {
+	uint64_t *v;	 /* blk << 1 | (tier == CACHE_LAG) */
+	size_t n, cap;
+	unsigned tier;	 /* the tier being walked */
+	bool oom;
+};
+
+static void resident_add(void *arg, uint64_t blk)
+{
+	struct resident *rs = arg;
+
+	if (rs->oom)
+		return;
+	if (rs->n == rs->cap) {
+		size_t cap = rs->cap ? 2 * rs->cap : 64;
+		uint64_t *v = realloc(rs->v, cap * sizeof(*v));
+
+		if (!v) {
+			rs->oom = true;
+			return;
+		}
+		rs->v = v;
+		rs->cap = cap;
+	}
+	rs->v[rs->n++] = blk << 1 | rs->tier;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The resident blocks of @o, sorted by block, one entry per block (hot wins).
+ * @return 0 and *rs, or -ENOMEM. */
+static int resident_collect(struct cache *c, const struct cache_obj *o, struct resident *rs)
+{
+	uint64_t now = now_ns(c);
+	size_t w = 0;
+
+	memset(rs, 0, sizeof(*rs));
+	for (unsigned t = 0; t < CACHE_NTIERS; t++) {
+		if (!c->tier[t].ring)
+			continue;
+		rs->tier = t == CACHE_LAG;
+		ring_each_block(c->tier[t].ring, o->id, now, resident_add, rs);
+	}
+	if (rs->oom) {
+		free(rs->v);
+		rs->v = NULL;
+		return -ENOMEM;
+	}
+	if (rs->n)
+		qsort(rs->v, rs->n, sizeof(*rs->v), cmp_u64);
+	for (size_t i = 0; i < rs->n; i++)
+		if (w == 0 || rs->v[i] >> 1 != rs->v[w - 1] >> 1)
+			rs->v[w++] = rs->v[i];
+	rs->n = w;
+	return 0;
+}
+
 size_t cache_residency(struct cache *c, const struct cache_obj *o, char *buf, size_t len)
 {
 	uint64_t nblocks = (o->size + c->cfg.block_size - 1) >> c->shift;
-	uint64_t now = now_ns(c);
-	size_t i;
+	uint64_t shown = len ? (nblocks < len - 1 ? nblocks : len - 1) : 0;
+	struct resident rs;
 
-	for (i = 0; i < nblocks && i + 1 < len; i++) {
-		struct ring_key k = {o->id, i};
-
-		if (ring_contains(c->tier[CACHE_HOT].ring, k, now))
-			buf[i] = 'h';
-		else if (c->tier[CACHE_LAG].ring && ring_contains(c->tier[CACHE_LAG].ring, k, now))
-			buf[i] = 'l';
-		else
-			buf[i] = '-';
+	if (!len)
+		return (size_t)nblocks;
+	memset(buf, '-', (size_t)shown);
+	buf[shown] = '\0';
+	if (resident_collect(c, o, &rs) == 0) {
+		for (size_t i = 0; i < rs.n; i++)
+			if (rs.v[i] >> 1 < shown)
+				buf[rs.v[i] >> 1] = rs.v[i] & 1 ? 'l' : 'h';
+		free(rs.v);
 	}
-	if (len)
-		buf[i] = '\0';
 	return (size_t)nblocks;
+}
+
+/* snprintf at @buf + @w, as far as @len allows. @return @w plus the length it needed. */
+static size_t text_put(char *buf, size_t len, size_t w, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static size_t text_put(char *buf, size_t len, size_t w, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(w < len ? buf + w : NULL, w < len ? len - w : 0, fmt, ap);
+	va_end(ap);
+	return n > 0 ? w + (size_t)n : w;
+}
+
+/* A range of blocks resident in one tier. */
+struct brange {
+	uint64_t first, last;
+	unsigned lag; /* 1: lagging */
+};
+
+int cache_residency_text(struct cache *c, const struct cache_obj *o, size_t max_ranges,
+			 char *buf, size_t len)
+{
+	struct resident rs;
+	struct brange *rg;
+	size_t nr = 0, w = 0;
+	bool any = false;
+	int r;
+
+	r = resident_collect(c, o, &rs);
+	if (r < 0)
+		return r;
+	rg = malloc((rs.n ? rs.n : 1) * sizeof(*rg));
+	if (!rg) {
+		free(rs.v);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < rs.n; i++) {
+		uint64_t blk = rs.v[i] >> 1;
+		unsigned lag = (unsigned)(rs.v[i] & 1);
+
+		if (nr && rg[nr - 1].lag == lag && rg[nr - 1].last + 1 == blk)
+			rg[nr - 1].last = blk;
+		else
+			rg[nr++] = (struct brange){blk, blk, lag};
+	}
+	free(rs.v);
+
+	/* "hot=0-15,20 lagging=16-19 (+3 more ranges)": the first max_ranges ranges in block
+	 * order, shown tier by tier */
+	if (len)
+		buf[0] = '\0';
+	for (unsigned lag = 0; lag < 2; lag++) {
+		bool first = true;
+
+		for (size_t i = 0; i < nr && i < max_ranges; i++) {
+			if (rg[i].lag != lag)
+				continue;
+			w = text_put(buf, len, w, "%s%s", first ? (any ? " " : "") : ",",
+				     first ? (lag ? "lagging=" : "hot=") : "");
+			if (rg[i].first == rg[i].last)
+				w = text_put(buf, len, w, "%llu", (unsigned long long)rg[i].first);
+			else
+				w = text_put(buf, len, w, "%llu-%llu",
+					     (unsigned long long)rg[i].first,
+					     (unsigned long long)rg[i].last);
+			first = false;
+			any = true;
+		}
+	}
+	if (nr == 0)
+		w = text_put(buf, len, w, "none");
+	else if (nr > max_ranges)
+		w = text_put(buf, len, w, "%s(+%zu more ranges)", any ? " " : "", nr - max_ranges);
+	free(rg);
+	return w > INT_MAX ? -E2BIG : (int)w;
 }
 
 void cache_get_stats(struct cache *c, struct cache_stats *ret)

@@ -149,8 +149,20 @@ int cache_set_limits(struct cache *c, uint64_t rate, uint64_t burst, uint64_t op
 int cache_set_hot_ttl(struct cache *c, uint64_t hot_ttl);
 
 /* Which blocks of @o are resident: one character per block, 'h' hot, 'l' lagging, '-' none,
- * written into @buf (NUL-terminated, truncated to fit). @return the number of blocks. */
+ * written into @buf (NUL-terminated, truncated to fit). Costs O(@len) plus a walk of the
+ * tiers' indexes, whatever the object's size. @return the number of blocks. */
 size_t cache_residency(struct cache *c, const struct cache_obj *o, char *buf, size_t len);
+
+/*
+ * The resident blocks of @o as ranges, "hot=0-15,20 lagging=16-19", "none" when nothing is
+ * resident, and at most @max_ranges ranges (the first in block order, a block in both tiers
+ * counted as hot) followed by " (+N more ranges)". Written into @buf like snprintf
+ * (NUL-terminated, truncated to fit). The cost is a walk of the tiers' index tables and a
+ * sort of what they hold of @o: bounded by hot_size + lagging_size, never by the object's
+ * size. @return the length it needs (without the NUL), or -ENOMEM.
+ */
+int cache_residency_text(struct cache *c, const struct cache_obj *o, size_t max_ranges,
+			 char *buf, size_t len);
 
 void cache_get_stats(struct cache *c, struct cache_stats *ret);
 

@@ -79,6 +79,15 @@ int ring_lookup(struct ring *r, struct ring_key key, uint64_t now_ns, struct rin
 /* Is @key resident (committed, unexpired)? Pins nothing. */
 bool ring_contains(struct ring *r, struct ring_key key, uint64_t now_ns);
 
+/*
+ * Call @fn for the block index of every committed, unexpired block of object @obj, in no
+ * particular order (a block committed in two segments comes twice). Walks the index tables,
+ * not the object's blocks: the cost is O(nseg x table size), bounded by the ring's size.
+ * @fn runs with the ring's lock held: it must not call into this ring.
+ */
+void ring_each_block(struct ring *r, uint64_t obj, uint64_t now_ns,
+		     void (*fn)(void *arg, uint64_t blk), void *arg);
+
 /* Take one more pin on the segment of @ref / drop one pin. */
 void ring_pin(struct ring *r, const struct ring_ref *ref);
 void ring_unpin(struct ring *r, const struct ring_ref *ref);

@@ -60,7 +60,8 @@
  * Workload: a FUSE read of a cached block does one ring_lookup() and one ring_unpin(); a miss
  * does one ring_reserve(), fills block_size bytes from the network, ring_commit() and
  * ring_unpin(). nseg is small (4 to a few dozen); segments hold from a few to thousands of
- * blocks.
+ * blocks. ring_get_stats() and ring_each_block() (user.tierfs.cached) walk every table: their
+ * cost follows the ring's size, never an object's.
  */
 #include <assert.h>
 #include <errno.h>
@@ -417,6 +418,27 @@ bool ring_contains(struct ring *r, struct ring_key key, uint64_t now_ns)
 	}
 	pthread_mutex_unlock(&r->lock);
 	return found;
+}
+
+void ring_each_block(struct ring *r, uint64_t obj, uint64_t now_ns,
+		     void (*fn)(void *arg, uint64_t blk), void *arg)
+{
+	/* Every slot of every visible table: O(nseg x tsize), whatever the object's size. A
+	 * key committed in two segments is reported twice; the caller de-duplicates. */
+	pthread_mutex_lock(&r->lock);
+	for (uint32_t si = 0; si < r->nseg; si++) {
+		const struct seg *s = &r->segs[si];
+
+		if (!seg_visible(r, s, now_ns))
+			continue;
+		for (uint32_t i = 0; i <= r->mask; i++) {
+			const struct slot *e = &s->table[i];
+
+			if (e->gen == s->gen && e->state == SLOT_COMMITTED && e->obj == obj)
+				fn(arg, e->blk);
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
 }
 
 void ring_pin(struct ring *r, const struct ring_ref *ref)

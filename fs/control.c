@@ -4,23 +4,37 @@
  *   MNT/.tierfs/stats    Prometheus text exposition: per-tier cache counters, limiter,
  *                        backend totals. `cat` it, or point a node exporter textfile at it.
  *   MNT/.tierfs/config   the effective settings, one name=value per line.
- *   getfattr -d -m tierfs MNT/obj     user.tierfs.tier, .etag, .cached (resident blocks)
+ *   getfattr -n user.tierfs.tier MNT/obj    also .etag, .cached (resident blocks)
  *   setfattr -n user.tierfs.lagging_rate -v 100M MNT     live change (also lagging_burst,
- *                        lagging_ops, hot_ttl); getfattr on MNT shows the current values.
+ *                        lagging_ops, hot_ttl); getfattr -n on MNT shows the current values.
+ *
+ * Who may do what. Reading (the files, getxattr) is open to everyone who can reach the mount:
+ * it holds no secret, and each answer's cost is bounded by the tiers' sizes, never by an
+ * object's size (user.tierfs.cached walks what the tiers hold and shows at most
+ * RESIDENCY_RANGES ranges). Changing a setting is for the operator only: the mount's owner
+ * (the uid tierfs runs as) or a caller with CAP_SYS_ADMIN in tierfs's user namespace;
+ * everyone else gets EPERM, whatever the name or value. Refusals are logged through
+ * fs_log_once: one line per caller and cause per interval, printable ASCII only, bounded.
+ *
+ * listxattr lists nothing: the attributes are answers about the mount, not data of the
+ * files, and cp -a, rsync -X and tar --xattrs copy whatever listxattr names onto their
+ * copies. getxattr by name still answers.
  *
  * The control directory is not listed by readdir (so find, du and rsync do not walk it) but
  * can be looked up by name; a real object of the same name wins, and control_dir= renames it.
  * Control files are snapshots taken at open and served with direct_io, so their size is 0 and
  * readers read to EOF.
  *
- * Live settings are parsed by fs_opts_set, exactly like -o; a bad value changes nothing.
- * m->opts_lock serialises changes and the readers of the settings here.
+ * Live settings are parsed by fs_opts_set, exactly like -o, with the same bounds; a bad value
+ * changes nothing. m->opts_lock serialises changes and the readers of the settings here.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fuse_log.h>
@@ -29,8 +43,13 @@
 
 #define XATTR_PREFIX "user.tierfs."
 
+/* user.tierfs.cached shows at most this many ranges, then "(+N more ranges)": an answer of
+ * at most about 3 KiB whatever the object. */
+#define RESIDENCY_RANGES 64
+
+#define CAP_SYS_ADMIN_BIT 21 /* linux/capability.h */
+
 static const char *const live[] = {"lagging_rate", "lagging_burst", "lagging_ops", "hot_ttl"};
-static const char *const obj_attrs[] = {"tier", "etag", "cached"};
 
 static void fill_ctl_stat(struct mount *m, uint64_t ino, struct stat *st)
 {
@@ -202,6 +221,10 @@ static void stats_text(struct mount *m, struct text *t)
 	       "# TYPE tierfs_limiter_rate_bytes gauge\n"
 	       "tierfs_limiter_rate_bytes{tier=\"lagging\"} %llu\n",
 	    (unsigned long long)rate);
+	mount_metric(t, "log_suppressed_total", "counter",
+		     "Log lines held back: repeats of an (object, cause) within a minute, or "
+		     "beyond the mount's line budget.",
+		     __atomic_load_n(&m->log_suppressed, __ATOMIC_RELAXED));
 	mount_metric(t, "reads_total", "counter", "Read requests answered.",
 		     __atomic_load_n(&m->reads, __ATOMIC_RELAXED));
 	mount_metric(t, "read_errors_total", "counter", "Read requests answered with an error.",
@@ -269,41 +292,18 @@ static int xattr_answer(const char *v, size_t n, char *buf, size_t size)
 	return (int)n;
 }
 
-/* "hot=0-15,32 lagging=16-20", or "none". */
+/* "hot=0-15,32 lagging=16-20", "none", or the first RESIDENCY_RANGES ranges and a count. */
 static void residency_text(struct mount *m, const struct fobj *o, struct text *t)
 {
 	struct cache_obj co = {.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
-	size_t n = cache_residency(m->c, &co, NULL, 0);
-	char *map = malloc(n + 1);
-	bool any = false;
+	char buf[4096];
+	int n = cache_residency_text(m->c, &co, RESIDENCY_RANGES, buf, sizeof(buf));
 
-	if (!map) {
+	if (n < 0) {
 		t->oom = true;
 		return;
 	}
-	cache_residency(m->c, &co, map, n + 1);
-	for (int pass = 0; pass < 2; pass++) {
-		char want = pass ? 'l' : 'h';
-		bool first = true;
-
-		for (size_t i = 0; i < n; i++) {
-			size_t j = i;
-
-			if (map[i] != want)
-				continue;
-			while (j + 1 < n && map[j + 1] == want)
-				j++;
-			put(t, "%s%s", first ? (any ? " " : "") : ",",
-			    first ? (pass ? "lagging=" : "hot=") : "");
-			put(t, j > i ? "%zu-%zu" : "%zu", i, j);
-			first = false;
-			any = true;
-			i = j;
-		}
-	}
-	if (!any)
-		put(t, "none");
-	free(map);
+	put(t, "%s", buf); /* 64 ranges of two 20-digit numbers fit: never truncated */
 }
 
 int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, size_t size)
@@ -361,43 +361,85 @@ int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, siz
 	return r;
 }
 
-int ctl_listxattr(struct mount *m, uint64_t ino, char *buf, size_t size)
+/*
+ * May the caller of a request change settings? @uid is the request's (the caller's fsuid,
+ * from the kernel, trustworthy); @pid its thread, as tierfs's pid namespace numbers it (0
+ * when the caller is outside it).
+ *
+ * The owner check needs nothing else. The capability check reads CapEff from
+ * /proc/PID/status, since the FUSE protocol carries no capabilities. Three things make that
+ * trustworthy enough:
+ *   - the caller is blocked in setxattr until we answer, so the thread cannot exec or exit
+ *     on its own; only a fatal signal can end it early, and then its pid could be reused;
+ *   - the /proc/PID directory is opened once and both files are read through it, so they
+ *     describe one process; and that process's fsuid must be the request's uid, so a
+ *     reused pid only passes if it belongs to the same user and holds CAP_SYS_ADMIN itself;
+ *   - the process must be in tierfs's own user namespace: CapEff counts capabilities in the
+ *     process's namespace, and any user gets a full set inside `unshare -Ur`.
+ * The race left (kill the caller, then a process of the same uid with CAP_SYS_ADMIN takes
+ * its pid, all within this call) gains nothing: that process could steer the mount itself.
+ */
+static bool may_steer(uid_t uid, pid_t pid)
 {
-	struct text t = {0};
-	int r;
+	char path[64], line[256];
+	unsigned long long caps = 0;
+	long fsuid = -1;
+	struct stat mine, theirs;
+	bool have_caps = false;
+	int dir, fd;
+	FILE *f;
 
-	if (ino == 1) {
-		for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
-			put(&t, XATTR_PREFIX "%s%c", live[i], '\0');
-	} else if (!ctl_is(ino)) {
-		struct fobj *o = NULL;
+	if (uid == getuid())
+		return true;
+	if (pid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0)
+		return false;
+	if (stat("/proc/self/ns/user", &mine) < 0 || fstatat(dir, "ns/user", &theirs, 0) < 0 ||
+	    mine.st_dev != theirs.st_dev || mine.st_ino != theirs.st_ino) {
+		close(dir);
+		return false;
+	}
+	fd = openat(dir, "status", O_RDONLY | O_CLOEXEC);
+	close(dir);
+	f = fd < 0 ? NULL : fdopen(fd, "re");
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		long ids[4];
 
-		if (ns_peek(m->ns, ino, &o) == 0) {
-			for (size_t i = 0; i < sizeof(obj_attrs) / sizeof(obj_attrs[0]); i++)
-				if (strcmp(obj_attrs[i], "etag") != 0 || o->etag[0])
-					put(&t, XATTR_PREFIX "%s%c", obj_attrs[i], '\0');
-			fobj_put(o);
-		}
+		if (sscanf(line, "Uid: %ld %ld %ld %ld", &ids[0], &ids[1], &ids[2], &ids[3]) == 4)
+			fsuid = ids[3];
+		else if (sscanf(line, "CapEff: %llx", &caps) == 1)
+			have_caps = true;
 	}
-	if (t.oom) {
-		free(t.s);
-		return -ENOMEM;
-	}
-	r = xattr_answer(t.s ? t.s : "", t.len, buf, size);
-	free(t.s);
-	return r;
+	fclose(f);
+	return fsuid == (long)uid && have_caps && (caps & (1ULL << CAP_SYS_ADMIN_BIT));
 }
 
-int ctl_setxattr(struct mount *m, uint64_t ino, const char *name, const char *value,
-		 size_t size)
+int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char *name,
+		 const char *value, size_t size)
 {
-	char val[128], err[256];
+	char val[128], err[256], who[32];
 	struct fs_opts saved;
 	bool known = false;
 	int r;
 
 	if (ino != 1 && ino != CTL_DIR_INO)
 		return -EROFS;
+	if (!may_steer(uid, pid)) {
+		snprintf(who, sizeof(who), "uid %lu", (unsigned long)uid);
+		fs_log_once(m, FUSE_LOG_WARNING, who, "not the operator",
+			    "setxattr %.64s refused: uid %lu is not the mount's owner and lacks "
+			    "CAP_SYS_ADMIN",
+			    name, (unsigned long)uid);
+		return -EPERM;
+	}
 	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0)
 		return -ENOTSUP;
 	name += strlen(XATTR_PREFIX);
@@ -412,6 +454,7 @@ int ctl_setxattr(struct mount *m, uint64_t ino, const char *name, const char *va
 	while (size && (val[size - 1] == '\n' || val[size - 1] == ' '))
 		val[--size] = '\0';
 
+	err[0] = '\0';
 	pthread_mutex_lock(&m->opts_lock);
 	saved = *m->o;
 	r = fs_opts_set(m->o, name, val, err, sizeof(err));
@@ -424,8 +467,10 @@ int ctl_setxattr(struct mount *m, uint64_t ino, const char *name, const char *va
 		*m->o = saved; /* numbers only: no string of the struct changes here */
 	pthread_mutex_unlock(&m->opts_lock);
 	if (r < 0) {
-		fuse_log(FUSE_LOG_WARNING, "tierfs: setxattr %s=%s refused: %s\n", name, val,
-			 err[0] ? err : strerror(-r));
+		/* err echoes the value: fs_log_once keeps printable ASCII and bounds the line */
+		snprintf(who, sizeof(who), "uid %lu", (unsigned long)uid);
+		fs_log_once(m, FUSE_LOG_WARNING, who, "bad value", "setxattr %s refused: %.200s", name,
+			    err[0] ? err : strerror(-r));
 		return r == -ENOENT ? -ENOTSUP : -EINVAL;
 	}
 	return 0;

@@ -9,6 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+
+#include <fuse_log.h>
 
 #include "backend.h"
 #include "cache.h"
@@ -105,6 +108,15 @@ int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret);
  * ops.c / control.c: the mount.
  * ------------------------------------------------------------------------------------------ */
 
+/* One (object, cause) key fs_log_once saw lately. */
+struct fs_log_slot {
+	uint64_t key;             /* hash of object and cause; 0 = free */
+	uint64_t last_ns;         /* CLOCK_MONOTONIC of the line last logged for it */
+	uint64_t held;            /* lines suppressed since then */
+};
+
+#define FS_LOG_SLOTS 64
+
 struct mount {
 	struct fs_opts *o;        /* settings; the live-changeable ones under opts_lock */
 	pthread_mutex_t opts_lock;
@@ -114,8 +126,10 @@ struct mount {
 	struct fuse_session *se;
 	bool live;                /* mounted and serving: backend failures get logged */
 	pthread_mutex_t log_lock;
-	uint64_t logged_id;       /* last (object, error) logged, to log each once; log_lock */
-	int logged_err;
+	struct fs_log_slot log_seen[FS_LOG_SLOTS]; /* recent (object, cause) keys; log_lock */
+	double log_tokens;        /* lines any key may still log now (bucket); log_lock */
+	uint64_t log_refill_ns;   /* when log_tokens was last refilled; log_lock */
+	uint64_t log_suppressed;  /* lines not logged (relaxed atomic): the stats file shows it */
 	uint64_t reads;           /* read requests answered (relaxed atomics) */
 	uint64_t read_errors;     /* read requests answered with an error */
 	uint64_t read_bytes;      /* bytes answered */
@@ -155,13 +169,28 @@ int ctl_read_all(struct mount *m, uint64_t ino, char **ret, size_t *ret_len);
 /* Entries of the control directory: name of entry @i, or NULL past the end. */
 const char *ctl_dirent(size_t i, uint64_t *ret_ino);
 
-/* Extended attributes: the user.tierfs.* of objects, and live settings on the root.
- * getxattr/listxattr follow the FUSE size protocol: @size 0 asks for the length.
- * @return the length, or -errno. */
+/* Extended attributes: the user.tierfs.* of objects, and live settings on the root; none is
+ * listed (listxattr answers an empty list). getxattr follows the FUSE size protocol: @size 0
+ * asks for the length. @return the length, or -errno. */
 int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, size_t size);
-int ctl_listxattr(struct mount *m, uint64_t ino, char *buf, size_t size);
-/* @return 0 or -errno (EINVAL bad value, ENOTSUP unknown name, EROFS elsewhere). */
-int ctl_setxattr(struct mount *m, uint64_t ino, const char *name, const char *value,
-		 size_t size);
+/* Change a live setting as the caller @uid (thread @pid, 0 if unknown) of a request.
+ * @return 0 or -errno (EPERM not the operator, EINVAL bad value, ENOTSUP unknown name,
+ * EROFS elsewhere than the root and the control directory). */
+int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char *name,
+		 const char *value, size_t size);
+
+/*
+ * Log one line, unless a line with the same (@obj, @cause) was logged less than
+ * FS_LOG_INTERVAL_S ago, or the mount has logged too much lately (a bucket of FS_LOG_BURST
+ * lines, refilled at that many per interval); what is held back is counted in
+ * m->log_suppressed, and the next line of the key says how many. The line is cut at
+ * FS_LOG_LINE_MAX and anything but printable ASCII becomes '?', so neither a caller nor the
+ * store's names can forge or flood log lines. @return true if it was logged.
+ */
+#define FS_LOG_INTERVAL_S 60
+#define FS_LOG_BURST	  20
+#define FS_LOG_LINE_MAX	  400
+bool fs_log_once(struct mount *m, enum fuse_log_level level, const char *obj, const char *cause,
+		 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 #endif

@@ -13,8 +13,8 @@
  * replay cannot push the tail's pages out of the kernel either. lagging_page_cache turns the
  * bypass off.
  *
- * Errors after mounting reach the reader as an errno and are logged once per object version
- * and cause.
+ * Errors after mounting reach the reader as an errno and are logged once per object and cause
+ * per minute (fs_log_once), with a bound on all lines together.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -87,31 +87,164 @@ static struct cache_obj cobj(const struct fobj *o)
 
 /* ---- logging --------------------------------------------------------------------------------- */
 
+/*
+ * Errors are logged once per (object, cause) per FS_LOG_INTERVAL_S, whatever the number of
+ * readers, blocks and retries behind them, and all lines together are held to a bucket of
+ * FS_LOG_BURST per interval, so neither a flapping store nor a local user can flood syslog.
+ * What is held back is counted (tierfs_log_suppressed_total); a key's next line says how many
+ * of its own were.
+ */
+
+static uint64_t log_hash(uint64_t h, const char *s, bool skip_digits)
+{
+	/* FNV-1a */
+	for (; s && *s; s++) {
+		if (skip_digits && *s >= '0' && *s <= '9')
+			continue;
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+	}
+	return h;
+}
+
+static uint64_t log_key(const char *obj, const char *cause, bool skip_digits)
+{
+	uint64_t h = log_hash(0xcbf29ce484222325ULL, obj, false);
+
+	h = log_hash(h * 0x100000001b3ULL, cause, skip_digits);
+	return h ? h : 1;
+}
+
+/* Decide under log_lock whether the line of @key goes out. @return the count of its lines
+ * held back since its last one (to say so), or -1 to hold this one back too. */
+static int64_t log_admit(struct mount *m, uint64_t key)
+{
+	const uint64_t interval = (uint64_t)FS_LOG_INTERVAL_S * 1000000000ULL;
+	uint64_t now = env_mono(NULL);
+	struct fs_log_slot *slot = NULL, *oldest = &m->log_seen[0];
+	int64_t held = -1;
+
+	pthread_mutex_lock(&m->log_lock);
+	m->log_tokens += (double)(now - m->log_refill_ns) * FS_LOG_BURST / (double)interval;
+	if (m->log_tokens > FS_LOG_BURST)
+		m->log_tokens = FS_LOG_BURST;
+	m->log_refill_ns = now;
+	for (size_t i = 0; i < FS_LOG_SLOTS && !slot; i++) {
+		if (m->log_seen[i].key == key)
+			slot = &m->log_seen[i];
+		else if (m->log_seen[i].last_ns < oldest->last_ns)
+			oldest = &m->log_seen[i];
+	}
+	if (slot && now - slot->last_ns < interval) {
+		slot->held++;
+	} else if (m->log_tokens < 1) {
+		if (slot)
+			slot->held++;
+	} else {
+		if (!slot) {
+			slot = oldest; /* forgets the key seen longest ago */
+			*slot = (struct fs_log_slot){.key = key};
+		}
+		held = (int64_t)slot->held;
+		slot->held = 0;
+		slot->last_ns = now;
+		m->log_tokens -= 1;
+	}
+	pthread_mutex_unlock(&m->log_lock);
+	if (held < 0)
+		__atomic_fetch_add(&m->log_suppressed, 1, __ATOMIC_RELAXED);
+	return held;
+}
+
+/* Keep printable ASCII, cut at FS_LOG_LINE_MAX with "...". */
+static void log_clean(char *line, size_t need)
+{
+	for (char *p = line; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			*p = '?';
+	if (need >= FS_LOG_LINE_MAX)
+		memcpy(line + FS_LOG_LINE_MAX - 4, "...", 4);
+}
+
+static bool log_keyed(struct mount *m, enum fuse_log_level level, uint64_t key, const char *fmt,
+		      va_list ap)
+{
+	char line[FS_LOG_LINE_MAX], more[64] = "";
+	int64_t held = log_admit(m, key);
+	int n;
+
+	if (held < 0)
+		return false;
+	n = vsnprintf(line, sizeof(line), fmt, ap);
+	if (n < 0)
+		return false;
+	log_clean(line, (size_t)n);
+	if (held > 0)
+		snprintf(more, sizeof(more), " (and %lld more like it)", (long long)held);
+	fuse_log(level, "tierfs: %s%s\n", line, more);
+	return true;
+}
+
+bool fs_log_once(struct mount *m, enum fuse_log_level level, const char *obj, const char *cause,
+		 const char *fmt, ...)
+{
+	va_list ap;
+	bool r;
+
+	va_start(ap, fmt);
+	r = log_keyed(m, level, log_key(obj, cause, false), fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+static bool log_fmt(struct mount *m, enum fuse_log_level level, uint64_t key, const char *fmt,
+		    ...) __attribute__((format(printf, 4, 5)));
+static bool log_fmt(struct mount *m, enum fuse_log_level level, uint64_t key, const char *fmt,
+		    ...)
+{
+	va_list ap;
+	bool r;
+
+	va_start(ap, fmt);
+	r = log_keyed(m, level, key, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+/*
+ * A line from the backend: "GET URL (range): why" or "read PATH: why". Its object is the text
+ * before the first ": ", its cause the rest without digits, so the failures of every block of
+ * one object ("short body: 17 of 65536 bytes", "Content-Range 0-9, asked 65536-131071") count
+ * as one cause.
+ */
 static void backend_log(void *arg, int level, const char *line)
 {
 	static const enum fuse_log_level map[] = {FUSE_LOG_ERR, FUSE_LOG_WARNING, FUSE_LOG_INFO,
 						  FUSE_LOG_DEBUG};
 	struct mount *m = arg;
+	const char *sep = strstr(line, ": ");
+	char obj[FS_LOG_LINE_MAX];
 
 	/* before the mount exists, failures reach the user as fs_main's one line */
 	if (!__atomic_load_n(&m->live, __ATOMIC_RELAXED))
 		return;
-	fuse_log(map[level < 0 ? 0 : level > 3 ? 3 : level], "tierfs: %s\n", line);
+	snprintf(obj, sizeof(obj), "%.*s", sep ? (int)(sep - line) : (int)strlen(line), line);
+	log_fmt(m, map[level < 0 ? 0 : level > 3 ? 3 : level],
+		log_key(obj, sep ? sep + 2 : "", true), "%s", line);
 }
 
+/*
+ * A read answered with an error. The store's failures were logged by the backend already,
+ * with what a reader's errno cannot say (the URL, the status, the two ETags), once per object
+ * and cause: a second line here would double each. Only what the backends leave unlogged
+ * (ENOENT: an object that went away, which for a lookup is no failure) and failures of
+ * tierfs itself (ENOMEM, EINVAL) are logged here.
+ */
 static void log_read_error(struct mount *m, const struct fobj *o, int err)
 {
-	bool fresh;
-
-	if (err == -ESHUTDOWN || err == -EINTR)
+	if (err != -ENOENT && err != -ENOMEM && err != -EINVAL)
 		return;
-	pthread_mutex_lock(&m->log_lock);
-	fresh = m->logged_id != o->id || m->logged_err != err;
-	m->logged_id = o->id;
-	m->logged_err = err;
-	pthread_mutex_unlock(&m->log_lock);
-	if (fresh)
-		fuse_log(FUSE_LOG_ERR, "tierfs: read %s: %s\n", o->path, strerror(-err));
+	log_fmt(m, FUSE_LOG_ERR, log_key(o->path, strerror(-err), false), "read %s: %s", o->path,
+		strerror(-err));
 }
 
 /* ---- operations ------------------------------------------------------------------------------ */
@@ -625,23 +758,13 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	free(buf);
 }
 
+/* An empty list, everywhere: see control.c (cp -a would copy user.tierfs.* otherwise). */
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	char *buf = size ? malloc(size) : NULL;
-	int r;
-
-	if (size && !buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	r = ctl_listxattr(M(req), ino, buf, size);
-	if (r < 0)
-		fuse_reply_err(req, -r);
-	else if (size == 0)
-		fuse_reply_xattr(req, (size_t)r);
+	if (size == 0)
+		fuse_reply_xattr(req, 0);
 	else
-		fuse_reply_buf(req, buf, (size_t)r);
-	free(buf);
+		fuse_reply_buf(req, NULL, 0);
 }
 
 /* Everything that would change the store. */
@@ -697,7 +820,9 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
-	fuse_reply_err(req, -ctl_setxattr(M(req), ino, name, value, size));
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	fuse_reply_err(req, -ctl_setxattr(M(req), ctx->uid, ctx->pid, ino, name, value, size));
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
@@ -838,6 +963,8 @@ int fs_main(struct fs_opts *o)
 	bool mounted = false, handlers = false;
 
 	pthread_mutex_init(&m.log_lock, NULL);
+	m.log_tokens = FS_LOG_BURST;
+	m.log_refill_ns = env_mono(NULL);
 	pthread_mutex_init(&m.opts_lock, NULL);
 	pthread_cond_init(&m.inval_done, NULL);
 	pthread_mutex_init(&m.handles_lock, NULL);

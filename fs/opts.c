@@ -69,6 +69,28 @@
  * default burst, and the token bucket's arithmetic stay well away from overflow. */
 #define RATE_MAX TIB
 
+/*
+ * Floors of the limiter's settings (0, "no limit", is always accepted). They are in the table,
+ * so a live change through setxattr meets the same bounds as -o. Below them a value is no
+ * longer a throttle but a stall: lagging_rate=1 left a reader (root's included) waiting
+ * 65,536 s for each 64 KiB block, and that wait cannot be cut short by raising the rate
+ * after the charge was taken.
+ *   RATE_MIN 64K: the smallest block_size per second. At the floor a 64K block waits 1 s,
+ *     a 4M block (the default) 64 s, a 64M block 17 min: slow, but a replay still advances
+ *     and a reader stays killable. The burst has the same floor: a bucket smaller than the
+ *     smallest block only turns every fetch into debt.
+ *   OPS_MIN 4: a lagging read asks for its block and, by default, 2 blocks of readahead; 4
+ *     fetches per second lets those 3 go at once, so the limiter never makes one reader's
+ *     own readahead delay the block it waits for by seconds.
+ * HOT_TTL_MAX 3650 days: hot_ttl routes objects younger than it to the hot tier and is the
+ * hot blocks' lifetime. Ten years is beyond any log's retention, so "everything is hot" can
+ * still be said with a large number (the bench does, with 100000000), while 4294967295 (136
+ * years: a -1 that wrapped, or a typo), accepted before, is refused.
+ */
+#define RATE_MIN    (64 * KIB)
+#define OPS_MIN	    4
+#define HOT_TTL_MAX (3650 * 86400)
+
 #define USAGE	  "usage: tierfs URL MOUNTPOINT [-o options]"
 #define SIZE_HINT "use a number with an optional K, M, G or T suffix"
 #define SECRET_MSG                                                                                 \
@@ -103,6 +125,7 @@ struct opt {
 	enum opt_group group;
 	size_t off;	      /* offsetof(struct fs_opts, field): uint64_t, bool or char * */
 	uint64_t min, max;    /* numeric kinds: accepted range, inclusive */
+	bool zero_ok;	      /* numeric kinds: 0 (off, unlimited) is accepted too, below min */
 	uint64_t def;	      /* numeric kinds, flag and bool: the default */
 	const char *def_str;  /* string kinds: the default, or NULL for unset */
 	enum opt_check check; /* extra check beyond the kind's own */
@@ -123,8 +146,8 @@ static const struct opt opt_table[] = {
 	 .min = 8 * 64 * KIB, .max = UINT64_MAX, .def = GIB,
 	 .help = "hot tier memory, >= 8 x block_size"},
 	{.name = "hot_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(hot_ttl),
-	 .min = 1, .max = SECONDS_MAX, .def = 60,
-	 .help = "objects younger than this use the hot tier"},
+	 .min = 1, .max = HOT_TTL_MAX, .def = 60,
+	 .help = "objects younger than this are hot, <= 10 years"},
 	{.name = "readahead", .kind = OPT_COUNT, .group = GROUP_CACHE, .off = OFF(readahead),
 	 .min = 0, .max = 64, .def = 2,
 	 .help = "blocks read ahead of a sequential reader, 0..64"},
@@ -147,14 +170,14 @@ static const struct opt opt_table[] = {
 	 .min = 1, .max = SECONDS_MAX, .def = 5,
 	 .help = "how long a lagging block stays cached"},
 	{.name = "lagging_rate", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_rate),
-	 .min = 0, .max = RATE_MAX, .def = 50 * MIB,
-	 .help = "bytes/s for lagging misses, 0 = no limit"},
+	 .min = RATE_MIN, .max = RATE_MAX, .zero_ok = true, .def = 50 * MIB,
+	 .help = "bytes/s for lagging misses (0 or >= 64K)"},
 	{.name = "lagging_burst", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_burst),
-	 .min = 0, .max = RATE_MAX, .def = 0,
-	 .help = "bytes lagging misses may burst", .def_help = "0 = 2 x rate"},
+	 .min = RATE_MIN, .max = RATE_MAX, .zero_ok = true, .def = 0,
+	 .help = "burst of lagging misses, >= 64K", .def_help = "0 = 2 x rate"},
 	{.name = "lagging_ops", .kind = OPT_COUNT, .group = GROUP_LAGGING, .off = OFF(lagging_ops),
-	 .min = 0, .max = 1000000, .def = 0,
-	 .help = "fetches/s for lagging misses, 0 = no limit"},
+	 .min = OPS_MIN, .max = 1000000, .zero_ok = true, .def = 0,
+	 .help = "fetches/s for lagging misses (0 or >= 4)"},
 	{.name = "lagging_page_cache", .kind = OPT_FLAG, .group = GROUP_LAGGING,
 	 .off = OFF(lagging_page_cache),
 	 .help = "keep the page cache for lagging files"},
@@ -681,7 +704,10 @@ static void range_text(const struct opt *d, char *buf, size_t len)
 		snprintf(lo, sizeof(lo), "%" PRIu64, d->min);
 		snprintf(hi, sizeof(hi), "%" PRIu64, d->max);
 	}
-	if (d->max == UINT64_MAX)
+	if (d->zero_ok)
+		snprintf(buf, len, "must be 0 or between %s and %s%s", lo, hi,
+			 d->kind == OPT_SECONDS ? " seconds" : "");
+	else if (d->max == UINT64_MAX)
 		snprintf(buf, len, "must be at least %s%s", lo,
 			 d->kind == OPT_SECONDS ? " seconds" : "");
 	else if (d->min == 0)
@@ -700,7 +726,7 @@ static void range_text(const struct opt *d, char *buf, size_t len)
 static int set_one(struct fs_opts *o, const struct opt *d, const char *value, char *err,
 		   size_t errlen)
 {
-	char range[96];
+	char range[128];
 	uint64_t v = 0;
 	bool b;
 	int r;
@@ -772,7 +798,7 @@ static int set_one(struct fs_opts *o, const struct opt *d, const char *value, ch
 			    d->name, value, human(d->min, lo, sizeof(lo)),
 			    human(d->max, hi, sizeof(hi)));
 	}
-	if (v < d->min || v > d->max)
+	if ((v < d->min && !(d->zero_ok && v == 0)) || v > d->max)
 		return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, range);
 	*u64_at(o, d) = v;
 	return 0;

@@ -1114,6 +1114,113 @@ static void test_route(void **state)
 	shut(c);
 }
 
+/* Read one byte of each block in @blks[0..n) and complete the fetches. */
+static void warm(struct cache *c, const struct cache_obj *o, const uint64_t *blks, size_t n)
+{
+	struct rep r = {0};
+
+	for (size_t i = 0; i < n; i++) {
+		if (!rd(c, o, NULL, blks[i] * BS + 7, 1, &r)) {
+			complete_all(0);
+			check_ok(&r);
+		}
+	}
+	rep_done(&r);
+}
+
+/* user.tierfs.cached: ranges of what the tiers hold of one object, found from the rings'
+ * indexes (a 4 TiB object of 64K blocks has 2^26 blocks: its last one shows, and nothing
+ * walks the others), at most max_ranges of them, then a count of the rest. */
+static void test_residency_text(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj fo, fe;
+	const uint64_t size = 4ull << 40, last = (size / BS) - 1;
+	struct cache_obj o = mkobj(&fo, 81, size, WALL0 - 5);
+	struct cache_obj other = mkobj(&fe, 82, 10ull * BS, WALL0 - 5);
+	const uint64_t hot[] = {0, 1, 2, 5, last, 9, 7};
+	const uint64_t lag[] = {3, 4, 11, 12};
+	char buf[256], map[8];
+
+	(void)state;
+	assert_int_equal(cache_residency_text(c, &o, 64, buf, sizeof(buf)), 4);
+	assert_string_equal(buf, "none");
+
+	warm(c, &o, hot, sizeof(hot) / sizeof(hot[0]));
+	assert_int_equal(cache_residency_text(c, &o, 64, buf, sizeof(buf)),
+			 (int)strlen("hot=0-2,5,7,9,67108863"));
+	assert_string_equal(buf, "hot=0-2,5,7,9,67108863");
+	/* another object's blocks are not this one's */
+	assert_int_equal(cache_residency_text(c, &other, 64, buf, sizeof(buf)), 4);
+	assert_string_equal(buf, "none");
+
+	/* the object ages past hot_ttl: new blocks go to the lagging tier */
+	W.wall += HOT_TTL + 1000;
+	W.mono += 1 * NS;
+	warm(c, &o, lag, sizeof(lag) / sizeof(lag[0]));
+	assert_int_equal(W.nopen, 0);
+	cache_residency_text(c, &o, 64, buf, sizeof(buf));
+	assert_string_equal(buf, "hot=0-2,5,7,9,67108863 lagging=3-4,11-12");
+
+	/* bounded: the first ranges in block order, then how many more */
+	cache_residency_text(c, &o, 3, buf, sizeof(buf));
+	assert_string_equal(buf, "hot=0-2,5 lagging=3-4 (+4 more ranges)");
+	cache_residency_text(c, &o, 1, buf, sizeof(buf));
+	assert_string_equal(buf, "hot=0-2 (+6 more ranges)");
+	cache_residency_text(c, &o, 0, buf, sizeof(buf));
+	assert_string_equal(buf, "(+7 more ranges)");
+
+	/* snprintf's contract: the length it needs, a NUL-terminated prefix */
+	assert_int_equal(cache_residency_text(c, &o, 3, buf, 8),
+			 (int)strlen("hot=0-2,5 lagging=3-4 (+4 more ranges)"));
+	assert_string_equal(buf, "hot=0-2");
+	assert_int_equal(cache_residency_text(c, &o, 3, NULL, 0),
+			 (int)strlen("hot=0-2,5 lagging=3-4 (+4 more ranges)"));
+
+	/* the per-block map agrees, and costs what its buffer holds, not 2^26 blocks */
+	assert_int_equal(cache_residency(c, &o, map, sizeof(map)), (size_t)(size / BS));
+	assert_string_equal(map, "hhhllh-");
+
+	/* expired blocks are not resident: the hot ones after hot_ttl (60 s), the lagging ones
+	 * after lagging_ttl (600 s) */
+	W.mono += 61 * NS;
+	cache_residency_text(c, &o, 64, buf, sizeof(buf));
+	assert_string_equal(buf, "lagging=3-4,11-12");
+	W.mono += 600 * NS;
+	cache_residency_text(c, &o, 64, buf, sizeof(buf));
+	assert_string_equal(buf, "none");
+	shut(c);
+}
+
+/* Many ranges: the answer stays short however many the tiers hold. */
+static void test_residency_text_bound(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o;
+	uint64_t blks[200];
+	char buf[4096], want[64];
+	int n;
+
+	(void)state;
+	cfg.hot_size = 512ull * BS;
+	c = mk(&cfg);
+	o = mkobj(&fo, 91, 1000ull * BS, WALL0 - 5);
+	for (size_t i = 0; i < 200; i++)
+		blks[i] = 2 * i; /* 200 ranges of one block */
+	warm(c, &o, blks, 200);
+	n = cache_residency_text(c, &o, 64, buf, sizeof(buf));
+	assert_true(n > 0 && n < 512);
+	assert_int_equal((size_t)n, strlen(buf));
+	assert_int_equal(strncmp(buf, "hot=0,2,4,", 10), 0);
+	snprintf(want, sizeof(want), ",126 (+136 more ranges)");
+	assert_non_null(strstr(buf, want));
+	assert_int_equal(strlen(strstr(buf, want)), strlen(want));
+	shut(c);
+}
+
 /* Invariant 5: lagging reads never insert into the hot tier; a hot hit is served at any age. */
 static void test_lagging_tier(void **state)
 {
@@ -2482,6 +2589,8 @@ int main(void)
 	    cmocka_unit_test(test_is_lagging),
 	    cmocka_unit_test(test_route),
 	    cmocka_unit_test(test_lagging_tier),
+	    cmocka_unit_test(test_residency_text),
+	    cmocka_unit_test(test_residency_text_bound),
 	    cmocka_unit_test(test_throttle),
 	    cmocka_unit_test(test_throttle_charges),
 	    cmocka_unit_test(test_set_limits),

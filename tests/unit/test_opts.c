@@ -355,12 +355,20 @@ static void test_every_option(void **state)
 	/* the edges of each range are accepted */
 	expect_ok("block_size=64K,hot_size=512K,lagging_size=512K,max_conns=256,readahead=64,"
 		  "retries=20,timeout=1,hot_ttl=1,lagging_ttl=1,lagging_ops=1000000,"
-		  "lagging_rate=1T,lagging_burst=1T,hot_ttl=4294967295",
+		  "lagging_rate=1T,lagging_burst=1T,hot_ttl=315360000",
 		  &o);
 	assert_true(o.block_size == 64 * KIB);
 	assert_true(o.hot_size == 512 * KIB);
-	assert_true(o.hot_ttl == 4294967295u);
+	assert_true(o.hot_ttl == 315360000);
 	assert_true(o.lagging_rate == TIB);
+	fs_opts_done(&o);
+	/* the limiter's floors, and 0 (no limit) below them */
+	expect_ok("lagging_rate=64K,lagging_burst=64K,lagging_ops=4", &o);
+	assert_true(o.lagging_rate == 64 * KIB && o.lagging_burst == 64 * KIB);
+	assert_true(o.lagging_ops == 4);
+	fs_opts_done(&o);
+	expect_ok("lagging_rate=0,lagging_burst=0,lagging_ops=0", &o);
+	assert_true(o.lagging_rate == 0 && o.lagging_burst == 0 && o.lagging_ops == 0);
 	fs_opts_done(&o);
 	expect_ok("block_size=64M,hot_size=512M,lagging_size=512M", &o);
 	assert_true(o.block_size == 64 * MIB);
@@ -439,21 +447,27 @@ static void test_errors(void **state)
 	    {"hot_size=18446744073709551616", -ERANGE, "hot_size=18446744073709551616: too large"},
 	    {"hot_size", -EINVAL, "hot_size needs a value"},
 	    {"hot_size=", -EINVAL, "hot_size needs a value"},
-	    {"hot_ttl=0", -EINVAL, "hot_ttl=0: must be between 1 and 4294967295 seconds"},
-	    {"hot_ttl=4294967296", -EINVAL,
-	     "hot_ttl=4294967296: must be between 1 and 4294967295 seconds"},
+	    {"hot_ttl=0", -EINVAL, "hot_ttl=0: must be between 1 and 315360000 seconds"},
+	    {"hot_ttl=315360001", -EINVAL, "hot_ttl=315360001: must be between 1 and 315360000 seconds"},
+	    {"hot_ttl=4294967295", -EINVAL,
+	     "hot_ttl=4294967295: must be between 1 and 315360000 seconds"},
 	    {"hot_ttl=1m", -EINVAL, "hot_ttl=1m: " SECS_MSG},
 	    {"hot_ttl=99999999999999999999", -ERANGE,
-	     "hot_ttl=99999999999999999999: too large (must be between 1 and 4294967295 "
+	     "hot_ttl=99999999999999999999: too large (must be between 1 and 315360000 "
 	     "seconds)"},
 	    {"lagging=maybe", -EINVAL, "lagging=maybe: use on or off"},
 	    {"lagging", -EINVAL, "lagging needs a value (on or off)"},
 	    {"lagging_size=x", -EINVAL, "lagging_size=x: " SIZE_MSG},
 	    {"lagging_ttl=0", -EINVAL, "lagging_ttl=0: must be between 1 and 4294967295 seconds"},
-	    {"lagging_rate=2T", -EINVAL, "lagging_rate=2T: must be at most 1T"},
+	    {"lagging_rate=2T", -EINVAL, "lagging_rate=2T: must be 0 or between 64K and 1T"},
+	    {"lagging_rate=1", -EINVAL, "lagging_rate=1: must be 0 or between 64K and 1T"},
+	    {"lagging_rate=65535", -EINVAL, "lagging_rate=65535: must be 0 or between 64K and 1T"},
 	    {"lagging_rate=-5M", -EINVAL, "lagging_rate=-5M: " SIZE_MSG},
-	    {"lagging_burst=2T", -EINVAL, "lagging_burst=2T: must be at most 1T"},
-	    {"lagging_ops=1000001", -EINVAL, "lagging_ops=1000001: must be at most 1000000"},
+	    {"lagging_burst=2T", -EINVAL, "lagging_burst=2T: must be 0 or between 64K and 1T"},
+	    {"lagging_burst=1K", -EINVAL, "lagging_burst=1K: must be 0 or between 64K and 1T"},
+	    {"lagging_ops=1000001", -EINVAL,
+	     "lagging_ops=1000001: must be 0 or between 4 and 1000000"},
+	    {"lagging_ops=1", -EINVAL, "lagging_ops=1: must be 0 or between 4 and 1000000"},
 	    {"lagging_ops=5/s", -EINVAL, "lagging_ops=5/s: not a whole number"},
 	    {"lagging_page_cache=on", -EINVAL, "lagging_page_cache takes no value"},
 	    {"readahead=65", -EINVAL, "readahead=65: must be at most 64"},
@@ -1080,10 +1094,14 @@ static void test_set(void **state)
 	} bad[] = {
 	    {"lagging_rate", "fast", -EINVAL, "lagging_rate=fast: " SIZE_MSG},
 	    {"lagging_rate", "99999999999T", -ERANGE,
-	     "lagging_rate=99999999999T: too large (must be at most 1T)"},
+	     "lagging_rate=99999999999T: too large (must be 0 or between 64K and 1T)"},
+	    {"lagging_rate", "1", -EINVAL, "lagging_rate=1: must be 0 or between 64K and 1T"},
+	    {"lagging_ops", "1", -EINVAL, "lagging_ops=1: must be 0 or between 4 and 1000000"},
 	    {"lagging_burst", "", -EINVAL, "lagging_burst needs a value"},
 	    {"lagging_ops", NULL, -EINVAL, "lagging_ops needs a value"},
-	    {"hot_ttl", "0", -EINVAL, "hot_ttl=0: must be between 1 and 4294967295 seconds"},
+	    {"hot_ttl", "0", -EINVAL, "hot_ttl=0: must be between 1 and 315360000 seconds"},
+	    {"hot_ttl", "4294967295", -EINVAL,
+	     "hot_ttl=4294967295: must be between 1 and 315360000 seconds"},
 	    {"immutable", "off", -EINVAL, "immutable takes no value"},
 	    {"region", "bad region", -EINVAL,
 	     "region=bad region: not a region name (letters, digits, '-', '_' and '.')"},
