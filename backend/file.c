@@ -2,8 +2,8 @@
  * file.c - file:///dir: a local directory as the object store.
  *
  * The quickest way to try tierfs, and the demo's default. Objects are the regular files under
- * the directory (symbolic links followed); their ETag is made from what changes when the file
- * does, "mtime_ns-size-inode" in hex, as nginx does. Reads run as jobs on the backend's I/O
+ * the directory (symbolic links followed); their ETag is made from what identifies the file's
+ * bytes, "dev-inode-size-mtime_ns" in hex. Reads run as jobs on the backend's I/O
  * thread (pread from the page cache is fast, and it keeps FUSE workers off the disk), and
  * check the ETag first, so a file replaced under an open handle gives -ESTALE, never a mix.
  */
@@ -50,10 +50,13 @@ static void meta_from_stat(const struct stat *st, struct bk_meta *m)
 {
 	m->size = (uint64_t)st->st_size;
 	m->mtime = st->st_mtim.tv_sec;
-	snprintf(m->etag, sizeof(m->etag), "\"%llx-%llx-%llx\"",
+	/* the version: what identifies this file's bytes, stable across processes and
+	 * mounts (tierfs keys cached blocks by it): device, inode, size, mtime in ns */
+	snprintf(m->etag, sizeof(m->etag), "\"%llx-%llx-%llx-%llx\"",
+		 (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+		 (unsigned long long)st->st_size,
 		 (unsigned long long)st->st_mtim.tv_sec * 1000000000ULL +
-		     (unsigned long long)st->st_mtim.tv_nsec,
-		 (unsigned long long)st->st_size, (unsigned long long)st->st_ino);
+		     (unsigned long long)st->st_mtim.tv_nsec);
 }
 
 static const char *rel(const char *path)
