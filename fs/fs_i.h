@@ -69,13 +69,14 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st);
 /*
  * Open file @ino: revalidate its metadata when it is older than metadata_ttl or has no ETag
  * (unless immutable), and return the current version with a reference (caller puts it).
- * *ret_same is true when the version is the one the previous open saw (page cache still good).
+ * *ret_same is true when the version is the one the previous open saw (page cache still good);
+ * *ret_changed when this open found a new version (the kernel's attributes are old).
  * Counts the open: every successful ns_open is matched by one ns_release.
  * @return 0, -ENOENT, -EISDIR, a backend -errno, or -ESTALE when the object changed while
  * other files are open on this inode: the name now leads to a new inode (the kernel retries
  * the open with a fresh lookup).
  */
-int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same);
+int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool *ret_changed);
 
 /* A file opened with ns_open was closed. */
 void ns_release(struct ns *ns, uint64_t ino);

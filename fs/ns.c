@@ -815,12 +815,14 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st)
 	return e;
 }
 
-int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same)
+int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool *ret_changed)
 {
 	struct node *n;
+	struct fobj *was;
 	struct bk_meta m;
 	int e = 0;
 
+	*ret_changed = false;
 	pthread_mutex_lock(&ns->lock);
 	n = find_ino(ns, ino);
 	if (!n) {
@@ -847,9 +849,11 @@ int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same)
 			e = -ESTALE;
 			goto out;
 		}
+		was = n->cur;
 		e = set_version(ns, n, &m, true);
 		if (e < 0)
 			goto out;
+		*ret_changed = was && n->cur != was && !same_version(was, &m);
 	}
 	fobj_get(n->cur);
 	*ret = n->cur;

@@ -293,7 +293,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct mount *m = M(req);
 	struct fh *fh;
 	struct fobj *o;
-	bool same;
+	bool same, changed;
 	int r;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -304,11 +304,15 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		open_control(req, ino, fi);
 		return;
 	}
-	r = ns_open(m->ns, ino, &o, &same);
+	r = ns_open(m->ns, ino, &o, &same, &changed);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		return;
 	}
+	/* The kernel still has the old size from the lookup and would stop reading there: have
+	 * it ask again. Attributes only (offset -1): no page is locked here, nothing to wait on. */
+	if (changed)
+		fuse_lowlevel_notify_inval_inode(m->se, ino, -1, 0);
 	fh = fh_new();
 	if (!fh) {
 		fobj_put(o);
