@@ -48,6 +48,9 @@ struct ns_cfg {
 	uid_t uid;
 	gid_t gid;
 	uint32_t block_size;      /* st_blksize */
+	uint64_t (*now_ns)(void *clock_arg); /* monotonic clock; NULL = CLOCK_MONOTONIC (tests
+					      * pass a fake one) */
+	void *clock_arg;
 };
 
 struct ns *ns_new(const struct ns_cfg *cfg);

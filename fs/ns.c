@@ -99,10 +99,12 @@ struct ns {
 	time_t started;      /* mount time: the directories' times */
 };
 
-static uint64_t mono_ns(void)
+static uint64_t clock_ns(struct ns *ns)
 {
 	struct timespec ts;
 
+	if (ns->cfg.now_ns)
+		return ns->cfg.now_ns(ns->cfg.clock_arg);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
@@ -345,7 +347,7 @@ static int fetch_listing(struct ns *ns, const char *path, struct listing **ret)
 	struct collect c = {0};
 	struct listing *l;
 	size_t w = 0;
-	uint64_t started = mono_ns(); /* a change after this may be missing from the listing */
+	uint64_t started = clock_ns(ns); /* a change after this may be missing from the listing */
 	int e = backend_list(ns->cfg.backend, path, on_entry, &c);
 
 	if (e < 0)
@@ -404,7 +406,7 @@ static struct node *dir_listed(struct ns *ns, uint64_t ino, int *ret_err)
 		return NULL;
 	}
 	if (n->list && (ns->cfg.immutable || (!n->list->stale &&
-						      fresh(ns, n->list->time_ns, mono_ns()))))
+						      fresh(ns, n->list->time_ns, clock_ns(ns)))))
 		return n;
 	path = strdup(n->path);
 	if (!path) {
@@ -491,7 +493,7 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 		n->cur = o;
 	}
 	if (confirmed && m->etag[0]) {
-		n->meta_ns = mono_ns();
+		n->meta_ns = clock_ns(ns);
 		n->stale = false;
 	}
 	return 0;
@@ -681,7 +683,7 @@ static struct entry *listing_insert(struct listing *l, const char *name, bool is
  */
 static struct entry *ask_store(struct ns *ns, struct node **pp, const char *name, int *ret_err)
 {
-	uint64_t ino = (*pp)->ino, now = mono_ns();
+	uint64_t ino = (*pp)->ino, now = clock_ns(ns);
 	struct bk_meta m;
 	struct entry *ent;
 	char *path;
@@ -756,7 +758,7 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret
 	}
 	if (!is_dir && have_meta)
 		e = set_version(ns, n, &m, true);
-	if (!is_dir && !have_meta && (!n->cur || !fresh(ns, n->meta_ns, mono_ns()))) {
+	if (!is_dir && !have_meta && (!n->cur || !fresh(ns, n->meta_ns, clock_ns(ns)))) {
 		/* a manifest names files without metadata */
 		uint64_t ino = n->ino;
 
@@ -834,7 +836,7 @@ int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool
 		goto out;
 	}
 	if (!n->cur || n->stale ||
-	    (!ns->cfg.immutable && (!n->cur->etag[0] || !fresh(ns, n->meta_ns, mono_ns())))) {
+	    (!ns->cfg.immutable && (!n->cur->etag[0] || !fresh(ns, n->meta_ns, clock_ns(ns))))) {
 		e = stat_unlocked(ns, n->path, &m);
 		n = find_ino(ns, ino);
 		if (!n)
