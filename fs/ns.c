@@ -820,8 +820,8 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st)
 int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool *ret_changed)
 {
 	struct node *n;
-	struct fobj *was;
 	struct bk_meta m;
+	bool changed;
 	int e = 0;
 
 	*ret_changed = false;
@@ -851,11 +851,11 @@ int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool
 			e = -ESTALE;
 			goto out;
 		}
-		was = n->cur;
+		changed = changes(n, &m); /* before set_version, which may free the old one */
 		e = set_version(ns, n, &m, true);
 		if (e < 0)
 			goto out;
-		*ret_changed = was && n->cur != was && !same_version(was, &m);
+		*ret_changed = changed;
 	}
 	fobj_get(n->cur);
 	*ret = n->cur;
