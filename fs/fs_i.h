@@ -156,7 +156,7 @@ struct mount {
 /* An open file: an object version and its reader's position, or a control file's text. */
 struct fh {
 	struct hlink link;        /* first: the mount's open files; handles_lock */
-	uint64_t ino;
+	uint64_t ino;             /* 0 for a control file */
 	pthread_mutex_t lock;     /* guards obj (after open), moving, serves0 */
 	pthread_cond_t moved;     /* signalled when moving turns false */
 	struct fobj *obj;         /* NULL for a control file; the version served; lock */

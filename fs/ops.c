@@ -238,7 +238,7 @@ static void fh_free_untracked(struct fh *fh)
 static void fh_free(struct mount *m, struct fh *fh)
 {
 	hlink_del(m, &m->fhs, &fh->link);
-	if (fh->obj)
+	if (fh->ino)
 		ns_release(m->ns, fh->ino);
 	fh_free_untracked(fh);
 }
@@ -610,7 +610,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (!fh->obj) {
+	if (!fh->ino) { /* a control file (fh->obj may be changing under a move) */
 		size_t n = (uint64_t)off >= fh->text_len ? 0 : fh->text_len - (size_t)off;
 
 		fuse_reply_buf(req, n ? fh->text + off : NULL, n < size ? n : size);
