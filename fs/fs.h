@@ -26,6 +26,8 @@ struct fs_opts {
 	uint64_t lagging_ops; /* requests/s, 0 = unlimited */
 	uint64_t readahead;   /* blocks; default 2 */
 	uint64_t metadata_ttl; /* default 60 */
+	uint64_t negative_ttl; /* a name missing from a listing is asked of the store; its
+				* absence is believed this long; default 1 */
 	bool immutable;       /* objects never change: no revalidation */
 	bool lagging_page_cache; /* keep the kernel page cache for lagging files too */
 
