@@ -208,12 +208,24 @@ static int open_regular(const struct file *f, const char *path, struct stat *ret
 	return fd;
 }
 
+/* What a lookup by name sees, by the listing's rule (list_one): a symlink counts only when
+ * its target is a regular file beneath the root; one to a directory stays hidden, so a name
+ * asked for directly never brings back what the listing hides. */
 static int file_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct file *f = b->priv;
 	struct stat st;
-	int e = stat_beneath(f, path, &st);
+	int e, fd = open_beneath(f, path, O_PATH | O_NOFOLLOW);
 
+	if (fd < 0)
+		return fd;
+	e = fstat(fd, &st) < 0 ? -errno : 0;
+	close(fd);
+	if (e == 0 && S_ISLNK(st.st_mode)) {
+		e = stat_beneath(f, path, &st);
+		if (e == 0 && !S_ISREG(st.st_mode))
+			e = -ENOENT;
+	}
 	if (e < 0)
 		return e;
 	if (S_ISDIR(st.st_mode))
