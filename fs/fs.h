@@ -77,6 +77,10 @@ int fs_opts_set(struct fs_opts *o, const char *name, const char *value, char *er
 /* The --help text, listing every option with its default. */
 const char *fs_opts_help(void);
 
+/* The man page tierfs(8) in roff, built from the same rows as the help, into @buf.
+ * @return the length it needs (like snprintf). */
+size_t fs_opts_man(char *buf, size_t len);
+
 /* Write the effective settings, one "name=value" per line, into @buf (no secrets).
  * @return the length it needs (like snprintf). */
 size_t fs_opts_format(const struct fs_opts *o, char *buf, size_t len);
