@@ -129,7 +129,9 @@ struct fh {
 	struct hlink link;        /* first: the mount's open files; handles_lock */
 	struct fobj *obj;         /* NULL for a control file */
 	struct cache_stream s;
-	bool lagging;             /* opened as lagging (direct_io) */
+	bool lagging;             /* opened as lagging */
+	bool drop_behind;         /* lagging without lagging_page_cache: pages dropped behind */
+	uint64_t seen_lo, seen_hi; /* drop_behind: range read and not yet dropped; log_lock */
 	char *text;               /* control file contents, snapshot at open */
 	size_t text_len;
 };

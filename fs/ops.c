@@ -9,9 +9,23 @@
  * mount itself is read-write so that setxattr on the control surface can reach us.
  *
  * Page cache: a file opened as hot keeps the kernel's page cache across opens while its
- * version is unchanged (keep_cache); a file opened as lagging bypasses it (direct_io), so a
- * replay cannot push the tail's pages out of the kernel either. lagging_page_cache turns the
- * bypass off.
+ * version is unchanged (keep_cache). A file opened as lagging goes through the page cache too
+ * (so MAP_SHARED works: kernel 6.18 refuses shared maps of direct_io files, and libfuse 3.14
+ * cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP), but a replay must not fill the kernel with pages
+ * that push out the tail's. So its pages are dropped behind the reader:
+ *
+ *     file  |.......[=========== seen ===========]..........|
+ *                    ^ seen_lo            off ^   ^ off+size
+ *     once seen spans more than 3 x DROP_KEEP:  [dropped      ][ kept: DROP_KEEP either side ]
+ *
+ * each handle records the range it has read (seen_lo..seen_hi); when it grows past
+ * 3 x DROP_KEEP, everything further than DROP_KEEP from the newest read is invalidated
+ * (fuse_lowlevel_notify_inval_inode), and at release the rest. DROP_KEEP covers the kernel's
+ * readahead (at most two 1 MiB windows ahead of the reader), so pages are not dropped before
+ * they are used. The kernel may wait, inside the notification, for pages whose reads tierfs has
+ * not answered yet, so notifications run on a thread of their own (inval_thread), never in a
+ * FUSE worker or the I/O thread. A lagging open also drops what earlier opens left (no
+ * keep_cache). lagging_page_cache turns dropping off: lagging pages then stay like hot ones.
  *
  * Errors after mounting reach the reader as an errno and are logged once per object version
  * and cause.
@@ -36,6 +50,7 @@
 #include "fs_i.h"
 
 #define MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
+#define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
 
 static struct mount *M(fuse_req_t req)
 {
@@ -289,10 +304,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fh->obj = o;
 	struct cache_obj co = cobj(o);
 	fh->lagging = cache_route(m->c, &co) == CACHE_LAG;
-	if (fh->lagging && !m->o->lagging_page_cache)
-		fi->direct_io = 1;
-	else
-		fi->keep_cache = same;
+	fh->drop_behind = fh->lagging && !m->o->lagging_page_cache;
+	fi->keep_cache = same && !fh->drop_behind;
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	track_fh(m, fh);
 	if (fuse_reply_open(req, fi) == -ENOENT)
@@ -331,6 +344,7 @@ struct read_req {
 struct inval {
 	struct mount *m;
 	fuse_ino_t ino;
+	off_t off, len; /* the pages to drop; 0, 0: all of them */
 };
 
 static void *inval_thread(void *arg)
@@ -338,7 +352,7 @@ static void *inval_thread(void *arg)
 	struct inval *iv = arg;
 	struct mount *m = iv->m;
 
-	fuse_lowlevel_notify_inval_inode(m->se, iv->ino, 0, 0);
+	fuse_lowlevel_notify_inval_inode(m->se, iv->ino, iv->off, iv->len);
 	free(iv);
 	pthread_mutex_lock(&m->log_lock);
 	if (--m->invals == 0)
@@ -348,22 +362,22 @@ static void *inval_thread(void *arg)
 }
 
 /*
- * The object behind @ino changed: forget what we know of it, and have the kernel drop its
- * cached attributes and pages, so a reopen sees the new version whole. The kernel may wait
- * for pages whose reads the I/O thread is about to answer, so this runs on a thread of its
- * own, never on the I/O thread or a FUSE worker.
+ * Have the kernel drop @ino's cached attributes and the pages of [off, off + len) (0, 0: all).
+ * The kernel may wait for pages whose reads the I/O thread is about to answer, so this runs on
+ * a thread of its own, never on the I/O thread or a FUSE worker. Best effort.
  */
-static void object_changed(struct mount *m, fuse_ino_t ino, const struct fobj *o)
+static void inval_pages(struct mount *m, fuse_ino_t ino, off_t off, off_t len)
 {
 	struct inval *iv = malloc(sizeof(*iv));
 	pthread_attr_t attr;
 	pthread_t t;
 
-	ns_stale(m->ns, ino, o->id);
 	if (!iv)
 		return;
 	iv->m = m;
 	iv->ino = ino;
+	iv->off = off;
+	iv->len = len;
 	pthread_mutex_lock(&m->log_lock);
 	m->invals++;
 	pthread_mutex_unlock(&m->log_lock);
@@ -376,6 +390,46 @@ static void object_changed(struct mount *m, fuse_ino_t ino, const struct fobj *o
 		pthread_mutex_unlock(&m->log_lock);
 	}
 	pthread_attr_destroy(&attr);
+}
+
+/* The object behind @ino changed: forget what we know of it, and have the kernel drop its
+ * cached attributes and pages, so a reopen sees the new version whole. */
+static void object_changed(struct mount *m, fuse_ino_t ino, const struct fobj *o)
+{
+	ns_stale(m->ns, ino, o->id);
+	inval_pages(m, ino, 0, 0);
+}
+
+/* A drop_behind handle reads [off, off + size): note it, and drop what lies further than
+ * DROP_KEEP from it once the range read so far spans more than 3 x DROP_KEEP. */
+static void drop_behind(struct mount *m, fuse_ino_t ino, struct fh *fh, uint64_t off,
+			uint64_t size)
+{
+	uint64_t keep_lo = off > DROP_KEEP ? off - DROP_KEEP : 0, keep_hi = off + size + DROP_KEEP;
+	uint64_t lo, hi;
+	bool below = false, above = false;
+
+	pthread_mutex_lock(&m->log_lock);
+	if (fh->seen_hi == fh->seen_lo) {
+		fh->seen_lo = off;
+		fh->seen_hi = off + size;
+	} else {
+		fh->seen_lo = off < fh->seen_lo ? off : fh->seen_lo;
+		fh->seen_hi = off + size > fh->seen_hi ? off + size : fh->seen_hi;
+	}
+	lo = fh->seen_lo;
+	hi = fh->seen_hi;
+	if (hi - lo > 3 * (uint64_t)DROP_KEEP) {
+		below = lo < keep_lo;
+		above = hi > keep_hi;
+		fh->seen_lo = below ? keep_lo : lo;
+		fh->seen_hi = above ? keep_hi : hi;
+	}
+	pthread_mutex_unlock(&m->log_lock);
+	if (below)
+		inval_pages(m, ino, (off_t)lo, (off_t)(keep_lo - lo));
+	if (above)
+		inval_pages(m, ino, (off_t)keep_hi, (off_t)(hi - keep_hi));
 }
 
 static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int err)
@@ -496,6 +550,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * runs: the object stays held until it returns */
 	struct fobj *hold = fh->obj;
 
+	if (fh->drop_behind)
+		drop_behind(m, ino, fh, (uint64_t)off, size);
 	fobj_get(hold);
 	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, ticket, reply_read_logged, rr);
 	fobj_put(hold);
@@ -503,7 +559,21 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	fh_free(M(req), (struct fh *)(uintptr_t)fi->fh);
+	struct mount *m = M(req);
+	struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
+	uint64_t lo, hi;
+
+	/* the last of a lagging handle's pages (no other reference to this file remains, maps
+	 * included, so nobody is reading through it) */
+	if (fh->drop_behind) {
+		pthread_mutex_lock(&m->log_lock);
+		lo = fh->seen_lo;
+		hi = fh->seen_hi;
+		pthread_mutex_unlock(&m->log_lock);
+		if (hi > lo)
+			inval_pages(m, ino, (off_t)lo, (off_t)(hi - lo));
+	}
+	fh_free(m, fh);
 	fuse_reply_err(req, 0);
 }
 

@@ -14,7 +14,7 @@ What every fault test checks (docs/faults.md has the table):
 Mount options: block_size=64K, timeout=2, retries=2, readahead=0 (every GET the proxy sees was
 asked for by the test), lagging_rate=0 and lagging_ttl=3600 (old objects go through the lagging
 tier, unthrottled, and stay cached for the whole test). Objects under old/ have a 2023 mtime,
-so they are lagging and opened with direct_io (no page cache); objects under hot/ are recent
+so they are lagging (each open starts without page cache); objects under hot/ are recent
 and are read with O_DIRECT where the page cache would hide a fetch.
 
 """
