@@ -28,6 +28,7 @@ struct fs_opts {
 	uint64_t metadata_ttl; /* default 60 */
 	bool immutable;       /* objects never change: no revalidation */
 	bool lagging_page_cache; /* keep the kernel page cache for lagging files too */
+	bool prefault;        /* fault the caches' memory in at mount, not on first use */
 
 	char *endpoint;       /* s3 endpoint URL */
 	char *region;

@@ -132,6 +132,9 @@ static const struct opt opt_table[] = {
 	 .help = "how long attributes and listings are cached"},
 	{.name = "immutable", .kind = OPT_FLAG, .group = GROUP_CACHE, .off = OFF(immutable),
 	 .help = "objects never change: never revalidate"},
+	{.name = "prefault", .kind = OPT_BOOL, .group = GROUP_CACHE, .off = OFF(prefault),
+	 .def = 0,
+	 .help = "take the cache memory at mount, not on use"},
 	{.name = "cache_dir", .kind = OPT_PATH, .group = GROUP_CACHE, .off = OFF(cache_dir),
 	 .meta = "DIR", .help = "directory for the persistent tier (reserved)"},
 

@@ -36,7 +36,8 @@ static const char *const all_options[] = {
     "block_size",   "hot_size",
     "hot_ttl",	    "readahead",
     "metadata_ttl", "immutable",
-    "cache_dir",    "lagging",
+    "prefault",     "cache_dir",
+    "lagging",
     "lagging_size", "lagging_ttl",
     "lagging_rate", "lagging_burst",
     "lagging_ops",  "lagging_page_cache",
@@ -896,6 +897,7 @@ static void test_format(void **state)
 				 "hot_ttl=60\n"
 				 "readahead=2\n"
 				 "metadata_ttl=60\n"
+				 "prefault=off\n"
 				 "lagging=on\n"
 				 "lagging_size=134217728\n"
 				 "lagging_ttl=5\n"
@@ -913,11 +915,11 @@ static void test_format(void **state)
 	assert_int_equal(fs_opts_format(&o, NULL, 0), need);
 	fs_opts_done(&o);
 
-	round_trip("", 15);
+	round_trip("", 16);
 	/* every option set to something other than its default */
 	round_trip("block_size=64K,hot_size=512K,hot_ttl=1,lagging=off,lagging_size=0,"
 		   "lagging_ttl=100000,lagging_rate=0,lagging_burst=1T,lagging_ops=7,"
-		   "lagging_page_cache,readahead=64,metadata_ttl=0,immutable,"
+		   "lagging_page_cache,readahead=64,metadata_ttl=0,immutable,prefault=on,"
 		   "endpoint=http://127.0.0.1:9000/,region=us-east-1,path_style,profile=p r,"
 		   "credentials=c,manifest=/m.json,ca_file=/ca.pem,insecure,max_conns=256,"
 		   "timeout=3600,retries=20,cache_dir=/var/cache/x,control_dir=..x",
