@@ -51,6 +51,7 @@
 
 #define MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
 #define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
+#define MAX_BACKGROUND 1024    /* outstanding readahead requests the kernel may send */
 
 static struct mount *M(fuse_req_t req)
 {
@@ -139,6 +140,13 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = MAX_REQUEST;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
+	/* Readahead through the page cache is sent as background requests, of which the kernel
+	 * lets only max_background (12 by default) be outstanding; the rest wait in its queue,
+	 * and above congestion_threshold it stops reading ahead. Lagging readahead parked behind
+	 * the limiter would fill those slots and leave the tail's readahead queued behind it, so
+	 * allow far more than the cache ever parks (the kernel caps it for non-root mounts). */
+	conn->max_background = MAX_BACKGROUND;
+	conn->congestion_threshold = MAX_BACKGROUND * 3 / 4;
 }
 
 static double ttl(struct mount *m)
