@@ -1,8 +1,9 @@
 #!/bin/bash
-# bench/prefault.sh: RSS after mount, mount time, and a cold read of a 512 MiB object (MB/s, tierfs CPU seconds and
-# minor faults during the read), prefault=on vs off, defaults otherwise, file:// store.
-T=${TIERFS:-/work/wt/install/build/tierfs}
-cat /tmp/pf/store/obj.bin > /dev/null   # needs a 512 MiB /tmp/pf/store/obj.bin and /tmp/pf/mnt   # source warm in the page cache
+# bench/prefault.sh: RSS after mount, mount time, and a cold read of a 512 MiB object (MB/s,
+# tierfs CPU seconds and minor faults during the read), prefault=on vs off, defaults otherwise, file:// store.
+T=${TIERFS:-$(dirname "$0")/../build/tierfs}
+# needs a 512 MiB /tmp/pf/store/obj.bin (head -c 512M /dev/urandom) and /tmp/pf/mnt
+cat /tmp/pf/store/obj.bin > /dev/null   # source warm in the page cache
 st() { awk '{print $10, $14+$15}' /proc/$1/stat; }   # minflt, utime+stime (ticks)
 for round in $(seq ${ROUNDS:-5}); do
   for pf in on off; do
