@@ -823,9 +823,13 @@ static bool tier_fits(uint64_t size, uint32_t block)
 	return seg >= (((uint64_t)block + 63) & ~(uint64_t)63) + block;
 }
 
-static struct ring *tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s)
+static struct ring *tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s, bool prefault)
 {
-	return ring_new(size, tier_nseg(size, block), block, ttl_s * 1000000000ULL);
+	struct ring *r = ring_new(size, tier_nseg(size, block), block, ttl_s * 1000000000ULL);
+
+	if (r && prefault)
+		ring_prefault(r);
+	return r;
 }
 
 int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct cache **ret)
@@ -848,13 +852,15 @@ int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct c
 	c->hot_ttl = cfg->hot_ttl;
 	c->timer_due = UINT64_MAX;
 	pthread_mutex_init(&c->lock, NULL);
-	c->tier[CACHE_HOT].ring = tier_ring(cfg->hot_size, cfg->block_size, cfg->hot_ttl);
+	c->tier[CACHE_HOT].ring = tier_ring(cfg->hot_size, cfg->block_size, cfg->hot_ttl,
+						  cfg->prefault);
 	c->tier[CACHE_HOT].st.size = cfg->hot_size;
 	if (!c->tier[CACHE_HOT].ring)
 		goto fail;
 	if (cfg->lagging) {
 		c->tier[CACHE_LAG].ring =
-			tier_ring(cfg->lagging_size, cfg->block_size, cfg->lagging_ttl);
+			tier_ring(cfg->lagging_size, cfg->block_size, cfg->lagging_ttl,
+				  cfg->prefault);
 		c->tier[CACHE_LAG].st.size = cfg->lagging_size;
 		if (!c->tier[CACHE_LAG].ring)
 			goto fail;

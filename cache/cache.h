@@ -34,6 +34,7 @@ struct cache_cfg {
 	uint64_t lagging_burst;  /* bytes, 0 = 2 x rate */
 	uint64_t lagging_ops;    /* requests/s, 0 = unlimited */
 	uint32_t readahead;      /* blocks fetched ahead of a sequential reader */
+	bool prefault;           /* fault the tiers' memory in at cache_new, not on first use */
 };
 
 /*

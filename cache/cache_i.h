@@ -57,6 +57,10 @@ struct ring;
 struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t ttl_ns);
 void ring_free(struct ring *r);
 
+/* Fault the whole arena in now (prefault=on), rather than page by page as blocks are first
+ * stored: the memory shows in RSS at once, and a cold reader does not pay for the faults. */
+void ring_prefault(struct ring *r);
+
 /* Change the TTL live (hot_ttl / lagging_ttl); applies to lookups from now on. */
 void ring_set_ttl(struct ring *r, uint64_t ttl_ns);
 

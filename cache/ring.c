@@ -254,13 +254,9 @@ struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t
 	if (arena == MAP_FAILED)
 		goto fail;
 	r->arena = arena;
-	/* Fault the whole arena in now, in huge pages where the kernel allows: zeroing 1 GiB
-	 * page by page on first use cost a cold reader a quarter of its CPU. Both are hints; a
-	 * kernel without them faults pages in lazily as before. */
+	/* Huge pages where the kernel allows: a first touch then faults in 2 MiB at once. A hint;
+	 * ring_prefault() faults the whole arena in now instead. */
 	madvise(arena, r->arena_size, MADV_HUGEPAGE);
-#ifdef MADV_POPULATE_WRITE
-	madvise(arena, r->arena_size, MADV_POPULATE_WRITE);
-#endif
 	if (pthread_mutex_init(&r->lock, NULL) != 0)
 		goto fail;
 
@@ -284,6 +280,16 @@ fail:
 	free(r->segs);
 	free(r);
 	return NULL;
+}
+
+void ring_prefault(struct ring *r)
+{
+	/* A hint: a kernel without MADV_POPULATE_WRITE (before 5.14) faults pages in lazily. */
+#ifdef MADV_POPULATE_WRITE
+	madvise(r->arena, r->arena_size, MADV_POPULATE_WRITE);
+#else
+	(void)r;
+#endif
 }
 
 void ring_free(struct ring *r)

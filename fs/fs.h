@@ -30,6 +30,7 @@ struct fs_opts {
 				* absence is believed this long; default 1 */
 	bool immutable;       /* objects never change: no revalidation */
 	bool lagging_page_cache; /* keep the kernel page cache for lagging files too */
+	bool prefault;        /* fault the caches' memory in at mount, not on first use */
 
 	char *endpoint;       /* s3 endpoint URL */
 	char *region;
@@ -82,6 +83,10 @@ int fs_opts_set(struct fs_opts *o, const char *name, const char *value, char *er
 
 /* The --help text, listing every option with its default. */
 const char *fs_opts_help(void);
+
+/* The man page tierfs(8) in roff, built from the same rows as the help, into @buf.
+ * @return the length it needs (like snprintf). */
+size_t fs_opts_man(char *buf, size_t len);
 
 /* Write the effective settings, one "name=value" per line, into @buf (no secrets).
  * @return the length it needs (like snprintf). */

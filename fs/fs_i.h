@@ -180,7 +180,9 @@ struct fh {
 	bool moving;              /* a helper is asking the store for the new version; lock */
 	uint64_t serves0;         /* obj->serves when obj became this file's; lock */
 	struct cache_stream s;
-	bool lagging;             /* opened as lagging (direct_io) */
+	bool lagging;             /* opened as lagging */
+	bool drop_behind;         /* lagging without lagging_page_cache: pages dropped behind */
+	uint64_t seen_lo, seen_hi; /* drop_behind: range read and not yet dropped; log_lock */
 	char *text;               /* control file contents, snapshot at open */
 	size_t text_len;
 };

@@ -9,10 +9,25 @@
  * mount itself is read-write so that setxattr on the control surface can reach us.
  *
  * Page cache: a file opened as hot keeps the kernel's page cache across opens while its
- * version is unchanged (keep_cache); a file opened as lagging bypasses it (direct_io), so a
- * replay cannot push the tail's pages out of the kernel either. lagging_page_cache turns the
- * bypass off. An inode never serves two versions to files open at once (ns.c): a changed
- * object gets a new inode, so files open on the old one keep a consistent old view.
+ * version is unchanged (keep_cache). A file opened as lagging goes through the page cache too
+ * (so MAP_SHARED works: kernel 6.18 refuses shared maps of direct_io files, and libfuse 3.14
+ * cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP), but a replay must not fill the kernel with pages
+ * that push out the tail's. So its pages are dropped behind the reader:
+ *
+ *     file  |.......[=========== seen ===========]..........|
+ *                    ^ seen_lo            off ^   ^ off+size
+ *     once seen spans more than 3 x DROP_KEEP:  [dropped      ][ kept: DROP_KEEP either side ]
+ *
+ * each handle records the range it has read (seen_lo..seen_hi); when it grows past
+ * 3 x DROP_KEEP, everything further than DROP_KEEP from the newest read is invalidated
+ * (fuse_lowlevel_notify_inval_inode), and at release the rest. DROP_KEEP covers the kernel's
+ * readahead (at most two 1 MiB windows ahead of the reader), so pages are not dropped before
+ * they are used. The kernel may wait, inside the notification, for pages whose reads tierfs has
+ * not answered yet, so notifications run on a thread of their own (inval_thread), never in a
+ * FUSE worker or the I/O thread. A lagging open also drops what earlier opens left (no
+ * keep_cache). lagging_page_cache turns dropping off: lagging pages then stay like hot ones.
+ * An inode never serves two versions to files open at once (ns.c): a changed object gets a
+ * new inode, so files open on the old one keep a consistent old view.
  *
  * Moving to a new version: a read that finds the object changed (-ESTALE from the store) on a
  * file that has served nothing yet, opened with the page cache dropped and alone on its inode,
@@ -44,6 +59,8 @@
 #include "fs_i.h"
 
 #define MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
+#define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
+#define MAX_BACKGROUND 1024    /* outstanding readahead requests the kernel may send */
 
 static struct mount *M(fuse_req_t req)
 {
@@ -265,6 +282,13 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = MAX_REQUEST;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
+	/* Readahead through the page cache is sent as background requests, of which the kernel
+	 * lets only max_background (12 by default) be outstanding; the rest wait in its queue,
+	 * and above congestion_threshold it stops reading ahead. Lagging readahead parked behind
+	 * the limiter would fill those slots and leave the tail's readahead queued behind it, so
+	 * allow far more than the cache ever parks (the kernel caps it for non-root mounts). */
+	conn->max_background = MAX_BACKGROUND;
+	conn->congestion_threshold = MAX_BACKGROUND * 3 / 4;
 }
 
 static double ttl(struct mount *m)
@@ -457,10 +481,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fh->ino = ino;
 	struct cache_obj co = cobj(o);
 	fh->lagging = cache_route(m->c, &co) == CACHE_LAG;
-	if (fh->lagging && !m->o->lagging_page_cache)
-		fi->direct_io = 1;
-	else
-		fi->keep_cache = same;
+	fh->drop_behind = fh->lagging && !m->o->lagging_page_cache;
+	fi->keep_cache = same && !fh->drop_behind;
 	/* with the page cache dropped, every byte this file gets comes through op_read */
 	fh->movable = !fi->keep_cache;
 	fh->serves0 = __atomic_load_n(&o->serves, __ATOMIC_ACQUIRE);
@@ -534,6 +556,42 @@ static void helper_done(struct mount *m)
 	if (--m->invals == 0)
 		pthread_cond_broadcast(&m->inval_done);
 	pthread_mutex_unlock(&m->log_lock);
+}
+
+struct inval {
+	struct mount *m;
+	fuse_ino_t ino;
+	off_t off, len; /* the pages to drop; 0, 0: all of them */
+};
+
+static void *inval_thread(void *arg)
+{
+	struct inval *iv = arg;
+	struct mount *m = iv->m;
+
+	fuse_lowlevel_notify_inval_inode(m->se, iv->ino, iv->off, iv->len);
+	free(iv);
+	helper_done(m);
+	return NULL;
+}
+
+/*
+ * Have the kernel drop @ino's cached attributes and the pages of [off, off + len) (0, 0: all).
+ * The kernel may wait for pages whose reads the I/O thread is about to answer, so this runs on
+ * a thread of its own (helper), never on the I/O thread or a FUSE worker. Best effort.
+ */
+static void inval_pages(struct mount *m, fuse_ino_t ino, off_t off, off_t len)
+{
+	struct inval *iv = malloc(sizeof(*iv));
+
+	if (!iv)
+		return;
+	iv->m = m;
+	iv->ino = ino;
+	iv->off = off;
+	iv->len = len;
+	if (helper(m, inval_thread, iv) < 0)
+		free(iv);
 }
 
 /*
@@ -632,6 +690,38 @@ static void *move_thread(void *arg)
 out:
 	helper_done(m);
 	return NULL;
+}
+
+/* A drop_behind handle reads [off, off + size): note it, and drop what lies further than
+ * DROP_KEEP from it once the range read so far spans more than 3 x DROP_KEEP. */
+static void drop_behind(struct mount *m, fuse_ino_t ino, struct fh *fh, uint64_t off,
+			uint64_t size)
+{
+	uint64_t keep_lo = off > DROP_KEEP ? off - DROP_KEEP : 0, keep_hi = off + size + DROP_KEEP;
+	uint64_t lo, hi;
+	bool below = false, above = false;
+
+	pthread_mutex_lock(&m->log_lock);
+	if (fh->seen_hi == fh->seen_lo) {
+		fh->seen_lo = off;
+		fh->seen_hi = off + size;
+	} else {
+		fh->seen_lo = off < fh->seen_lo ? off : fh->seen_lo;
+		fh->seen_hi = off + size > fh->seen_hi ? off + size : fh->seen_hi;
+	}
+	lo = fh->seen_lo;
+	hi = fh->seen_hi;
+	if (hi - lo > 3 * (uint64_t)DROP_KEEP) {
+		below = lo < keep_lo;
+		above = hi > keep_hi;
+		fh->seen_lo = below ? keep_lo : lo;
+		fh->seen_hi = above ? keep_hi : hi;
+	}
+	pthread_mutex_unlock(&m->log_lock);
+	if (below)
+		inval_pages(m, ino, (off_t)lo, (off_t)(keep_lo - lo));
+	if (above)
+		inval_pages(m, ino, (off_t)keep_hi, (off_t)(hi - keep_hi));
 }
 
 static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int err)
@@ -775,6 +865,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * runs: the object stays held until it returns */
 	struct fobj *hold = rr->o;
 
+	if (fh->drop_behind)
+		drop_behind(m, ino, fh, (uint64_t)off, size);
 	fobj_get(hold);
 	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, ticket, reply_read_logged, rr);
 	fobj_put(hold);
@@ -782,7 +874,21 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	fh_free(M(req), (struct fh *)(uintptr_t)fi->fh);
+	struct mount *m = M(req);
+	struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
+	uint64_t lo, hi;
+
+	/* the last of a lagging handle's pages (no other reference to this file remains, maps
+	 * included, so nobody is reading through it) */
+	if (fh->drop_behind) {
+		pthread_mutex_lock(&m->log_lock);
+		lo = fh->seen_lo;
+		hi = fh->seen_hi;
+		pthread_mutex_unlock(&m->log_lock);
+		if (hi > lo)
+			inval_pages(m, ino, (off_t)lo, (off_t)(hi - lo));
+	}
+	fh_free(m, fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -1120,6 +1226,7 @@ int fs_main(struct fs_opts *o)
 		.lagging_burst = o->lagging_burst,
 		.lagging_ops = o->lagging_ops,
 		.readahead = (uint32_t)o->readahead,
+		.prefault = o->prefault,
 	};
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *lc = NULL;
