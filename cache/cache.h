@@ -34,7 +34,12 @@ struct cache_cfg {
 	uint64_t lagging_burst;  /* bytes, 0 = 2 x rate */
 	uint64_t lagging_ops;    /* requests/s, 0 = unlimited */
 	uint32_t readahead;      /* blocks fetched ahead of a sequential reader */
+	uint64_t bounce_limit;   /* bytes of bounce buffers at once, both tiers; 0 = unlimited */
 };
+
+/* The bounce limit a mount uses: with the rest of the process (~30 MiB), peak memory stays
+ * under hot_size + lagging_size + 64 MiB for block_size up to 16M. */
+#define CACHE_BOUNCE_LIMIT (16u << 20)
 
 /* One version of one object, as the cache sees it. Passed by value; ctx is the caller's handle
  * for fetching it, kept alive with env->hold / env->release while a fetch may use it. */
@@ -99,11 +104,16 @@ struct cache_tier_stats {
 	uint64_t bytes;           /* resident bytes */
 	uint64_t size;            /* configured bytes */
 	uint64_t bounces;         /* fetches served but not stored: every segment was pinned */
+	uint64_t mem_waits;       /* fetches that waited for memory (ring slot or bounce room) */
+	uint64_t mem_queued;      /* fetches waiting for memory now */
 	double tokens;            /* limiter tokens now (lagging only) */
 };
 
 struct cache_stats {
 	struct cache_tier_stats tier[CACHE_NTIERS];
+	uint64_t bounce_bytes;    /* bounce buffers mapped (or about to be) now */
+	uint64_t bounce_peak;     /* the most bounce_bytes has been */
+	uint64_t bounce_limit;    /* cfg.bounce_limit */
 };
 
 struct cache;

@@ -175,6 +175,17 @@ static void stats_text(struct mount *m, struct text *t)
 		    "Segment rotations (each evicts one segment).", F(rotations));
 	tier_metric(t, &cs, "cache_bounces_total", "counter",
 		    "Fetches answered but not stored: every segment was pinned.", F(bounces));
+	tier_metric(t, &cs, "cache_memory_waits_total", "counter",
+		    "Fetches that waited for memory (a ring slot or bounce room).", F(mem_waits));
+	tier_metric(t, &cs, "cache_memory_queued_fetches", "gauge",
+		    "Fetches waiting for memory now.", F(mem_queued));
+	mount_metric(t, "cache_bounce_bytes", "gauge", "Bounce buffers mapped now, both tiers.",
+		     cs.bounce_bytes);
+	mount_metric(t, "cache_bounce_peak_bytes", "gauge",
+		     "The most bounce buffer bytes mapped at once since the mount.", cs.bounce_peak);
+	mount_metric(t, "cache_bounce_limit_bytes", "gauge",
+		     "Bounce buffer bytes allowed at once (one more block only when nothing else "
+		     "holds memory).", cs.bounce_limit);
 	tier_metric(t, &cs, "cache_resident_blocks", "gauge", "Blocks resident in the tier.",
 		    F(blocks));
 	tier_metric(t, &cs, "cache_resident_bytes", "gauge", "Bytes resident in the tier.",

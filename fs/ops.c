@@ -830,6 +830,7 @@ int fs_main(struct fs_opts *o)
 		.lagging_burst = o->lagging_burst,
 		.lagging_ops = o->lagging_ops,
 		.readahead = (uint32_t)o->readahead,
+		.bounce_limit = CACHE_BOUNCE_LIMIT,
 	};
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *lc = NULL;
