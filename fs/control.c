@@ -219,6 +219,9 @@ static void stats_text(struct mount *m, struct text *t)
 		     __atomic_load_n(&m->read_errors, __ATOMIC_RELAXED));
 	mount_metric(t, "read_bytes_total", "counter", "Bytes answered to readers, all tiers.",
 		     __atomic_load_n(&m->read_bytes, __ATOMIC_RELAXED));
+	mount_metric(t, "interrupted_reads_watched", "gauge",
+		     "Interrupted reads still waiting, watched until answered or their reader dies.",
+		     __atomic_load_n(&m->nwatch, __ATOMIC_RELAXED));
 	mount_metric(t, "backend_requests_total", "counter",
 		     "Requests sent to the store, retries included.", bs.requests);
 	mount_metric(t, "backend_retries_total", "counter", "Requests tried again.", bs.retries);
