@@ -165,9 +165,12 @@ def test_caught_signal_alone_keeps_the_read(mount, old_store):
     proc = start_waiting_reader(m)
     try:
         proc.send_signal(signal.SIGUSR1)
-        harness.wait_until(lambda: watched(m) >= 1, 10, "tierfs to watch the interrupted read")
-        # the reader stays blocked in read(2) (not dying): check it for a while
-        assert proc.poll() is None
+        has_gauge = watched(m) is not None  # the old binary has none
+        if has_gauge:
+            harness.wait_until(lambda: watched(m) >= 1, 10,
+                               "tierfs to watch the interrupted read")
+        assert proc.poll() is None, "the reader's read did not wait on"
+
         os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"0")
         out, err = proc.communicate(timeout=60)
     finally:
@@ -179,7 +182,8 @@ def test_caught_signal_alone_keeps_the_read(mount, old_store):
     assert int(caught) == 1, "the reader did not get its SIGUSR1"
     assert int(eintr) == 0, "read(2) of a regular file returned EINTR after a caught signal"
     assert int(n) == KILL_SIZE and sha == old_store["sha"]
-    assert watched(m) == 0, "an answered read is still watched"
+    if has_gauge:
+        assert watched(m) == 0, "an answered read is still watched"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,19 +212,22 @@ def vm_hwm(pid):
     raise AssertionError(f"no VmHWM in /proc/{pid}/status")
 
 
-@pytest.mark.parametrize("block,hot,lag", [("4M", 32 * MIB, 32 * MIB),
-                                           ("16M", 128 * MIB, 128 * MIB)])
+# lag None: lagging=off, every object is read through the hot tier (issue 9's hot_size=32M,
+# block_size=4M case), and the bound is hot_size + 64 MiB.
+@pytest.mark.parametrize("block,hot,lag,blocks", [("4M", 32 * MIB, None, 2.5),
+                                                  ("16M", 128 * MIB, 128 * MIB, 1.5)])
 @pytest.mark.concurrency
 def test_memory_bounded_with_64_cold_readers(mount, nginx_factory, tmp_path, block, hot, lag,
-                                             record_property):
-    """64 threads each read a different cold object (48 new, 16 old; two blocks each, the
-    second short) at once, through nginx: every byte is right, and the daemon's VmHWM stays
-    at or below hot_size + lagging_size + 64 MiB. The old code gave every fetch that found
-    its ring pinned a bounce buffer of its own: readers x block_size."""
+                                             blocks, record_property):
+    """64 threads each read a different cold object (48 new, 16 old; @blocks blocks long, the
+    last short) at once, through nginx: every byte is right, and the daemon's VmHWM stays
+    at or below hot_size + lagging_size + 64 MiB (hot_size + 64 MiB with lagging=off). The
+    old code gave every fetch that found its ring pinned a bounce buffer of its own:
+    readers x block_size."""
     bs = int(block[:-1]) * MIB
     root = tmp_path / "objs"
     root.mkdir()
-    size = bs + bs // 2 + 4096 + 17
+    size = int(bs * blocks) + 4096 + 17
     names, want = [], {}
     for i in range(N_READERS):
         name = f"{'old' if i < N_OLD else 'new'}-{i:02d}.bin"
@@ -236,11 +243,13 @@ def test_memory_bounded_with_64_cold_readers(mount, nginx_factory, tmp_path, blo
         names.append(name)
         want[name] = h.hexdigest()
     srv = nginx_factory(root)
-    m = mount(srv.url, [f"block_size={block}", f"hot_size={hot}", f"lagging_size={lag}",
-                        "lagging_rate=0"])
+    # one connection per reader: every fetch runs at once, as with a fast store
+    opts = [f"block_size={block}", f"hot_size={hot}", f"max_conns={N_READERS}"]
+    opts += ["lagging=off"] if lag is None else [f"lagging_size={lag}", "lagging_rate=0"]
+    m = mount(srv.url, opts)
     assert len(m.pids) == 1, f"tierfs pids for {m.mnt}: {m.pids}"
     pid = m.pids[0]
-    bound = hot + lag + SLACK
+    bound = hot + (lag or 0) + SLACK
     start = threading.Barrier(N_READERS)
     got, errors = {}, []
 
@@ -274,5 +283,5 @@ def test_memory_bounded_with_64_cold_readers(mount, nginx_factory, tmp_path, blo
     print(f"block {block}: VmHWM {hwm / MIB:.1f} MiB, bound {bound / MIB:.0f} MiB, "
           f"bounce peak {-1 if peak is None else peak / MIB:.0f} MiB, memory waits {waits:.0f}")
     assert hwm <= bound, (
-        f"tierfs peak RSS {hwm / MIB:.1f} MiB > hot_size + lagging_size + 64 MiB = "
+        f"tierfs peak RSS {hwm / MIB:.1f} MiB > the caches + 64 MiB = "
         f"{bound / MIB:.0f} MiB with {N_READERS} cold readers at block_size={block}")
