@@ -335,8 +335,9 @@ static void flight_done(void *arg, int err);
 
 /*
  * Find memory for flight @f (c->lock held): a slot in its ring, else a bounce buffer if the
- * cap allows it (or @force: nothing else holds memory, see the essay). The bounce buffer is
- * only charged here and mapped by flight_fetch, outside the lock.
+ * cap allows it (or @force: nothing else holds memory, see the essay). Under a cap, a flight
+ * nobody waits for yet (readahead) takes no bounce buffer: its bytes would be dropped unread.
+ * The bounce buffer is only charged here and mapped by flight_fetch, outside the lock.
  * @return true if @f has its memory, false if it must wait.
  */
 static bool claim(struct cache *c, struct flight *f, bool force)
@@ -345,7 +346,7 @@ static bool claim(struct cache *c, struct flight *f, bool force)
 
 	if (ring_reserve(c->tier[f->tier].ring, f->key, f->len, now_ns(c), &f->ref) == 0) {
 		f->have_ref = true;
-	} else if (force || !limit || c->bounce_bytes + f->len <= limit) {
+	} else if (force || !limit || (f->waiters && c->bounce_bytes + f->len <= limit)) {
 		f->bounce_charged = true;
 		c->bounce_bytes += f->len;
 		if (force) {
