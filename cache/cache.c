@@ -25,7 +25,8 @@
  * Pins are held only by running fetches (which finish) and by reads answered or waiting for
  * their other blocks; so that a queue whose blocked reads pin every segment cannot deadlock,
  * a queued flight may take a bounce buffer over the cap when no fetch holds memory at all
- * (at most one such fetch runs at a time).
+ * (at most one such fetch runs at a time; see mem_take). Readahead, which nobody waits for
+ * yet, takes ring slots only: a read that joins it while it waits pumps the queue.
  *
  *   flight_start ─► memory queue ─► take: ring slot │ bounce ≤ cap │ over cap if none running
  *                        ▲                        └─► fetch ─► flight_done
@@ -42,9 +43,10 @@
  * answered with the error, so the next read retries.
  *
  * Locking: c->lock guards the flight table, the waiter lists, the throttle queue, the memory
- * queue and bounce accounting, the limiter and every read's pending count. Each ring has its own lock, taken inside c->lock or alone,
- * never the other way round. Replies and fetch starts happen with no lock held. A read that
- * hits every block never takes c->lock.
+ * queue and bounce accounting, the limiter and every read's pending count. Each ring has its
+ * own lock, taken inside c->lock or alone, never the other way round. Replies and fetch
+ * starts happen with no lock held. A read that hits every block never takes c->lock (a pin
+ * it drops only reads an atomic count of waiting flights).
  *
  * Workload: brokers read log segments sequentially in 128 KiB..1 MiB requests, many readers
  * at the tail (hot, mostly hits), a few replaying old segments (lagging, mostly misses).
@@ -905,7 +907,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	pr->pending = 1; /* held by this function until every piece is registered */
 
 	struct flight *go = NULL, **go_tail = &go;
-	bool finished;
+	bool finished, pump = false;
 
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < n; i++) {
@@ -918,6 +920,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 		f = flight_find(c, k);
 		if (f) {
 			STAT_ADD(c, f->tier, joins, 1);
+			pump |= f->mwait; /* waited, may now take a bounce buffer */
 		} else if (lookup(c, k, now, &p[i])) {
 			continue; /* committed since the first look */
 		} else {
@@ -943,6 +946,8 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	pthread_mutex_unlock(&c->lock);
 
 	start_list(go);
+	if (pump)
+		mem_pump(c, NULL, false);
 	if (finished) {
 		answer(c, p, n, first, off, len, pr->err, reply, req);
 		free(pr);
