@@ -414,7 +414,8 @@ static struct flight *mem_take(struct cache *c)
 		 * their pins. While forced buffers are alive, reads holding one go first (they
 		 * finish, and free them), so the excess stays about one read's blocks; others
 		 * only if those wait elsewhere (the limiter). A flight nobody waits for
-		 * (readahead) is never forced: it can wait.
+		 * (readahead) goes last, when nothing else is queued here: it may hold a
+		 * lagging slot (lag_running) that a flight readers wait for needs.
 		 */
 		struct flight *pick = NULL, *pick_prev = NULL;
 		uint32_t best = UINT32_MAX;
@@ -429,6 +430,10 @@ static struct flight *mem_take(struct cache *c)
 						pick = f;
 						pick_prev = prev;
 					}
+		}
+		if (!pick) {
+			pick = c->mhead;
+			pick_prev = NULL;
 		}
 		if (pick) {
 			claim(c, pick, true);

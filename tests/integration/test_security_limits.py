@@ -282,6 +282,9 @@ def test_memory_bounded_with_64_cold_readers(mount, nginx_factory, tmp_path, blo
     record_property("memory_waits", waits)
     print(f"block {block}: VmHWM {hwm / MIB:.1f} MiB, bound {bound / MIB:.0f} MiB, "
           f"bounce peak {-1 if peak is None else peak / MIB:.0f} MiB, memory waits {waits:.0f}")
+    san = harness.sanitizer()
+    if san:  # shadow memory: the bound is for the real program; only look for runaways
+        bound = {"asan": 4, "tsan": 8}[san] * bound
     assert hwm <= bound, (
-        f"tierfs peak RSS {hwm / MIB:.1f} MiB > the caches + 64 MiB = "
+        f"tierfs peak RSS {hwm / MIB:.1f} MiB > the caches + 64 MiB{f' (x{san})' if san else ''} = "
         f"{bound / MIB:.0f} MiB with {N_READERS} cold readers at block_size={block}")
