@@ -2590,7 +2590,7 @@ static void test_mem_progress(void **state)
 	unsigned failed = 0;
 
 	(void)state;
-	for (uint64_t seed = 1; seed <= 12; seed++) {
+	for (uint64_t seed = 1; seed <= 8; seed++) {
 		struct cache_cfg cfg = base_cfg();
 		struct mreader m[24];
 		struct cache_stats st;
