@@ -19,6 +19,8 @@ Scenarios (interleaved runs A B C A B C ..., medians and min-max):
     of old objects several times the cache size; tail hit ratio from .tierfs/stats
   6 lagging rate accuracy at 20M and 100M: bytes at the server over time, burst subtracted
   7 peak RSS (VmHWM) of every tierfs mount against hot_size + lagging_size
+  8 peak RSS under load: 64 threads read 64 different cold objects at once (block_size 4M,
+    hot_size 32M, lagging off, max_conns 64), against hot_size + 64 MiB
 
 Everything started here is recorded in RUN/state (mounts, pids) so that scripts/bench's trap
 can clean up even if this process is killed; this process cleans up itself on any exit.
@@ -762,6 +764,56 @@ class Bench:
         self.raw["runs"]["multi"] = res
         return res
 
+    # -- scenario 8 -------------------------------------------------------------------------
+
+    def scen_memory(self):
+        """64 threads read 64 different cold objects at once; the mount's VmHWM."""
+        import threading
+        n, bs, hot = 64, 4 * MiB, 32 * MiB
+        d = self.data / "mem"
+        d.mkdir(exist_ok=True)
+        size = 2 * bs + bs // 2 + 4113
+        for i in range(n):  # sparse: 4 KiB of data at every MiB
+            f = d / f"m-{i:02d}.bin"
+            if not f.exists() or f.stat().st_size != size:
+                with open(f, "wb") as w:
+                    w.truncate(size)
+                    for off in range(0, size, MiB):
+                        w.seek(off)
+                        w.write(os.urandom(4096))
+        opts = {"block_size": "4M", "hot_size": size_opt(hot), "lagging": "off",
+                "max_conns": str(n), "hot_ttl": "100000000"}
+        m = Tierfs("tierfs", self.mnt("tierfs-mem"), self.http_url, opts,
+                   self.run_dir / "tierfs-mem.log").start()
+        got, errs = [0] * n, []
+
+        def rd(i):
+            try:
+                with open(m.path(f"mem/m-{i:02d}.bin"), "rb", buffering=0) as f:
+                    while b := f.read(MiB):
+                        got[i] += len(b)
+            except OSError as e:
+                errs.append(e)
+
+        try:
+            t0 = time.monotonic()
+            ts = [threading.Thread(target=rd, args=(i,), daemon=True) for i in range(n)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(timeout=300)
+            secs = time.monotonic() - t0
+            h = m.hwm()
+        finally:
+            self.close_mount(m, "scenario 8")
+        if errs or sum(got) != n * size:
+            raise RuntimeError(f"64 cold readers read {sum(got)} of {n * size} bytes: {errs[:3]}")
+        res = {"vm_hwm": h, "bound": hot + 64 * MiB, "seconds": secs, "bytes": sum(got)}
+        log(f"64 cold readers: VmHWM {h / MiB:.0f} MiB (bound {res['bound'] / MiB:.0f} MiB), "
+            f"{sum(got) / secs / 1e6:.0f} MB/s")
+        self.raw["runs"]["memory"] = res
+        return res
+
     # -- scenario 5 -------------------------------------------------------------------------
 
     def scen_isolation(self):
@@ -1119,6 +1171,15 @@ def build_report(b, seq, multi, iso, rate):
                  f"cache (+{(worst['vm_hwm'] - worst['cache_bytes']) / MiB:.0f} MiB)", cells,
                  "<= caches + 64 MiB (every mount)", over <= 1.0))
     targets.append(("peak RSS / (caches + 64M)", over, 1.0, "max"))
+    # 8 peak RSS under 64 cold readers
+    mem = b.raw["runs"].get("memory")
+    if mem:
+        r = mem["vm_hwm"] / mem["bound"]
+        rows.append(("8. peak RSS (VmHWM), 64 threads reading 64 cold objects at once "
+                     "(block_size 4M, hot_size 32M, lagging off, max_conns 64)",
+                     f"{mem['vm_hwm'] / MiB:.0f} MiB", {k: ("n/a", None) for k in cols},
+                     "<= hot_size + 64 MiB (96 MiB)", r <= 1.0))
+        targets.append(("peak RSS 64 cold readers / (hot_size + 64M)", r, 1.0, "max"))
     return cols, rows, targets
 
 
@@ -1298,7 +1359,8 @@ def main():
     ap.add_argument("--peers", dest="peers", action="store_true", default=None)
     ap.add_argument("--no-peers", dest="peers", action="store_false")
     ap.add_argument("--runs", type=int, default=0)
-    ap.add_argument("--only", default="", help="comma list of scenarios: seq,multi,iso,rate")
+    ap.add_argument("--only", default="",
+                    help="comma list of scenarios: seq,multi,iso,rate,mem")
     ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                     help="override a parameter (see Bench.p), e.g. --set iso_seconds=30")
     ap.add_argument("--chart-only", action="store_true",
@@ -1331,6 +1393,8 @@ def main():
         multi = b.scen_multi() if not only or "multi" in only else None
         iso = b.scen_isolation() if not only or "iso" in only else None
         rate = b.scen_rate() if not only or "rate" in only else None
+        if not only or "mem" in only:
+            b.scen_memory()
     finally:
         cleanup()
     if only:

@@ -13,8 +13,24 @@
  * A flight is one fetch of one block. It reserves its bytes in the ring of the tier chosen by
  * the object's age (ring_reserve pins them; readers cannot see them until commit) and the
  * fetcher writes straight into them, so a block is copied once from the network into the ring
- * and once from the ring into the kernel. When every segment is pinned the flight fetches into
- * a heap "bounce" buffer instead: the readers are answered, nothing is stored.
+ * and once from the ring into the kernel. When the ring cannot take it (the next segment is
+ * pinned) the flight fetches into a "bounce" buffer instead: the readers are answered, nothing
+ * is stored.
+ *
+ * Memory. The rings are allocated once; bounce buffers are the only memory that grows with
+ * the number of readers, so their bytes are capped (cfg.bounce_limit, shared by the tiers).
+ * A flight that finds neither a ring slot nor room under the cap waits in the memory queue,
+ * holding nothing; its readers stay parked, no thread blocks. Whatever frees memory pumps the
+ * queue: a ring unpin (a reply done, a fetch done), a bounce buffer unmapped, a flight done.
+ * Pins are held only by running fetches (which finish) and by reads answered or waiting for
+ * their other blocks; so that a queue whose blocked reads pin every segment cannot deadlock,
+ * a queued flight may take a bounce buffer over the cap when no fetch holds memory at all
+ * (at most one such fetch runs at a time; see mem_take). Readahead, which nobody waits for
+ * yet, takes ring slots only: a read that joins it while it waits pumps the queue.
+ *
+ *   flight_start ─► memory queue ─► take: ring slot │ bounce ≤ cap │ over cap if none running
+ *                        ▲                        └─► fetch ─► flight_done
+ *                        └──── pump: ring unpin, bounce unmapped, flight done ◄┘
  *
  * Hot flights start at once. Lagging flights enter a FIFO and start when the token bucket
  * says so; when it says "wait", a timer is armed through env->defer and the queue is drained
@@ -26,10 +42,11 @@
  * fetch leaves nothing behind: the slot is aborted, the table entry removed, every waiter
  * answered with the error, so the next read retries.
  *
- * Locking: c->lock guards the flight table, the waiter lists, the throttle queue, the limiter
- * and every read's pending count. Each ring has its own lock, taken inside c->lock or alone,
- * never the other way round. Replies and fetch starts happen with no lock held. A read that
- * hits every block never takes c->lock.
+ * Locking: c->lock guards the flight table, the waiter lists, the throttle queue, the memory
+ * queue and bounce accounting, the limiter and every read's pending count. Each ring has its
+ * own lock, taken inside c->lock or alone, never the other way round. Replies and fetch
+ * starts happen with no lock held. A read that hits every block never takes c->lock (a pin
+ * it drops only reads an atomic count of waiting flights).
  *
  * Workload: brokers read log segments sequentially in 128 KiB..1 MiB requests, many readers
  * at the tail (hot, mostly hits), a few replaying old segments (lagging, mostly misses).
@@ -56,6 +73,8 @@
 struct bounce {
 	unsigned refs; /* flight + each waiter; c->lock */
 	size_t size;   /* of the mapping */
+	uint32_t len;  /* bytes charged to c->bounce_bytes */
+	bool forced;   /* taken over the limit: also charged to c->forced_bytes */
 	char data[];
 };
 
@@ -69,6 +88,7 @@ static struct bounce *bounce_new(uint32_t len)
 		return NULL;
 	b->refs = 1;
 	b->size = size;
+	b->len = len;
 	return b;
 }
 
@@ -92,6 +112,10 @@ struct flight {
 	uint64_t queued_ns;     /* when it entered the throttle queue, 0 if it did not */
 	bool queued;            /* in the throttle queue now; c->lock */
 	bool running;           /* let out of the throttle queue: counted in lag_running */
+	bool mwait;             /* in the memory queue now; c->lock */
+	bool claimed;           /* has its memory (slot or bounce charge): in mem_running */
+	bool bounce_charged;    /* claimed a bounce buffer of len bytes, not yet mapped */
+	bool forced;            /* that bounce buffer is over the limit (see mem_take) */
 };
 
 /* One block's part of a read. */
@@ -143,6 +167,13 @@ struct cache {
 	uint64_t lag_inflight_max; /* lagging fetches at once: half the blocks its ring holds */
 	uint64_t lag_running;    /* lagging flights let out of the queue, not yet done; c->lock */
 	uint64_t hot_ttl;        /* seconds; read without lock (atomic) */
+	struct flight *mhead, *mtail; /* flights waiting for memory, FIFO by qnext; c->lock */
+	unsigned mwaiting;       /* flights in the memory queue; written under c->lock, read
+				  * without it (seq_cst) by whoever frees memory */
+	unsigned mem_running;    /* flights holding memory (slot or bounce), not done; c->lock */
+	uint64_t bounce_bytes;   /* bytes of bounce buffers charged and not unmapped; c->lock */
+	uint64_t bounce_peak;    /* the most bounce_bytes ever was; c->lock */
+	uint64_t forced_bytes;   /* the part of bounce_bytes taken over the limit; c->lock */
 };
 
 /* Timer token: which cache and when it was meant to fire. */
@@ -228,23 +259,38 @@ static bool lookup(struct cache *c, struct cache_key k, uint64_t now, struct pie
 	return false;
 }
 
+static void mem_wake(struct cache *c);
+
+/* Drop a reference to a bounce buffer; the last one unmaps it and gives its bytes back to
+ * the cap (after the unmap, so the cap bounds what is really mapped). No lock held. */
 static void bounce_put(struct cache *c, struct bounce *b)
 {
 	unsigned left;
+	uint32_t len = b->len;
+	bool forced = b->forced;
 
 	pthread_mutex_lock(&c->lock);
 	left = --b->refs;
 	pthread_mutex_unlock(&c->lock);
-	if (!left)
-		munmap(b, b->size);
+	if (left)
+		return;
+	munmap(b, b->size);
+	pthread_mutex_lock(&c->lock);
+	c->bounce_bytes -= len;
+	if (forced)
+		c->forced_bytes -= len;
+	pthread_mutex_unlock(&c->lock);
+	mem_wake(c);
 }
 
 static void piece_release(struct cache *c, struct piece *p)
 {
-	if (p->tier >= 0)
+	if (p->tier >= 0) {
 		ring_unpin(c->tier[p->tier].ring, &p->ref);
-	else if (p->tier == -1)
+		mem_wake(c);
+	} else if (p->tier == -1) {
 		bounce_put(c, p->bounce);
+	}
 	p->tier = -2;
 }
 
@@ -291,18 +337,125 @@ out:
 
 static void flight_done(void *arg, int err);
 
-/* Start a flight's fetch: reserve its destination, hand it to the fetcher. No lock held. */
-static void flight_start(struct flight *f)
+/*
+ * Find memory for flight @f (c->lock held): a slot in its ring, else a bounce buffer if the
+ * cap allows it (or @force: nothing else holds memory, see the essay). Under a cap, a flight
+ * nobody waits for yet (readahead) takes no bounce buffer: its bytes would be dropped unread.
+ * The bounce buffer is only charged here and mapped by flight_fetch, outside the lock.
+ * @return true if @f has its memory, false if it must wait.
+ */
+static bool claim(struct cache *c, struct flight *f, bool force)
+{
+	uint64_t limit = c->cfg.bounce_limit;
+
+	if (ring_reserve(c->tier[f->tier].ring, f->key, f->len, now_ns(c), &f->ref) == 0) {
+		f->have_ref = true;
+	} else if (force || !limit || (f->waiters && c->bounce_bytes + f->len <= limit)) {
+		f->bounce_charged = true;
+		c->bounce_bytes += f->len;
+		if (force) {
+			f->forced = true;
+			c->forced_bytes += f->len;
+		}
+		if (c->bounce_bytes > c->bounce_peak)
+			c->bounce_peak = c->bounce_bytes;
+		STAT_ADD(c, f->tier, bounces, 1);
+	} else {
+		return false;
+	}
+	f->claimed = true;
+	c->mem_running++;
+	return true;
+}
+
+/* Unlink queued flight @f, whose predecessor in the memory queue is @prev (c->lock held). */
+static void mem_unlink(struct cache *c, struct flight *f, struct flight *prev)
+{
+	if (prev)
+		prev->qnext = f->qnext;
+	else
+		c->mhead = f->qnext;
+	if (c->mtail == f)
+		c->mtail = prev;
+	f->qnext = NULL;
+	f->mwait = false;
+	__atomic_store_n(&c->mwaiting, c->mwaiting - 1, __ATOMIC_SEQ_CST);
+}
+
+/* Does read @pr hold a bounce buffer taken over the limit? (c->lock held) */
+static bool holds_forced(const struct pread *pr)
+{
+	for (uint32_t i = 0; i < pr->n; i++)
+		if (pr->p[i].tier == -1 && pr->p[i].bounce->forced)
+			return true;
+	return false;
+}
+
+/* Take out of the memory queue (c->lock held) every flight that can have its memory now, in
+ * order; if none can and no flight holds memory, force the first. @return them, linked by
+ * qnext, to be fetched once the lock is dropped. */
+static struct flight *mem_take(struct cache *c)
+{
+	struct flight *go = NULL, **tail = &go, *prev = NULL, *f, *next;
+
+	for (f = c->mhead; f; f = next) {
+		next = f->qnext;
+		if (!claim(c, f, false)) {
+			prev = f;
+			continue;
+		}
+		mem_unlink(c, f, prev);
+		*tail = f;
+		tail = &f->qnext;
+	}
+	if (c->mhead && c->mem_running == 0) {
+		/*
+		 * Nothing runs, so nothing will free memory by itself: every slot is pinned by
+		 * reads waiting for blocks queued here. Force one over the limit: the block of
+		 * the read closest to being answered, so reads finish one at a time and drop
+		 * their pins. While forced buffers are alive, reads holding one go first (they
+		 * finish, and free them), so the excess stays about one read's blocks; others
+		 * only if those wait elsewhere (the limiter). A flight nobody waits for
+		 * (readahead) goes last, when nothing else is queued here: it may hold a
+		 * lagging slot (lag_running) that a flight readers wait for needs.
+		 */
+		struct flight *pick = NULL, *pick_prev = NULL;
+		uint32_t best = UINT32_MAX;
+		bool any = !c->forced_bytes;
+
+		for (int pass = 0; pass < 2 && !pick; pass++, any = true) {
+			prev = NULL;
+			for (f = c->mhead; f; prev = f, f = f->qnext)
+				for (struct piece *p = f->waiters; p; p = p->wnext)
+					if (p->pr->pending < best && (any || holds_forced(p->pr))) {
+						best = p->pr->pending;
+						pick = f;
+						pick_prev = prev;
+					}
+		}
+		if (!pick) {
+			pick = c->mhead;
+			pick_prev = NULL;
+		}
+		if (pick) {
+			claim(c, pick, true);
+			mem_unlink(c, pick, pick_prev);
+			*tail = pick;
+		}
+	}
+	return go;
+}
+
+static void flight_done(void *arg, int err);
+
+/* Fetch into the memory claim() found. No lock held. */
+static void flight_fetch(struct flight *f)
 {
 	struct cache *c = f->c;
-	struct ring *ring = c->tier[f->tier].ring;
 	void *dst;
 	int r;
 
-	STAT_ADD(c, f->tier, inflight, 1); /* flight_done counts it down, on every path */
-	r = ring_reserve(ring, f->key, f->len, now_ns(c), &f->ref);
-	if (r == 0) {
-		f->have_ref = true;
+	if (f->have_ref) {
 		dst = f->ref.data;
 	} else {
 		f->bounce = bounce_new(f->len);
@@ -310,14 +463,87 @@ static void flight_start(struct flight *f)
 			flight_done(f, -ENOMEM);
 			return;
 		}
+		f->bounce->forced = f->forced;
 		dst = f->bounce->data;
-		STAT_ADD(c, f->tier, bounces, 1);
 	}
+	f->bounce_charged = false; /* the buffer, once mapped, carries the charge */
 	STAT_ADD(c, f->tier, fetches, 1);
 	r = c->env.fetch(c->env.arg, f->ctx, f->off, f->len, dst, f->tier == CACHE_LAG, flight_done,
 			 f);
 	if (r < 0)
 		flight_done(f, r);
+}
+
+/* The thread pumping the memory queue now, and whether it should look again: a fetch that
+ * fails (or completes) inside env->fetch pumps again from within; that nested pump only asks
+ * the outer one to repeat, so the stack does not grow with the queue. */
+static _Thread_local struct cache *pumping;
+static _Thread_local bool repump;
+
+/*
+ * Queue @add (if not NULL) for memory, count @finished (a flight done that held memory) out of
+ * mem_running, and start every queued flight that can have memory now. No lock held.
+ */
+static void mem_pump(struct cache *c, struct flight *add, bool finished)
+{
+	struct flight *go;
+
+	pthread_mutex_lock(&c->lock);
+	if (add) {
+		add->mwait = true;
+		if (c->mtail)
+			c->mtail->qnext = add;
+		else
+			c->mhead = add;
+		c->mtail = add;
+		__atomic_store_n(&c->mwaiting, c->mwaiting + 1, __ATOMIC_SEQ_CST);
+	}
+	if (finished)
+		c->mem_running--;
+	if (pumping == c) {
+		repump = true;
+		pthread_mutex_unlock(&c->lock);
+		return;
+	}
+	go = mem_take(c);
+	if (add && add->mwait)
+		STAT_ADD(c, add->tier, mem_waits, 1);
+	pthread_mutex_unlock(&c->lock);
+	if (!go)
+		return;
+	pumping = c;
+	for (;;) {
+		repump = false;
+		while (go) {
+			struct flight *f = go;
+
+			go = f->qnext;
+			f->qnext = NULL;
+			flight_fetch(f);
+		}
+		if (!repump)
+			break;
+		pthread_mutex_lock(&c->lock);
+		go = mem_take(c);
+		pthread_mutex_unlock(&c->lock);
+	}
+	pumping = NULL;
+}
+
+/* Memory was freed (a pin dropped, a bounce buffer unmapped): let waiting flights have it.
+ * The unpin (under the ring's lock) comes before this load and a queued flight's count comes
+ * before its reserve attempt (under the same lock), so one of the two sees the other. */
+static void mem_wake(struct cache *c)
+{
+	if (__atomic_load_n(&c->mwaiting, __ATOMIC_SEQ_CST))
+		mem_pump(c, NULL, false);
+}
+
+/* Start a flight: it gets its memory now or waits for it in the memory queue. No lock held. */
+static void flight_start(struct flight *f)
+{
+	STAT_ADD(f->c, f->tier, inflight, 1); /* flight_done counts it down, on every path */
+	mem_pump(f->c, f, false);
 }
 
 static void start_list(struct flight *list)
@@ -474,6 +700,7 @@ static void flight_done(void *arg, int err)
 	struct ring *ring = c->tier[f->tier].ring;
 	struct pread *done = NULL;
 	struct flight *go;
+	bool claimed = f->claimed;
 
 	STAT_SUB(c, f->tier, inflight, 1);
 	if (err)
@@ -487,6 +714,11 @@ static void flight_done(void *arg, int err)
 	flight_unlink(c, f);
 	if (f->running)
 		c->lag_running--;
+	if (f->bounce_charged) { /* charged, never mapped */
+		c->bounce_bytes -= f->len;
+		if (f->forced)
+			c->forced_bytes -= f->len;
+	}
 	for (struct piece *p = f->waiters, *next; p; p = next) {
 		struct pread *pr = p->pr;
 
@@ -537,6 +769,9 @@ static void flight_done(void *arg, int err)
 		free(pr);
 	}
 	start_list(go);
+	/* last, once its pins and its readers' are dropped: the memory it held is free */
+	if (claimed)
+		mem_pump(c, NULL, true);
 }
 
 /*
@@ -679,7 +914,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	pr->pending = 1; /* held by this function until every piece is registered */
 
 	struct flight *go = NULL, **go_tail = &go;
-	bool finished;
+	bool finished, pump = false;
 
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < n; i++) {
@@ -692,6 +927,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 		f = flight_find(c, k);
 		if (f) {
 			STAT_ADD(c, f->tier, joins, 1);
+			pump |= f->mwait; /* waited, may now take a bounce buffer */
 		} else if (lookup(c, k, now, &p[i])) {
 			continue; /* committed since the first look */
 		} else {
@@ -717,6 +953,8 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	pthread_mutex_unlock(&c->lock);
 
 	start_list(go);
+	if (pump)
+		mem_pump(c, NULL, false);
 	if (finished) {
 		answer(c, p, n, first, off, len, pr->err, reply, req);
 		free(pr);
@@ -732,8 +970,9 @@ uint64_t cache_ticket(struct cache *c)
 
 void cache_cancel(struct cache *c, uint64_t ticket)
 {
-	struct flight *drop = NULL;
+	struct flight *drop = NULL, *go;
 	struct pread *pr;
+	bool lag_freed = false;
 
 	if (!ticket)
 		return;
@@ -764,25 +1003,36 @@ void cache_cancel(struct cache *c, uint64_t ticket)
 				break;
 			}
 		}
-		if (!mine || f->waiters || !f->queued)
+		if (!mine || f->waiters || (!f->queued && !f->mwait))
 			continue;
 		/* nobody wants it and it has not started: it never will */
-		struct flight **qp = &c->qhead, *prev = NULL;
+		struct flight **qp = f->queued ? &c->qhead : &c->mhead, *prev = NULL;
 
 		while (*qp != f) {
 			prev = *qp;
 			qp = &(*qp)->qnext;
 		}
-		*qp = f->qnext;
-		if (c->qtail == f)
-			c->qtail = prev;
-		f->queued = false;
-		STAT_SUB(c, CACHE_LAG, queued, 1);
+		if (f->queued) {
+			*qp = f->qnext;
+			if (c->qtail == f)
+				c->qtail = prev;
+			f->queued = false;
+			STAT_SUB(c, CACHE_LAG, queued, 1);
+		} else {
+			mem_unlink(c, f, prev);
+			STAT_SUB(c, f->tier, inflight, 1); /* flight_start counted it */
+			if (f->running) {
+				c->lag_running--;
+				lag_freed = true;
+			}
+		}
 		flight_unlink(c, f);
 		f->qnext = drop;
 		drop = f;
 	}
 	pr->pending = 0;
+	/* a dropped lagging flight had a place among the running ones: pass it on */
+	go = lag_freed && c->qhead ? drain(c, now_ns(c)) : NULL;
 	pthread_mutex_unlock(&c->lock);
 
 	answer(c, pr->p, pr->n, pr->first, pr->off, pr->len, -EINTR, pr->reply, pr->req);
@@ -794,6 +1044,7 @@ void cache_cancel(struct cache *c, uint64_t ticket)
 		c->env.release(f->ctx);
 		free(f);
 	}
+	start_list(go);
 }
 
 static void tier_done(struct tier *t)
@@ -881,14 +1132,24 @@ void cache_free(struct cache *c)
 		return;
 	/* Flights still queued for the limiter never started: answer their readers. The queue
 	 * is detached first so that completing one does not start the next. */
-	struct flight *q = c->qhead;
+	struct flight *q = c->qhead, *m = c->mhead;
 
 	c->qhead = c->qtail = NULL;
+	c->mhead = c->mtail = NULL;
+	c->mwaiting = 0;
 	while (q) {
 		struct flight *f = q;
 
 		q = f->qnext;
 		STAT_ADD(c, CACHE_LAG, inflight, 1); /* flight_done counts it down */
+		flight_done(f, -ESHUTDOWN);
+	}
+	/* so are flights still waiting for memory (flight_start counted them in flight) */
+	while (m) {
+		struct flight *f = m;
+
+		m = f->qnext;
+		f->mwait = false;
 		flight_done(f, -ESHUTDOWN);
 	}
 	for (int t = 0; t < CACHE_NTIERS; t++)
@@ -1108,11 +1369,17 @@ void cache_get_stats(struct cache *c, struct cache_stats *ret)
 		s->rotations = rs.rotations;
 		s->blocks = rs.blocks;
 		s->bytes = rs.bytes;
+		s->mem_queued = 0;
 		s->tokens = 0;
 	}
 	pthread_mutex_lock(&c->lock);
 	ret->tier[CACHE_LAG].tokens = rl_tokens(&c->rl, now);
+	for (struct flight *f = c->mhead; f; f = f->qnext)
+		ret->tier[f->tier].mem_queued++;
+	ret->bounce_bytes = c->bounce_bytes;
+	ret->bounce_peak = c->bounce_peak;
 	pthread_mutex_unlock(&c->lock);
+	ret->bounce_limit = c->cfg.bounce_limit;
 }
 
 uint32_t cache_block_size(const struct cache *c)

@@ -35,7 +35,12 @@ struct cache_cfg {
 	uint64_t lagging_ops;    /* requests/s, 0 = unlimited */
 	uint32_t readahead;      /* blocks fetched ahead of a sequential reader */
 	bool prefault;           /* fault the tiers' memory in at cache_new, not on first use */
+	uint64_t bounce_limit;   /* bytes of bounce buffers at once, both tiers; 0 = unlimited */
 };
+
+/* The bounce limit a mount uses: with the rest of the process (~30 MiB), peak memory stays
+ * under hot_size + lagging_size + 64 MiB for block_size up to 16M. */
+#define CACHE_BOUNCE_LIMIT (16u << 20)
 
 /*
  * The name of one version of one object: 128 bits of SHA-256 over (store, path, version), see
@@ -133,11 +138,16 @@ struct cache_tier_stats {
 	uint64_t bytes;           /* resident bytes */
 	uint64_t size;            /* configured bytes */
 	uint64_t bounces;         /* fetches served but not stored: every segment was pinned */
+	uint64_t mem_waits;       /* fetches that waited for memory (ring slot or bounce room) */
+	uint64_t mem_queued;      /* fetches waiting for memory now */
 	double tokens;            /* limiter tokens now (lagging only) */
 };
 
 struct cache_stats {
 	struct cache_tier_stats tier[CACHE_NTIERS];
+	uint64_t bounce_bytes;    /* bounce buffers mapped (or about to be) now */
+	uint64_t bounce_peak;     /* the most bounce_bytes has been */
+	uint64_t bounce_limit;    /* cfg.bounce_limit */
 };
 
 struct cache;

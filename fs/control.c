@@ -194,6 +194,17 @@ static void stats_text(struct mount *m, struct text *t)
 		    "Segment rotations (each evicts one segment).", F(rotations));
 	tier_metric(t, &cs, "cache_bounces_total", "counter",
 		    "Fetches answered but not stored: every segment was pinned.", F(bounces));
+	tier_metric(t, &cs, "cache_memory_waits_total", "counter",
+		    "Fetches that waited for memory (a ring slot or bounce room).", F(mem_waits));
+	tier_metric(t, &cs, "cache_memory_queued_fetches", "gauge",
+		    "Fetches waiting for memory now.", F(mem_queued));
+	mount_metric(t, "cache_bounce_bytes", "gauge", "Bounce buffers mapped now, both tiers.",
+		     cs.bounce_bytes);
+	mount_metric(t, "cache_bounce_peak_bytes", "gauge",
+		     "The most bounce buffer bytes mapped at once since the mount.", cs.bounce_peak);
+	mount_metric(t, "cache_bounce_limit_bytes", "gauge",
+		     "Bounce buffer bytes allowed at once (one more block only when nothing else "
+		     "holds memory).", cs.bounce_limit);
 	tier_metric(t, &cs, "cache_resident_blocks", "gauge", "Blocks resident in the tier.",
 		    F(blocks));
 	tier_metric(t, &cs, "cache_resident_bytes", "gauge", "Bytes resident in the tier.",
@@ -231,6 +242,9 @@ static void stats_text(struct mount *m, struct text *t)
 		     __atomic_load_n(&m->read_errors, __ATOMIC_RELAXED));
 	mount_metric(t, "read_bytes_total", "counter", "Bytes answered to readers, all tiers.",
 		     __atomic_load_n(&m->read_bytes, __ATOMIC_RELAXED));
+	mount_metric(t, "interrupted_reads_watched", "gauge",
+		     "Interrupted reads still waiting, watched until answered or their reader dies.",
+		     __atomic_load_n(&m->nwatch, __ATOMIC_RELAXED));
 	mount_metric(t, "backend_requests_total", "counter",
 		     "Requests sent to the store, retries included.", bs.requests);
 	mount_metric(t, "backend_retries_total", "counter", "Requests tried again.", bs.retries);

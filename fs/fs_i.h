@@ -167,6 +167,10 @@ struct mount {
 	struct hlink *dirs;       /* open directories, likewise */
 	unsigned invals;          /* helper threads running (moves); log_lock, signals inval_done */
 	pthread_cond_t inval_done;
+	pthread_mutex_t watch_lock;
+	struct read_watch *watches; /* interrupted reads whose reader was not dying; watch_lock */
+	unsigned nwatch;          /* their number; watch_lock (read without it, relaxed) */
+	bool watch_armed;         /* the watch timer is pending; watch_lock */
 };
 
 /* An open file: an object version and its reader's position, or a control file's text. */

@@ -38,6 +38,16 @@
  *
  * Errors after mounting reach the reader as an errno and are logged once per object and cause
  * per minute (fs_log_once), with a bound on all lines together.
+ *
+ * Interrupts. A reader killed while its read waits (for the limiter, a slow store) must go
+ * at once, but a reader that merely caught a signal must get its bytes, never EINTR from a
+ * regular file. The kernel sends FUSE_INTERRUPT once per request, at the first signal; a
+ * SIGKILL after that sends nothing. So an interrupted read whose reader is not dying is
+ * watched: while any are, a timer on the I/O thread looks every WATCH_PERIOD at their
+ * readers and cancels (EINTR) the read of one that is dying or gone. Watches are keyed by
+ * the cache's ticket, never by the request, which may be answered and freed meanwhile; the
+ * answer removes its watch, after fuse_req_interrupt_func(NULL) has fenced off a callback
+ * still running.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -61,6 +71,7 @@
 #define MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
 #define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
 #define MAX_BACKGROUND 1024    /* outstanding readahead requests the kernel may send */
+#define WATCH_PERIOD_NS (200 * 1000000ULL) /* how often interrupted readers are looked at */
 
 static struct mount *M(fuse_req_t req)
 {
@@ -523,7 +534,7 @@ struct read_req {
 	struct fh *fh;            /* valid until the reply: the kernel releases no file it reads */
 	uint64_t off;
 	size_t size;
-	uint64_t ticket;
+	uint64_t ticket;          /* the cache's name for the read, for cancelling it */
 };
 
 /* Run @fn(@arg) on a detached thread of its own, counted in m->invals so that the mount's end
@@ -557,6 +568,15 @@ static void helper_done(struct mount *m)
 		pthread_cond_broadcast(&m->inval_done);
 	pthread_mutex_unlock(&m->log_lock);
 }
+
+/* An interrupted read whose reader was alive and not dying at the time. */
+struct read_watch {
+	struct read_watch *next; /* m->watches; watch_lock */
+	uint64_t ticket;
+	pid_t tid;               /* the reading thread */
+};
+
+static void watch_forget(struct mount *m, uint64_t ticket);
 
 struct inval {
 	struct mount *m;
@@ -745,6 +765,11 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 	if (retry && helper(rr->m, move_thread, rr) == 0)
 		return;
 
+	/* waits for an on_interrupt still running on another thread, and stops later ones:
+	 * after it, the watch list holds this read's watch, if it ever will */
+	fuse_req_interrupt_func(rr->req, NULL, NULL);
+	if (__atomic_load_n(&rr->m->nwatch, __ATOMIC_RELAXED))
+		watch_forget(rr->m, rr->ticket);
 	__atomic_fetch_add(&rr->m->reads, 1, __ATOMIC_RELAXED);
 	if (err) {
 		__atomic_fetch_add(&rr->m->read_errors, 1, __ATOMIC_RELAXED);
@@ -761,19 +786,6 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 	reply_read(rr->req, iov, n, err);
 	fobj_put(rr->o);
 	free(rr);
-}
-
-struct cancel {
-	struct cache *c;
-	uint64_t ticket;
-};
-
-static void cancel_now(void *arg)
-{
-	struct cancel *cn = arg;
-
-	cache_cancel(cn->c, cn->ticket);
-	free(cn);
 }
 
 /*
@@ -804,22 +816,89 @@ static bool being_killed(pid_t tid)
 	return dying;
 }
 
+static void watch_forget(struct mount *m, uint64_t ticket)
+{
+	pthread_mutex_lock(&m->watch_lock);
+	for (struct read_watch **pp = &m->watches, *w; (w = *pp);) {
+		if (w->ticket == ticket) {
+			*pp = w->next;
+			free(w);
+			__atomic_store_n(&m->nwatch, m->nwatch - 1, __ATOMIC_RELAXED);
+		} else {
+			pp = &w->next;
+		}
+	}
+	pthread_mutex_unlock(&m->watch_lock);
+}
+
+/* Cancel the watched reads whose reader is dying or gone (I/O thread, no lock held). The
+ * cancel answers the read, whose reply forgets the watch; a read not yet parked in the cache
+ * (the interrupt came first) is not found, and the next scan tries again. */
+static void watch_scan(struct mount *m)
+{
+	struct read_watch *snap;
+	size_t n = 0;
+
+	pthread_mutex_lock(&m->watch_lock);
+	snap = m->nwatch ? malloc(m->nwatch * sizeof(*snap)) : NULL;
+	for (struct read_watch *w = m->watches; w && snap; w = w->next)
+		snap[n++] = *w;
+	pthread_mutex_unlock(&m->watch_lock);
+	for (size_t i = 0; i < n; i++)
+		if (being_killed(snap[i].tid))
+			cache_cancel(m->c, snap[i].ticket);
+	free(snap);
+}
+
+static void watch_fire(void *arg);
+
+/* Arm the periodic scan unless it is armed (watch_lock held). */
+static void watch_arm(struct mount *m)
+{
+	if (!m->watch_armed && backend_defer(m->b, WATCH_PERIOD_NS, watch_fire, m) == 0)
+		m->watch_armed = true;
+}
+
+/* The periodic scan: runs while any read is watched, and stops when none is. */
+static void watch_fire(void *arg)
+{
+	struct mount *m = arg;
+
+	watch_scan(m);
+	pthread_mutex_lock(&m->watch_lock);
+	m->watch_armed = false;
+	if (m->watches)
+		watch_arm(m);
+	pthread_mutex_unlock(&m->watch_lock);
+}
+
+/* A scan now, for a reader that was dying when its interrupt came. */
+static void watch_now(void *arg)
+{
+	watch_scan(arg);
+}
+
 /* Called by libfuse with the request's lock held, maybe from inside fuse_req_interrupt_func:
- * answering here could free the request under that lock, so the I/O thread does it. */
+ * answering here could free the request under that lock, so the I/O thread does it. Every
+ * interrupted read is watched until it is answered; a dying reader's is cancelled at once. */
 static void on_interrupt(fuse_req_t req, void *data)
 {
 	struct mount *m = M(req);
-	struct cancel *cn;
+	struct read_watch *w = malloc(sizeof(*w));
+	pid_t tid = fuse_req_ctx(req)->pid;
 
-	if (!being_killed(fuse_req_ctx(req)->pid))
-		return; /* the read goes on; the kernel keeps waiting for it */
-	cn = malloc(sizeof(*cn));
-	if (!cn)
+	if (!w)
 		return;
-	cn->c = m->c;
-	cn->ticket = (uint64_t)(uintptr_t)data;
-	if (backend_defer(m->b, 0, cancel_now, cn) < 0)
-		free(cn);
+	w->ticket = (uint64_t)(uintptr_t)data;
+	w->tid = tid;
+	pthread_mutex_lock(&m->watch_lock);
+	w->next = m->watches;
+	m->watches = w;
+	__atomic_store_n(&m->nwatch, m->nwatch + 1, __ATOMIC_RELAXED);
+	watch_arm(m);
+	pthread_mutex_unlock(&m->watch_lock);
+	if (being_killed(tid))
+		backend_defer(m->b, 0, watch_now, m);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -856,8 +935,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	pthread_mutex_unlock(&fh->lock);
 	struct cache_obj co = cobj(rr->o);
 	/* A reader killed while its read waits (for the limiter, a slow store) must not stay a
-	 * zombie until the data comes: the kernel's interrupt cancels the read if the reader is
-	 * dying (other signals leave it alone). */
+	 * zombie until the data comes: after the kernel's interrupt the read is watched, and
+	 * cancelled once its reader is dying (other signals leave it alone). */
 	uint64_t ticket = cache_ticket(m->c);
 	rr->ticket = ticket;
 	fuse_req_interrupt_func(req, on_interrupt, (void *)(uintptr_t)ticket);
@@ -1227,6 +1306,7 @@ int fs_main(struct fs_opts *o)
 		.lagging_ops = o->lagging_ops,
 		.readahead = (uint32_t)o->readahead,
 		.prefault = o->prefault,
+		.bounce_limit = CACHE_BOUNCE_LIMIT,
 	};
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *lc = NULL;
@@ -1240,6 +1320,7 @@ int fs_main(struct fs_opts *o)
 	pthread_mutex_init(&m.opts_lock, NULL);
 	pthread_cond_init(&m.inval_done, NULL);
 	pthread_mutex_init(&m.handles_lock, NULL);
+	pthread_mutex_init(&m.watch_lock, NULL);
 	r = backend_new(&bc, &m.b, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
@@ -1351,6 +1432,13 @@ out:
 	while (m.invals)
 		pthread_cond_wait(&m.inval_done, &m.log_lock);
 	pthread_mutex_unlock(&m.log_lock);
+	/* watches of reads the kernel gave up on (a dead connection answers nothing) */
+	while (m.watches) {
+		struct read_watch *w = m.watches;
+
+		m.watches = w->next;
+		free(w);
+	}
 	/* the link is the first member of both */
 	while (m.fhs)
 		fh_free(&m, (struct fh *)m.fhs);
@@ -1370,5 +1458,6 @@ out:
 	pthread_mutex_destroy(&m.opts_lock);
 	pthread_cond_destroy(&m.inval_done);
 	pthread_mutex_destroy(&m.handles_lock);
+	pthread_mutex_destroy(&m.watch_lock);
 	return status;
 }

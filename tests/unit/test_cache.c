@@ -2568,6 +2568,388 @@ static void test_threads(void **state)
 	pthread_mutex_destroy(&T.lock);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Memory: bounce buffers are capped; a fetch that finds no memory waits for it
+ * ------------------------------------------------------------------------------------------ */
+
+#define M_READERS 64
+
+/* A sequential reader of its own object, for the memory tests: one read at a time. */
+struct mreader {
+	struct fobj fo;
+	struct cache_obj o;
+	struct cache_stream s;
+	struct rep r;
+	uint64_t pos;   /* next offset to read */
+	size_t step;    /* read size */
+	bool busy;      /* a read is out */
+	unsigned errors; /* reads answered -EIO (then read again) */
+};
+
+/* Issue the next read of every idle reader that has not reached its end; check answered ones.
+ * @return the readers still reading. */
+static unsigned mreaders_step(struct cache *c, struct mreader *m, unsigned n)
+{
+	unsigned left = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct mreader *x = &m[i];
+
+		if (x->busy && x->r.calls) {
+			x->busy = false;
+			if (x->r.err == -EIO) {
+				x->errors++;
+			} else {
+				check_ok(&x->r);
+				x->pos += x->r.n;
+			}
+		}
+		if (x->busy) {
+			left++;
+			continue;
+		}
+		if (x->pos >= x->o.size)
+			continue;
+		x->busy = true;
+		rd(c, &x->o, &x->s, x->pos, x->step, &x->r);
+		i--; /* look at it again: counted if still out, taken if answered at once */
+	}
+	return left;
+}
+
+/* The open fetch to complete next: a random one. */
+static size_t pick_open(uint64_t *rng)
+{
+	size_t k, seen = 0;
+
+	assert_true(W.nopen > 0);
+	k = (size_t)(next_rand(rng) % W.nopen);
+	for (size_t i = 0; i < W.nf; i++)
+		if (W.f[i].open && seen++ == k)
+			return i;
+	fail();
+	return NO_FETCH;
+}
+
+/*
+ * 64 readers of different objects through a tiny hot tier (8 blocks): bounce buffers never
+ * pass the limit (two blocks), fetches beyond the ring and the limit wait for memory instead
+ * of running, and every reader gets every byte of its object, in any completion order.
+ */
+static void test_mem_limit(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct mreader *m = calloc(M_READERS, sizeof(*m));
+	struct cache_stats st;
+	struct cache *c;
+	uint64_t rng = 4242;
+	size_t most_open = 0;
+
+	(void)state;
+	assert_non_null(m);
+	cfg.hot_size = 8ull * BS;
+	cfg.lagging = false;
+	cfg.bounce_limit = 2ull * BS;
+	c = mk(&cfg);
+	for (unsigned i = 0; i < M_READERS; i++) {
+		m[i].o = mkobj(&m[i].fo, 5000 + i, 4ull * BS - 7 * i, WALL0);
+		m[i].step = BS;
+	}
+	mreaders_step(c, m, M_READERS);
+	st = stats(c);
+	assert_true(st.tier[CACHE_HOT].mem_queued >= M_READERS - 10);
+	assert_int_equal(st.bounce_limit, 2ull * BS);
+	while (mreaders_step(c, m, M_READERS)) {
+		/* ring slots (8) + bounce buffers (2): nothing more runs at once */
+		assert_true(W.nopen <= 10);
+		if (W.nopen > most_open)
+			most_open = W.nopen;
+		st = stats(c);
+		assert_true(st.bounce_bytes <= cfg.bounce_limit);
+		assert_int_equal(st.tier[CACHE_HOT].inflight,
+				 W.nopen + st.tier[CACHE_HOT].mem_queued);
+		complete(pick_open(&rng), 0);
+	}
+	st = stats(c);
+	assert_true(st.bounce_peak <= cfg.bounce_limit);
+	assert_true(st.bounce_peak > 0); /* the limit was reached, not merely never needed */
+	assert_int_equal(st.bounce_bytes, 0);
+	assert_true(st.tier[CACHE_HOT].mem_waits >= M_READERS - 10);
+	assert_int_equal(st.tier[CACHE_HOT].mem_queued, 0);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 0);
+	assert_true(most_open >= 8);
+	for (unsigned i = 0; i < M_READERS; i++) {
+		assert_int_equal(m[i].pos, m[i].o.size);
+		rep_done(&m[i].r);
+	}
+	free(m);
+	shut(c);
+}
+
+/*
+ * Reads that span two blocks pin one while they wait for the other. With no room for bounce
+ * buffers at all (a limit smaller than a block), every segment can end up pinned by such
+ * half-answered reads while the blocks they wait for sit in the memory queue: then one fetch
+ * goes over the limit, so nothing deadlocks. Random completion order, readahead, failures;
+ * whenever a read is waiting, some fetch must be running; over the limit by one block at most.
+ */
+static void test_mem_progress(void **state)
+{
+	unsigned failed = 0;
+
+	(void)state;
+	for (uint64_t seed = 1; seed <= 8; seed++) {
+		struct cache_cfg cfg = base_cfg();
+		struct mreader m[24];
+		struct cache_stats st;
+		struct cache *c;
+		uint64_t rng = seed;
+
+		memset(m, 0, sizeof(m));
+		cfg.hot_size = 8ull * BS;
+		cfg.lagging = false;
+		cfg.readahead = seed % 3;
+		cfg.bounce_limit = BS / 2; /* no bounce fits under it */
+		c = mk(&cfg);
+		for (unsigned i = 0; i < 24; i++) {
+			m[i].o = mkobj(&m[i].fo, 9000 + seed * 100 + i, 6ull * BS - 13 * i, WALL0);
+			m[i].step = BS + BS / 2 + i; /* crosses block boundaries */
+		}
+		while (mreaders_step(c, m, 24)) {
+			size_t k;
+
+			if (W.nopen == 0)
+				fail_msg("seed %" PRIu64 ": readers wait, no fetch runs: deadlock",
+					 seed);
+			st = stats(c);
+			/* a read of < 2 blocks spans at most 3: that much over the limit */
+			assert_true(st.bounce_bytes <= cfg.bounce_limit + 3 * BS);
+			k = pick_open(&rng);
+			complete(k, next_rand(&rng) % 16 == 0 ? -EIO : 0);
+		}
+		st = stats(c);
+		assert_true(st.bounce_peak <= cfg.bounce_limit + 3 * BS);
+		assert_true(st.bounce_peak > cfg.bounce_limit); /* it took the forced path */
+		assert_int_equal(st.bounce_bytes, 0);
+		assert_int_equal(st.tier[CACHE_HOT].mem_queued, 0);
+		for (unsigned i = 0; i < 24; i++) {
+			assert_int_equal(m[i].pos, m[i].o.size);
+			failed += m[i].errors;
+			rep_done(&m[i].r);
+		}
+		shut(c);
+	}
+	assert_true(failed > 0); /* failures happened, and were survived */
+}
+
+/*
+ * A read whose block waits for memory can be cancelled: it is answered -EINTR, the waiting
+ * fetch nobody wants any more is dropped (its hold released) and never starts. Fetches still
+ * waiting when the cache is freed answer their readers -ESHUTDOWN.
+ */
+static void test_mem_cancel_and_free(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct fobj fo[12];
+	struct cache_obj o[12];
+	struct rep r[12] = {{0}};
+	struct cache_stats st;
+	struct cache *c;
+	uint64_t t;
+	long holds;
+	size_t nf;
+
+	(void)state;
+	cfg.hot_size = 8ull * BS;
+	cfg.lagging = false;
+	cfg.bounce_limit = BS;
+	c = mk(&cfg);
+	for (int i = 0; i < 12; i++)
+		o[i] = mkobj(&fo[i], 700 + (uint64_t)i, BS, WALL0);
+	/* 8 ring slots + 1 bounce run; 3 wait */
+	for (int i = 0; i < 11; i++)
+		assert_false(rd(c, &o[i], NULL, 0, BS, &r[i]));
+	t = cache_ticket(c);
+	assert_false(rd_t(c, &o[11], 0, BS, t, &r[11]));
+	assert_int_equal(W.nopen, 9);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].mem_queued, 3);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 12);
+	holds = W.holds;
+	nf = W.nf;
+
+	cache_cancel(c, t);
+	check_err(&r[11], -EINTR);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].mem_queued, 2);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 11);
+	assert_int_equal(W.holds, holds - 1);
+
+	/* one bounce done: the first waiting fetch gets its room; the cancelled one never runs */
+	for (size_t i = 0; i < W.nf; i++)
+		if (W.f[i].open && W.f[i].o == &fo[8]) {
+			complete(i, 0);
+			break;
+		}
+	check_ok(&r[8]);
+	assert_int_equal(W.nf, nf + 1);
+	assert_ptr_equal(W.f[W.nf - 1].o, &fo[9]);
+	for (size_t i = 0; i < W.nf; i++)
+		assert_false(W.f[i].o == &fo[11]);
+
+	/* free with one fetch still waiting for memory (its reader gets -ESHUTDOWN): complete
+	 * the running ones without letting it start, as a stopped fetcher would refuse it */
+	W.fetch_err = -ESHUTDOWN;
+	complete_all(0);
+	for (int i = 0; i < 11; i++)
+		assert_int_equal(r[i].calls, 1);
+	assert_int_equal(r[10].err, -ESHUTDOWN);
+	for (int i = 0; i < 10; i++)
+		check_ok(&r[i]);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 0);
+	assert_int_equal(st.bounce_bytes, 0);
+	for (int i = 0; i < 12; i++)
+		rep_done(&r[i]);
+	W.fetch_err = 0;
+	shut(c);
+}
+
+/* Synchronous readers, as FUSE has them: each waits for its answer before reading on. */
+#define S_READERS 8
+#define S_READS	  400
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t answered;
+} SW = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static void s_reply(void *req, const struct cache_iov *iov, int n, int err)
+{
+	pthread_mutex_lock(&SW.lock);
+	t_reply(req, iov, n, err);
+	pthread_cond_broadcast(&SW.answered);
+	pthread_mutex_unlock(&SW.lock);
+}
+
+struct sreader {
+	struct cache *c;
+	struct cache_obj *o; /* its own object */
+	uint64_t seed;
+	unsigned bad;	     /* wrong answers */
+	unsigned errors;     /* -EIO answers */
+};
+
+static void *s_reader(void *arg)
+{
+	struct sreader *t = arg;
+	struct cache_stream s = {0};
+	uint64_t rng = t->seed, pos = 0;
+
+	for (int i = 0; i < S_READS; i++) {
+		struct rep r = {0};
+		size_t len = T_BS / 2 + (size_t)(next_rand(&rng) % (2 * T_BS));
+
+		if (pos >= t->o->size || next_rand(&rng) % 8 == 0)
+			pos = next_rand(&rng) % t->o->size;
+		r.id = t->o->id.lo;
+		r.off = pos;
+		r.want = len < t->o->size - pos ? len : (size_t)(t->o->size - pos);
+		r.buf = malloc(r.want + 1);
+		if (!r.buf)
+			abort();
+		cache_read(t->c, t->o, &s, pos, len, 0, s_reply, &r);
+		pthread_mutex_lock(&SW.lock);
+		while (!__atomic_load_n(&r.calls, __ATOMIC_ACQUIRE))
+			pthread_cond_wait(&SW.answered, &SW.lock);
+		pthread_mutex_unlock(&SW.lock);
+		if (r.err == -EIO)
+			t->errors++;
+		else if (r.err || r.overflow || r.n != r.want || !rep_bytes_ok(&r))
+			t->bad++;
+		else
+			pos += r.n;
+		free(r.buf);
+	}
+	return NULL;
+}
+
+/*
+ * Eight synchronous readers of their own objects, through a tiny hot tier (8 blocks) and
+ * lagging tier, with a bounce limit of two blocks and a fetcher thread completing in random
+ * order (1 in 16 fails): every read is answered (no deadlock: a reader waiting forever hangs
+ * the test), with the right bytes, and bounce buffers pass the limit by no more than the
+ * blocks the waiting readers' reads span.
+ */
+static void test_threads_mem_limit(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache_env env = {
+	    .arg = &T,
+	    .mono_ns = t_mono,
+	    .wall_s = t_wall,
+	    .fetch = t_fetch,
+	    .defer = t_defer,
+	    .hold = t_hold,
+	    .release = t_release,
+	};
+	struct fobj fo[S_READERS];
+	struct cache_obj objs[S_READERS];
+	struct sreader rd_[S_READERS];
+	pthread_t tid[S_READERS], ftid;
+	struct cache_stats st;
+	struct cache *c;
+	unsigned errors = 0;
+
+	(void)state;
+	world_reset();
+	memset(&T, 0, sizeof(T));
+	pthread_mutex_init(&T.lock, NULL);
+	pthread_cond_init(&T.cond, NULL);
+	pthread_cond_init(&T.space, NULL);
+	cfg.block_size = T_BS;
+	cfg.hot_size = 8 * T_BS;
+	cfg.lagging_size = 16 * T_BS;
+	cfg.readahead = 2;
+	cfg.bounce_limit = 2 * T_BS;
+	assert_int_equal(cache_new(&cfg, &env, &c), 0);
+	for (int i = 0; i < S_READERS; i++)
+		objs[i] = mkobj(&fo[i], 3000 + (uint64_t)i, 40 * T_BS - 100 * (uint64_t)i,
+				i % 2 ? OLD : WALL0);
+	assert_int_equal(pthread_create(&ftid, NULL, t_fetcher, NULL), 0);
+	for (int i = 0; i < S_READERS; i++) {
+		rd_[i] = (struct sreader){.c = c, .o = &objs[i], .seed = 7000 + (uint64_t)i};
+		assert_int_equal(pthread_create(&tid[i], NULL, s_reader, &rd_[i]), 0);
+	}
+	for (int i = 0; i < S_READERS; i++)
+		assert_int_equal(pthread_join(tid[i], NULL), 0);
+	pthread_mutex_lock(&T.lock);
+	T.stop = true;
+	pthread_cond_signal(&T.cond);
+	pthread_mutex_unlock(&T.lock);
+	assert_int_equal(pthread_join(ftid, NULL), 0);
+
+	for (int i = 0; i < S_READERS; i++) {
+		assert_int_equal(rd_[i].bad, 0);
+		errors += rd_[i].errors;
+	}
+	assert_true(errors < S_READERS * S_READS / 4);
+	cache_get_stats(c, &st);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 0);
+	assert_int_equal(st.tier[CACHE_LAG].inflight, 0);
+	assert_int_equal(st.tier[CACHE_HOT].mem_queued + st.tier[CACHE_LAG].mem_queued, 0);
+	assert_true(st.tier[CACHE_HOT].mem_waits + st.tier[CACHE_LAG].mem_waits > 0);
+	assert_int_equal(st.bounce_bytes, 0);
+	/* a read of < 2.5 blocks spans at most 4; allow two such reads over the limit */
+	assert_true(st.bounce_peak <= cfg.bounce_limit + 2 * 4 * T_BS);
+	cache_free(c);
+	assert_int_equal(T.holds, 0);
+	assert_int_equal(T.bad, 0);
+	pthread_cond_destroy(&T.cond);
+	pthread_cond_destroy(&T.space);
+	pthread_mutex_destroy(&T.lock);
+}
+
 static int group_teardown(void **state)
 {
 	(void)state;
@@ -2767,6 +3149,10 @@ int main(void)
 	    cmocka_unit_test(test_key_oid),
 	    cmocka_unit_test(test_key_recreated_object_hits),
 	    cmocka_unit_test(test_key_new_version_misses),
+	    cmocka_unit_test(test_mem_limit),
+	    cmocka_unit_test(test_mem_progress),
+	    cmocka_unit_test(test_mem_cancel_and_free),
+	    cmocka_unit_test(test_threads_mem_limit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, group_teardown);
