@@ -300,6 +300,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * allow far more than the cache ever parks (the kernel caps it for non-root mounts). */
 	conn->max_background = MAX_BACKGROUND;
 	conn->congestion_threshold = MAX_BACKGROUND * 3 / 4;
+	/* An O_DIRECT read of a file that uses the page cache (every object file: lagging ones
+	 * too, for MAP_SHARED) is sent, with async DIO, as background requests that the reader
+	 * waits for uninterruptibly: a reader parked behind the limiter could not be killed, and
+	 * no FUSE_INTERRUPT would ever reach us. Without it, each piece is a request of the
+	 * reader's own, which the kernel interrupts and tierfs cancels when the reader dies. */
+	conn->want &= ~FUSE_CAP_ASYNC_DIO;
 }
 
 static double ttl(struct mount *m)
