@@ -10,9 +10,34 @@
 
 #include "backend_i.h"
 
+/* The schemes a URL may start with, compared ignoring case, and who sets each up. */
+static const struct {
+	const char *prefix;
+	int (*init)(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen);
+} schemes[] = {
+    {"s3://", s3_init},
+    {"http://", http_init},
+    {"https://", http_init},
+    {"file://", file_init},
+};
+
+static int scheme_find(const char *url)
+{
+	for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+		if (strncasecmp(url, schemes[i].prefix, strlen(schemes[i].prefix)) == 0)
+			return (int)i;
+	return -1;
+}
+
+bool backend_scheme_known(const char *url)
+{
+	return scheme_find(url) >= 0;
+}
+
 int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, size_t errlen)
 {
 	static bool curl_ready;
+	int i = scheme_find(cfg->url);
 	struct backend *b;
 	int r;
 
@@ -29,14 +54,9 @@ int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, 
 	b->timeout_s = cfg->timeout_s;
 	b->log = cfg->log;
 	b->log_arg = cfg->log_arg;
-	if (strncasecmp(cfg->url, "s3://", 5) == 0)
-		r = s3_init(b, cfg, err, errlen);
-	else if (strncasecmp(cfg->url, "http://", 7) == 0 ||
-		 strncasecmp(cfg->url, "https://", 8) == 0)
-		r = http_init(b, cfg, err, errlen);
-	else if (strncasecmp(cfg->url, "file://", 7) == 0)
-		r = file_init(b, cfg, err, errlen);
-	else {
+	if (i >= 0) {
+		r = schemes[i].init(b, cfg, err, errlen);
+	} else {
 		snprintf(err, errlen,
 			 "URL %s: unsupported scheme (use s3://, http://, https:// or file://)",
 			 cfg->url);

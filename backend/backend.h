@@ -52,6 +52,10 @@ struct backend;
 int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, size_t errlen);
 void backend_free(struct backend *b);
 
+/* Does @url start with a scheme this backend serves (s3://, http://, https://, file://, in any
+ * case)? The one list of schemes, asked by option parsing too. */
+bool backend_scheme_known(const char *url);
+
 /* Start / stop the I/O thread. Metadata calls and reads need it running. Stopping fails every
  * queued or running read with -ESHUTDOWN. @return 0 or -errno. */
 int backend_start(struct backend *b);
