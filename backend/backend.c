@@ -1,14 +1,14 @@
 /*
  * backend.c - the scheme-independent half of the backend: picks the implementation from the
  * URL, forwards the interface calls, and holds what s3:// and http(s):// share (range reads
- * through the I/O loop, URL path encoding).
+ * through the I/O loop).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "backend_i.h"
+#include "scheme.h"
 
 /* The schemes a URL may start with, compared ignoring case, and who sets each up. */
 static const struct {
@@ -51,7 +51,6 @@ int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, 
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	b->timeout_s = cfg->timeout_s;
 	b->log = cfg->log;
 	b->log_arg = cfg->log_arg;
 	if (i >= 0) {
@@ -190,11 +189,6 @@ fail:
 	free(rc);
 	io_req_free(r);
 	return e;
-}
-
-char *backend_url_path(const char *path)
-{
-	return sigv4_uri_encode(path, true);
 }
 
 int backend_io_head(struct backend *b, struct io_req *r, struct bk_meta *ret)

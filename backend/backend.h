@@ -110,7 +110,7 @@ struct bk_stats {
 };
 void backend_get_stats(struct backend *b, struct bk_stats *ret);
 
-/* "s3", "http" or "file", and the URL with any secret removed, for the config file. */
+/* The scheme @b serves: "s3", "http" or "file" (https:// is "http"). */
 const char *backend_scheme(const struct backend *b);
 
 #endif

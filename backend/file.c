@@ -46,7 +46,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "backend_i.h"
+#include "scheme.h"
 
 struct file {
 	char *root; /* absolute directory, no trailing slash (for messages) */

@@ -15,7 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_i.h"
+#include "jsonidx.h"
+#include "scheme.h"
 
 struct http {
 	char *base;	 /* URL of the root, with a trailing slash */
@@ -36,10 +37,46 @@ static void http_free(struct backend *b)
 	free(h);
 }
 
+/* RFC 3986's unreserved characters, and the '/' between path segments: kept as they are. */
+static bool url_keep(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '.' || c == '_' || c == '~' || c == '/';
+}
+
+/*
+ * A path ("a/b c") as URL path segments ("a/b%20c"): every byte but those url_keep() names
+ * percent-encoded, upper-case hex. @return a malloc'd string, or NULL if out of memory.
+ */
+static char *url_path(const char *path)
+{
+	static const char digits[] = "0123456789ABCDEF";
+	size_t n = 0;
+	char *ret, *o;
+
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+		n += url_keep(*p) ? 1 : 3;
+	ret = malloc(n + 1);
+	if (!ret)
+		return NULL;
+	o = ret;
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+		if (url_keep(*p)) {
+			*o++ = (char)*p;
+		} else {
+			*o++ = '%';
+			*o++ = digits[*p >> 4];
+			*o++ = digits[*p & 15];
+		}
+	}
+	*o = '\0';
+	return ret;
+}
+
 static struct io_req *new_req(struct http *h, const char *path, bool dir)
 {
 	struct io_req *r = io_req_new();
-	char *enc = backend_url_path(path);
+	char *enc = url_path(path);
 
 	if (!r || !enc)
 		goto fail;

@@ -46,7 +46,8 @@
 #include <strings.h>
 #include <time.h>
 
-#include "backend_i.h"
+#include "httphdr.h"
+#include "io.h"
 
 #define BODY_MAX (64u << 20) /* listings and error documents larger than this are refused */
 #define POOL_MAX 64	     /* idle easy handles kept for reuse */

@@ -1,0 +1,100 @@
+/*
+ * io.h - the I/O thread. One curl multi handle, a queue of requests in two priorities, timers
+ * and plain jobs (the file backend's reads), retries with backoff, status -> errno.
+ */
+#ifndef TIERFS_IO_H
+#define TIERFS_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+
+#include "backend.h"
+
+struct io;
+struct io_req;
+
+typedef void (*io_done_fn)(struct io_req *r);
+/* Called before each attempt (first and retries) to append fresh auth headers to @list, which
+ * already holds a copy of r->headers. @return 0 or -errno (the request fails). */
+typedef int (*io_sign_fn)(struct io_req *r, struct curl_slist **list, void *arg);
+
+/* One HTTP request. The submitter fills the first block; io fills the results. */
+struct io_req {
+	char *url;                   /* owned by the request (freed by io_req_free) */
+	struct curl_slist *headers;  /* owned; sent with every attempt */
+	bool head;                   /* HEAD instead of GET */
+	uint64_t off;                /* range reads: first byte */
+	uint32_t len;                /* range reads: exact length, 0 = not a range read */
+	void *dst;                   /* range reads: where the bytes go (len bytes) */
+	char *etag;                  /* range reads: expected ETag, owned, or NULL */
+	bool lagging;                /* low priority: uses at most part of the connections */
+	io_sign_fn sign;
+	void *sign_arg;
+	io_done_fn done;             /* runs once on the I/O thread; owns r afterwards */
+	void *arg;
+
+	/* results, valid in done() */
+	int err;                     /* 0 or -errno */
+	long status;                 /* last HTTP status, 0 if none */
+	char *body;                  /* non-range requests: the body (NUL-terminated), or NULL */
+	size_t body_len;
+	char etag_got[BK_ETAG_MAX];  /* ETag header, "" if none */
+	int64_t mtime;               /* Last-Modified, INT64_MIN if none */
+	uint64_t length;             /* Content-Length, UINT64_MAX if none */
+	char errmsg[256];            /* why it failed, for a log line or the user */
+
+	/* io's own */
+	void *easy;                  /* CURL * while running */
+	struct curl_slist *att_headers; /* headers of the current attempt (copy + auth) */
+	struct io_req *next;         /* queue link */
+	unsigned attempt;            /* 0 for the first */
+	uint64_t got;                /* body bytes received this attempt */
+	uint64_t skip;               /* 200 answer to a range: bytes to drop before off */
+	bool whole;                  /* this attempt got a 200 for a range request */
+	bool complete;               /* range satisfied, the rest of a 200 body dropped */
+	bool have_cr;                /* Content-Range seen */
+	uint64_t cr_first, cr_last, cr_total;
+	bool sync_done;              /* io_run's wait flag */
+};
+
+struct io_cfg {
+	unsigned max_conns;
+	unsigned timeout_s;
+	unsigned retries;
+	const char *ca_file;
+	bool insecure;
+	void (*log)(void *log_arg, int level, const char *line);
+	void *log_arg;
+};
+
+/* @return the loop (thread not started) or NULL if out of memory. */
+struct io *io_new(const struct io_cfg *cfg);
+void io_free(struct io *io);
+int io_start(struct io *io);
+/* Stop the thread; queued and running requests complete with -ESHUTDOWN, timers and jobs are
+ * dropped (their memory is the submitter's to reclaim). */
+void io_stop(struct io *io);
+
+/* Queue @r. @return 0, or -ESHUTDOWN when stopped (r->done not called). */
+int io_submit(struct io *io, struct io_req *r);
+/* Submit @r and wait for it (r->done must be NULL). @return r->err. */
+int io_run(struct io *io, struct io_req *r);
+/* Run @fn(@arg) on the I/O thread after @delay_ns (0: soon). @return 0 or -errno. */
+int io_defer(struct io *io, uint64_t delay_ns, void (*fn)(void *), void *arg);
+
+struct io_req *io_req_new(void);
+void io_req_free(struct io_req *r);
+/* Add "Name: value" to r->headers. @return 0 or -ENOMEM. */
+int io_req_header(struct io_req *r, const char *name, const char *value);
+
+void io_get_stats(struct io *io, struct bk_stats *ret);
+/* Count a read done outside curl (file://): one request, @bytes received or an error. */
+void io_account(struct io *io, uint64_t bytes, bool error);
+
+/* HTTP status -> errno (0 for 2xx); is a failure with this status or curl code retryable? */
+int io_status_errno(long status);
+
+#endif
