@@ -1,13 +1,20 @@
 /*
- * backend.c - the scheme-independent half of the backend: picks the implementation from the
- * URL, forwards the interface calls, and holds what s3:// and http(s):// share (range reads
- * through the I/O loop).
+ * backend.c - the front of backend/: the one table of schemes (which URL prefix each scheme
+ * serves and who sets it up), and the interface calls forwarded to the scheme's operations.
+ *
+ *   fs/ ──► backend.c ──table──► s3.c, http.c, file.c ──► io.c (the I/O thread)
+ *                                                      sigv4.c, s3xml.c, creds.c,
+ *                                                      jsonidx.c, httphdr.c
+ *
+ * Nothing below calls back up into this file: what the schemes share lives in io.c.
+ * Locking: none here; see io.c.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "io.h"
 #include "scheme.h"
 
 /* The schemes a URL may start with, compared ignoring case, and who sets each up. */
@@ -131,77 +138,4 @@ void backend_get_stats(struct backend *b, struct bk_stats *ret)
 const char *backend_scheme(const struct backend *b)
 {
 	return b->scheme;
-}
-
-struct io_cfg backend_io_cfg(const struct backend_cfg *cfg)
-{
-	return (struct io_cfg){
-	    .max_conns = cfg->max_conns,
-	    .timeout_s = cfg->timeout_s,
-	    .retries = cfg->retries,
-	    .ca_file = cfg->ca_file,
-	    .insecure = cfg->insecure,
-	    .log = cfg->log,
-	    .log_arg = cfg->log_arg,
-	};
-}
-
-struct read_ctx {
-	bk_done_fn done;
-	void *arg;
-};
-
-static void read_done(struct io_req *r)
-{
-	struct read_ctx *rc = r->arg;
-	int err = r->err;
-
-	io_req_free(r);
-	rc->done(rc->arg, err);
-	free(rc);
-}
-
-int backend_io_read(struct backend *b, struct io_req *r, const char *etag, uint64_t off,
-		    uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
-{
-	struct read_ctx *rc = malloc(sizeof(*rc));
-	int e;
-
-	if (!rc) {
-		io_req_free(r);
-		return -ENOMEM;
-	}
-	rc->done = done;
-	rc->arg = arg;
-	r->off = off;
-	r->len = len;
-	r->dst = dst;
-	r->etag = etag && etag[0] ? strdup(etag) : NULL;
-	r->lagging = lagging;
-	r->done = read_done;
-	r->arg = rc;
-	if (etag && etag[0] && (e = io_req_header(r, "If-Match", etag)) < 0)
-		goto fail;
-	e = io_submit(b->io, r);
-	if (e == 0)
-		return 0;
-fail:
-	free(rc);
-	io_req_free(r);
-	return e;
-}
-
-int backend_io_head(struct backend *b, struct io_req *r, struct bk_meta *ret)
-{
-	int e;
-
-	r->head = true;
-	e = io_run(b->io, r);
-	if (e == 0) {
-		ret->size = r->length == UINT64_MAX ? 0 : r->length;
-		ret->mtime = r->mtime;
-		snprintf(ret->etag, sizeof(ret->etag), "%s", r->etag_got);
-	}
-	io_req_free(r);
-	return e;
 }

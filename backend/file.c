@@ -46,6 +46,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "io.h"
 #include "scheme.h"
 
 struct file {
@@ -435,7 +436,7 @@ int file_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_
 		close(e);
 	f->walk = (e < 0 && errno == ENOSYS) || (getenv("TIERFS_FILE_NO_OPENAT2") &&
 						 !strcmp(getenv("TIERFS_FILE_NO_OPENAT2"), "1"));
-	ioc = backend_io_cfg(cfg);
+	ioc = io_cfg_from(cfg);
 	b->io = io_new(&ioc);
 	if (!b->io) {
 		e = -ENOMEM;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "jsonidx.h"
+#include "io.h"
 #include "scheme.h"
 
 struct http {
@@ -159,7 +160,7 @@ static int http_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct io_req *r = new_req(b->priv, path, false);
 
-	return r ? backend_io_head(b, r, ret) : -ENOMEM;
+	return r ? io_head(b->io, r, ret) : -ENOMEM;
 }
 
 static int ignore(void *arg, const char *name, bool is_dir, uint64_t size, int64_t mtime)
@@ -204,7 +205,7 @@ static int http_read(struct backend *b, const char *path, const char *etag, uint
 
 	if (!r)
 		return -ENOMEM;
-	return backend_io_read(b, r, etag, off, len, dst, lagging, done, arg);
+	return io_read(b->io, r, etag, off, len, dst, lagging, done, arg);
 }
 
 static const struct bk_ops http_ops = {
@@ -288,7 +289,7 @@ int http_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_
 	}
 	if (cfg->manifest && (e = load_manifest(h, cfg->manifest, err, errlen)) < 0)
 		goto fail;
-	ioc = backend_io_cfg(cfg);
+	ioc = io_cfg_from(cfg);
 	b->io = io_new(&ioc);
 	if (!b->io) {
 		e = -ENOMEM;

@@ -34,6 +34,11 @@
  * store is back. A request that merely timed out says nothing about the others and trips
  * nothing.
  *
+ * A request (struct io_req, io.h) shows the submitter what it asks and what came back; io's
+ * own state of it (struct io_xfer: the curl handle, the queue link, the attempt's progress) is
+ * allocated with it and hidden here. The schemes share io_read (a range GET, If-Match) and
+ * io_head (size, mtime, ETag) at the end of this file.
+ *
  * Locking: io->lock guards the incoming lists and the stopping flag; everything else belongs
  * to the I/O thread alone. Stats are relaxed atomics.
  */
@@ -51,6 +56,29 @@
 
 #define BODY_MAX (64u << 20) /* listings and error documents larger than this are refused */
 #define POOL_MAX 64	     /* idle easy handles kept for reuse */
+
+/* io's own state of a request, hidden from the submitter. The I/O thread's alone, but for
+ * next, which io->lock guards while the request is on the incoming list, and sync_done, which
+ * io->lock guards. */
+struct io_xfer {
+	CURL *easy;                     /* while running */
+	struct curl_slist *att_headers; /* headers of the current attempt (copy + auth) */
+	struct io_req *next;            /* queue link */
+	unsigned attempt;               /* 0 for the first */
+	uint64_t got;                   /* body bytes received this attempt */
+	uint64_t skip;                  /* 200 answer to a range: bytes to drop before off */
+	bool whole;                     /* this attempt got a 200 for a range request */
+	bool complete;                  /* range satisfied, the rest of a 200 body dropped */
+	bool have_cr;                   /* Content-Range seen */
+	uint64_t cr_first, cr_last, cr_total;
+	bool sync_done;                 /* io_run's wait flag */
+};
+
+/* A request and its io_xfer, in one allocation. */
+struct req_block {
+	struct io_req r;
+	struct io_xfer x;
+};
 
 struct timer {
 	uint64_t due; /* CLOCK_MONOTONIC ns */
@@ -189,13 +217,14 @@ static int curl_errno(CURLcode code, bool *ret_retry)
 
 struct io_req *io_req_new(void)
 {
-	struct io_req *r = calloc(1, sizeof(*r));
+	struct req_block *b = calloc(1, sizeof(*b));
 
-	if (r) {
-		r->mtime = INT64_MIN;
-		r->length = UINT64_MAX;
-	}
-	return r;
+	if (!b)
+		return NULL;
+	b->r.xfer = &b->x;
+	b->r.mtime = INT64_MIN;
+	b->r.length = UINT64_MAX;
+	return &b->r;
 }
 
 /* Free a list of an attempt's headers. The signer put credentials in it (Authorization,
@@ -215,7 +244,7 @@ void io_req_free(struct io_req *r)
 	free(r->url);
 	free(r->etag);
 	curl_slist_free_all(r->headers);
-	slist_free_wiped(r->att_headers);
+	slist_free_wiped(r->xfer->att_headers);
 	free(r->body);
 	free(r);
 }
@@ -248,11 +277,11 @@ static void reset_attempt(struct io_req *r)
 	r->mtime = INT64_MIN;
 	r->length = UINT64_MAX;
 	r->errmsg[0] = '\0';
-	r->got = 0;
-	r->skip = 0;
-	r->whole = false;
-	r->complete = false;
-	r->have_cr = false;
+	r->xfer->got = 0;
+	r->xfer->skip = 0;
+	r->xfer->whole = false;
+	r->xfer->complete = false;
+	r->xfer->have_cr = false;
 }
 
 /* Does header line @h (length @n) start with @name (lower-case, with the colon)? Then return
@@ -289,7 +318,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg)
 		r->etag_got[0] = '\0';
 		r->mtime = INT64_MIN;
 		r->length = UINT64_MAX;
-		r->have_cr = false;
+		r->xfer->have_cr = false;
 		if (sp && (size_t)(sp - buf) + 4 <= n)
 			r->status = strtol(sp + 1, NULL, 10);
 		return n;
@@ -310,8 +339,10 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg)
 		if (httphdr_content_length(v, vlen, &len) == 0)
 			r->length = len;
 	} else if ((v = header_value(buf, n, "content-range:", &vlen))) {
-		r->have_cr =
-		    httphdr_content_range(v, vlen, &r->cr_first, &r->cr_last, &r->cr_total) == 0;
+		struct io_xfer *x = r->xfer;
+
+		x->have_cr = httphdr_content_range(v, vlen, &x->cr_first, &x->cr_last,
+						   &x->cr_total) == 0;
 	}
 	return n;
 }
@@ -354,22 +385,22 @@ static int check_range_answer(struct io_req *r)
 				 (unsigned long long)r->length);
 			return -ESTALE;
 		}
-		r->whole = true;
-		r->skip = r->off;
+		r->xfer->whole = true;
+		r->xfer->skip = r->off;
 		return 0;
 	}
-	if (!r->have_cr) {
+	if (!r->xfer->have_cr) {
 		snprintf(r->errmsg, sizeof(r->errmsg), "206 answer without a valid Content-Range");
 		return -EIO;
 	}
-	if (r->cr_total != UINT64_MAX && r->cr_total <= last) {
+	if (r->xfer->cr_total != UINT64_MAX && r->xfer->cr_total <= last) {
 		snprintf(r->errmsg, sizeof(r->errmsg), "object is now %llu bytes",
-			 (unsigned long long)r->cr_total);
+			 (unsigned long long)r->xfer->cr_total);
 		return -ESTALE;
 	}
-	if (r->cr_first != r->off || r->cr_last != last) {
+	if (r->xfer->cr_first != r->off || r->xfer->cr_last != last) {
 		snprintf(r->errmsg, sizeof(r->errmsg), "Content-Range %llu-%llu, asked %llu-%llu",
-			 (unsigned long long)r->cr_first, (unsigned long long)r->cr_last,
+			 (unsigned long long)r->xfer->cr_first, (unsigned long long)r->xfer->cr_last,
 			 (unsigned long long)r->off, (unsigned long long)last);
 		return -EIO;
 	}
@@ -384,7 +415,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 	if (!r->len || (r->status != 200 && r->status != 206))
 		return body_append(r, data, n > 65536 ? 65536 : n) ? n : 0;
 
-	if (r->got == 0 && !r->whole && r->skip == 0) {
+	if (r->xfer->got == 0 && !r->xfer->whole && r->xfer->skip == 0) {
 		int e = check_range_answer(r);
 
 		if (e < 0) {
@@ -392,27 +423,27 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 			return 0;
 		}
 	}
-	if (r->skip) {
-		size_t drop = r->skip < n ? (size_t)r->skip : n;
+	if (r->xfer->skip) {
+		size_t drop = r->xfer->skip < n ? (size_t)r->xfer->skip : n;
 
-		r->skip -= drop;
+		r->xfer->skip -= drop;
 		data += drop;
 		n -= drop;
 		if (!n)
 			return size * nmemb;
 	}
-	take = r->len - r->got;
-	if (n > take && !r->whole) {
+	take = r->len - r->xfer->got;
+	if (n > take && !r->xfer->whole) {
 		snprintf(r->errmsg, sizeof(r->errmsg), "more bytes than asked for");
 		r->err = -EIO;
 		return 0;
 	}
 	if (take > n)
 		take = n;
-	memcpy((char *)r->dst + r->got, data, take);
-	r->got += take;
-	if (r->whole && r->got == r->len) {
-		r->complete = true; /* stop the transfer: the rest of the object is not wanted */
+	memcpy((char *)r->dst + r->xfer->got, data, take);
+	r->xfer->got += take;
+	if (r->xfer->whole && r->xfer->got == r->len) {
+		r->xfer->complete = true; /* stop the transfer: the rest of the object is not wanted */
 		return 0;
 	}
 	return size * nmemb;
@@ -435,9 +466,9 @@ static void enqueue(struct io *io, struct io_req *r)
 	struct io_req **head = r->lagging ? &io->lag_head : &io->hot_head;
 	struct io_req **tail = r->lagging ? &io->lag_tail : &io->hot_tail;
 
-	r->next = NULL;
+	r->xfer->next = NULL;
 	if (*tail)
-		(*tail)->next = r;
+		(*tail)->xfer->next = r;
 	else
 		*head = r;
 	*tail = r;
@@ -451,10 +482,10 @@ static struct io_req *dequeue(struct io *io, bool lagging)
 	struct io_req *r = *head;
 
 	if (r) {
-		*head = r->next;
+		*head = r->xfer->next;
 		if (!*head)
 			*tail = NULL;
-		r->next = NULL;
+		r->xfer->next = NULL;
 		STAT_SUB(io, queued, 1);
 	}
 	return r;
@@ -482,8 +513,8 @@ static int start_attempt(struct io *io, struct io_req *r)
 	if (!e)
 		return -ENOMEM;
 	reset_attempt(r);
-	slist_free_wiped(r->att_headers);
-	r->att_headers = NULL;
+	slist_free_wiped(r->xfer->att_headers);
+	r->xfer->att_headers = NULL;
 	for (struct curl_slist *h = r->headers; h; h = h->next) {
 		struct curl_slist *n = curl_slist_append(l, h->data);
 
@@ -496,10 +527,10 @@ static int start_attempt(struct io *io, struct io_req *r)
 		io->pool[io->npool++] = e;
 		return err;
 	}
-	r->att_headers = l;
+	r->xfer->att_headers = l;
 
 	curl_easy_setopt(e, CURLOPT_URL, r->url);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->att_headers);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->xfer->att_headers);
 	curl_easy_setopt(e, CURLOPT_NOBODY, r->head ? 1L : 0L);
 	if (!r->head)
 		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
@@ -530,13 +561,13 @@ static int start_attempt(struct io *io, struct io_req *r)
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
 	}
-	r->easy = e;
+	r->xfer->easy = e;
 	if (curl_multi_add_handle(io->multi, e) != CURLM_OK) {
-		r->easy = NULL;
+		r->xfer->easy = NULL;
 		io->pool[io->npool++] = e;
 		return -EIO;
 	}
-	r->next = io->running;
+	r->xfer->next = io->running;
 	io->running = r;
 	io->active++;
 	if (r->lagging)
@@ -615,10 +646,10 @@ static void running_unlink(struct io *io, struct io_req *r)
 	struct io_req **pp = &io->running;
 
 	while (*pp && *pp != r)
-		pp = &(*pp)->next;
+		pp = &(*pp)->xfer->next;
 	if (*pp)
-		*pp = r->next;
-	r->next = NULL;
+		*pp = r->xfer->next;
+	r->xfer->next = NULL;
 }
 
 /* Fail every request waiting for a slot (not the running ones), with EIO and @why. */
@@ -649,13 +680,13 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		io->pool[io->npool++] = e;
 	else
 		curl_easy_cleanup(e);
-	r->easy = NULL;
+	r->xfer->easy = NULL;
 	io->active--;
 	if (r->lagging)
 		io->active_lag--;
 	STAT_SUB(io, active, 1);
 
-	if (r->complete) {
+	if (r->xfer->complete) {
 		r->err = 0; /* a 200 answer cut short on purpose */
 	} else if (r->err) {
 		retry = r->err == -EIO; /* a corrupt answer may be a passing fault */
@@ -667,24 +698,24 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		retry = status_retryable(r->status);
 		if (!r->errmsg[0])
 			snprintf(r->errmsg, sizeof(r->errmsg), "HTTP %ld", r->status);
-	} else if (r->len && r->got != r->len) {
+	} else if (r->len && r->xfer->got != r->len) {
 		r->err = -EIO;
 		retry = true;
 		snprintf(r->errmsg, sizeof(r->errmsg), "short body: %llu of %u bytes",
-			 (unsigned long long)r->got, r->len);
+			 (unsigned long long)r->xfer->got, r->len);
 	}
 	if (r->len && !r->err)
 		STAT_ADD(io, bytes, r->len);
 	if (r->status)
 		window_feedback(io, r->status);
 
-	if (r->err && retry && r->attempt < io->cfg.retries) {
+	if (r->err && retry && r->xfer->attempt < io->cfg.retries) {
 		struct timer *t = calloc(1, sizeof(*t));
 
 		if (t) {
-			r->attempt++;
+			r->xfer->attempt++;
 			STAT_ADD(io, retries, 1);
-			t->due = mono_ns() + backoff_ns(r->attempt - 1);
+			t->due = mono_ns() + backoff_ns(r->xfer->attempt - 1);
 			t->retry = r;
 			timer_insert(io, t);
 			return;
@@ -711,7 +742,7 @@ static void take_incoming(struct io *io, bool *ret_stopping)
 	pthread_mutex_unlock(&io->lock);
 
 	while (in) {
-		struct io_req *next = in->next;
+		struct io_req *next = in->xfer->next;
 
 		enqueue(io, in);
 		in = next;
@@ -762,14 +793,14 @@ static void shutdown_all(struct io *io)
 	while (io->running) {
 		struct io_req *r = io->running;
 
-		io->running = r->next;
-		r->next = NULL;
-		e = r->easy;
+		io->running = r->xfer->next;
+		r->xfer->next = NULL;
+		e = r->xfer->easy;
 		curl_multi_remove_handle(io->multi, e);
 		curl_easy_cleanup(e);
 		io->active--;
 		STAT_SUB(io, active, 1);
-		r->easy = NULL;
+		r->xfer->easy = NULL;
 		r->err = -ESHUTDOWN;
 		finish(io, r);
 	}
@@ -901,10 +932,10 @@ int io_submit(struct io *io, struct io_req *r)
 		pthread_mutex_unlock(&io->lock);
 		return -ESHUTDOWN;
 	}
-	r->next = NULL;
-	r->attempt = 0;
+	r->xfer->next = NULL;
+	r->xfer->attempt = 0;
 	if (io->in_tail)
-		io->in_tail->next = r;
+		io->in_tail->xfer->next = r;
 	else
 		io->in_head = r;
 	io->in_tail = r;
@@ -918,7 +949,7 @@ static void sync_done(struct io_req *r)
 	struct io *io = r->arg;
 
 	pthread_mutex_lock(&io->lock);
-	r->sync_done = true;
+	r->xfer->sync_done = true;
 	pthread_cond_broadcast(&io->cond);
 	pthread_mutex_unlock(&io->lock);
 }
@@ -929,12 +960,12 @@ int io_run(struct io *io, struct io_req *r)
 
 	r->done = sync_done;
 	r->arg = io;
-	r->sync_done = false;
+	r->xfer->sync_done = false;
 	e = io_submit(io, r);
 	if (e < 0)
 		return e;
 	pthread_mutex_lock(&io->lock);
-	while (!r->sync_done)
+	while (!r->xfer->sync_done)
 		pthread_cond_wait(&io->cond, &io->lock);
 	pthread_mutex_unlock(&io->lock);
 	return r->err;
@@ -981,4 +1012,79 @@ void io_account(struct io *io, uint64_t bytes, bool error)
 		STAT_ADD(io, errors, 1);
 	else
 		STAT_ADD(io, bytes, bytes);
+}
+
+/* ---- for the schemes ------------------------------------------------------------------------ */
+
+struct io_cfg io_cfg_from(const struct backend_cfg *cfg)
+{
+	return (struct io_cfg){
+	    .max_conns = cfg->max_conns,
+	    .timeout_s = cfg->timeout_s,
+	    .retries = cfg->retries,
+	    .ca_file = cfg->ca_file,
+	    .insecure = cfg->insecure,
+	    .log = cfg->log,
+	    .log_arg = cfg->log_arg,
+	};
+}
+
+struct read_ctx {
+	bk_done_fn done;
+	void *arg;
+};
+
+static void read_done(struct io_req *r)
+{
+	struct read_ctx *rc = r->arg;
+	int err = r->err;
+
+	io_req_free(r);
+	rc->done(rc->arg, err);
+	free(rc);
+}
+
+int io_read(struct io *io, struct io_req *r, const char *etag, uint64_t off, uint32_t len,
+	    void *dst, bool lagging, bk_done_fn done, void *arg)
+{
+	struct read_ctx *rc = malloc(sizeof(*rc));
+	int e;
+
+	if (!rc) {
+		io_req_free(r);
+		return -ENOMEM;
+	}
+	rc->done = done;
+	rc->arg = arg;
+	r->off = off;
+	r->len = len;
+	r->dst = dst;
+	r->etag = etag && etag[0] ? strdup(etag) : NULL;
+	r->lagging = lagging;
+	r->done = read_done;
+	r->arg = rc;
+	if (etag && etag[0] && (e = io_req_header(r, "If-Match", etag)) < 0)
+		goto fail;
+	e = io_submit(io, r);
+	if (e == 0)
+		return 0;
+fail:
+	free(rc);
+	io_req_free(r);
+	return e;
+}
+
+int io_head(struct io *io, struct io_req *r, struct bk_meta *ret)
+{
+	int e;
+
+	r->head = true;
+	e = io_run(io, r);
+	if (e == 0) {
+		ret->size = r->length == UINT64_MAX ? 0 : r->length;
+		ret->mtime = r->mtime;
+		snprintf(ret->etag, sizeof(ret->etag), "%s", r->etag_got);
+	}
+	io_req_free(r);
+	return e;
 }

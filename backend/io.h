@@ -15,6 +15,7 @@
 
 struct io;
 struct io_req;
+struct io_xfer;
 
 typedef void (*io_done_fn)(struct io_req *r);
 /* Called before each attempt (first and retries) to append fresh auth headers to @list, which
@@ -46,18 +47,7 @@ struct io_req {
 	uint64_t length;             /* Content-Length, UINT64_MAX if none */
 	char errmsg[256];            /* why it failed, for a log line or the user */
 
-	/* io's own */
-	void *easy;                  /* CURL * while running */
-	struct curl_slist *att_headers; /* headers of the current attempt (copy + auth) */
-	struct io_req *next;         /* queue link */
-	unsigned attempt;            /* 0 for the first */
-	uint64_t got;                /* body bytes received this attempt */
-	uint64_t skip;               /* 200 answer to a range: bytes to drop before off */
-	bool whole;                  /* this attempt got a 200 for a range request */
-	bool complete;               /* range satisfied, the rest of a 200 body dropped */
-	bool have_cr;                /* Content-Range seen */
-	uint64_t cr_first, cr_last, cr_total;
-	bool sync_done;              /* io_run's wait flag */
+	struct io_xfer *xfer;        /* io's own state of the request (io.c); allocated with it */
 };
 
 struct io_cfg {
@@ -96,5 +86,18 @@ void io_account(struct io *io, uint64_t bytes, bool error);
 
 /* HTTP status -> errno (0 for 2xx); is a failure with this status or curl code retryable? */
 int io_status_errno(long status);
+
+/* The io_cfg a scheme's I/O loop gets from @cfg. */
+struct io_cfg io_cfg_from(const struct backend_cfg *cfg);
+
+/* Range read with @r already holding url/headers/sign: fills the range fields, adds If-Match
+ * when @etag is not empty, wires completion to @done. Frees @r on every path.
+ * @return 0 or -errno (done not called). */
+int io_read(struct io *io, struct io_req *r, const char *etag, uint64_t off, uint32_t len,
+	    void *dst, bool lagging, bk_done_fn done, void *arg);
+
+/* HEAD with @r (url and signing set): size, mtime and ETag into *ret. Frees @r.
+ * @return 0 or -errno. */
+int io_head(struct io *io, struct io_req *r, struct bk_meta *ret);
 
 #endif

@@ -23,6 +23,7 @@
 
 #include "creds.h"
 #include "s3xml.h"
+#include "io.h"
 #include "scheme.h"
 #include "sigv4.h"
 
@@ -305,7 +306,7 @@ static int s3_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct io_req *r = new_req(b->priv, path, NULL);
 
-	return r ? backend_io_head(b, r, ret) : -ENOMEM;
+	return r ? io_head(b->io, r, ret) : -ENOMEM;
 }
 
 static int s3_read(struct backend *b, const char *path, const char *etag, uint64_t off,
@@ -315,7 +316,7 @@ static int s3_read(struct backend *b, const char *path, const char *etag, uint64
 
 	if (!r)
 		return -ENOMEM;
-	return backend_io_read(b, r, etag, off, len, dst, lagging, done, arg);
+	return io_read(b->io, r, etag, off, len, dst, lagging, done, arg);
 }
 
 static const struct bk_ops s3_ops = {
@@ -419,7 +420,7 @@ int s3_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t 
 	e = creds_load(cfg->credentials, cfg->profile, &s->creds, err, errlen);
 	if (e < 0)
 		goto fail;
-	ioc = backend_io_cfg(cfg);
+	ioc = io_cfg_from(cfg);
 	b->io = io_new(&ioc);
 	if (!b->io) {
 		e = -ENOMEM;

@@ -8,7 +8,6 @@
 #include <stddef.h>
 
 #include "backend.h"
-#include "io.h"
 
 struct bk_ops {
 	int (*check)(struct backend *b, char *err, size_t errlen);
@@ -34,17 +33,5 @@ struct backend {
 int s3_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen);
 int http_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen);
 int file_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen);
-
-/* The io_cfg a scheme's I/O loop gets from @cfg. */
-struct io_cfg backend_io_cfg(const struct backend_cfg *cfg);
-
-/* Range read through @b->io with @r already holding url/headers/sign: fills the range fields,
- * wires completion to @done. Frees @r on every path. @return 0 or -errno (done not called). */
-int backend_io_read(struct backend *b, struct io_req *r, const char *etag, uint64_t off,
-		    uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg);
-
-/* HEAD with @r (url and signing set): size, mtime and ETag into *ret. Frees @r.
- * @return 0 or -errno. */
-int backend_io_head(struct backend *b, struct io_req *r, struct bk_meta *ret);
 
 #endif
