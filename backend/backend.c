@@ -118,9 +118,9 @@ int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 }
 
 int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off, uint32_t len,
-		 void *dst, bool lagging, bk_done_fn done, void *arg)
+		 void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
-	return b->ops->read(b, path, etag, off, len, dst, lagging, done, arg);
+	return b->ops->read(b, path, etag, off, len, dst, prio, done, arg);
 }
 
 int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), void *arg)

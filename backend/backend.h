@@ -86,14 +86,21 @@ int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg);
  * (-ESTALE: the object is no longer the version @etag named). */
 typedef void (*bk_done_fn)(void *arg, int err);
 
+/* How soon a read is wanted. Background reads use only part of the connection slots, so urgent
+ * reads always have some; urgent ones start first. */
+enum bk_prio {
+	BK_URGENT = 0,
+	BK_BACKGROUND = 1,
+};
+
 /*
- * Read @len bytes at @off of @path into @dst, asynchronously. If @etag is non-empty the
- * request is conditional on it. Lagging reads use only part of the connection slots, so hot
- * reads always have some. @done runs exactly once, on the I/O thread, also on failure; until
- * then @dst must stay valid. @return 0 (queued) or -errno (not queued, @done not called).
+ * Read @len bytes at @off of @path into @dst, asynchronously, with priority @prio. If @etag is
+ * non-empty the request is conditional on it. @done runs exactly once, on the I/O thread, also
+ * on failure; until then @dst must stay valid.
+ * @return 0 (queued) or -errno (not queued, @done not called).
  */
 int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		 uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg);
+		 uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg);
 
 /* Run @cb(@arg) on the I/O thread after @delay_ns. @return 0 or -errno. */
 int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), void *arg);

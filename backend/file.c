@@ -331,7 +331,7 @@ out:
 }
 
 static int file_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		     uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+		     uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
 	struct job *j = calloc(1, sizeof(*j));
 	int e;

@@ -199,13 +199,13 @@ static int http_check(struct backend *b, char *err, size_t errlen)
 }
 
 static int http_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		     uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+		     uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
 	struct io_req *r = new_req(b->priv, path, false);
 
 	if (!r)
 		return -ENOMEM;
-	return io_read(b->io, r, etag, off, len, dst, lagging, done, arg);
+	return io_read(b->io, r, etag, off, len, dst, prio, done, arg);
 }
 
 static const struct bk_ops http_ops = {

@@ -5,15 +5,16 @@
  * kept alive and shared, and no FUSE worker waits on a socket for a block (metadata calls wait
  * on a condition variable for their own request; see io_run).
  *
- *   submitters (any thread)                     I/O thread
- *   io_submit ──► incoming list ──wakeup──►  hot queue ─┐      ┌─► curl multi (≤ max_conns)
- *   io_defer  ──► incoming timers           lag queue ─┴─slots─┘        │ done
- *                                           timers (sorted) ◄── retries ◄┤ retryable failure
- *                                                                        └► r->done(r)
+ *   submitters (any thread)                 I/O thread
+ *   io_submit ──► incoming list ──wakeup──► urgent queue ─────┐      ┌─► curl multi (≤ max_conns)
+ *   io_defer  ──► incoming timers           background queue ─┴slots─┘        │ done
+ *                                           timers (sorted) ◄──── retries ◄───┤ retryable failure
+ *                                                                             └► r->done(r)
  *
- * Slots: at most max_conns transfers run; lagging ones at most max_conns - reserve, with
- * reserve = max(1, max_conns / 4), so a burst of lagging fetches never takes the connections
- * tail readers need. Hot requests always start first.
+ * Slots: at most max_conns transfers run; BK_BACKGROUND ones at most max_conns - reserve, with
+ * reserve = max(1, max_conns / 4), so a burst of background fetches never takes the
+ * connections urgent ones need. Urgent requests always start first. Which reads are urgent is
+ * the caller's business: io knows priorities, not the cache tiers behind them.
  *
  * A range read is trusted only after checking: a 206 must carry a Content-Range naming exactly
  * the bytes asked for; a 200 (a server that ignores Range) is accepted by skipping to the
@@ -102,10 +103,9 @@ struct io {
 	bool stopping;			  /* lock */
 
 	/* I/O thread only */
-	struct io_req *hot_head, *hot_tail;
-	struct io_req *lag_head, *lag_tail;
+	struct io_req *head[2], *tail[2]; /* a queue per priority, indexed by enum bk_prio */
 	struct timer *timers; /* sorted by due */
-	unsigned active, active_lag;
+	unsigned active, active_bg; /* transfers running, of which BK_BACKGROUND */
 	double window;           /* AIMD: transfers allowed at once, 1..max_conns */
 	uint64_t last_cut_ns;    /* when the window was last halved */
 	struct io_req *running; /* transfers in the multi handle, linked by next */
@@ -463,8 +463,7 @@ static void timer_insert(struct io *io, struct timer *t)
 
 static void enqueue(struct io *io, struct io_req *r)
 {
-	struct io_req **head = r->lagging ? &io->lag_head : &io->hot_head;
-	struct io_req **tail = r->lagging ? &io->lag_tail : &io->hot_tail;
+	struct io_req **head = &io->head[r->prio], **tail = &io->tail[r->prio];
 
 	r->xfer->next = NULL;
 	if (*tail)
@@ -475,10 +474,9 @@ static void enqueue(struct io *io, struct io_req *r)
 	STAT_ADD(io, queued, 1);
 }
 
-static struct io_req *dequeue(struct io *io, bool lagging)
+static struct io_req *dequeue(struct io *io, enum bk_prio prio)
 {
-	struct io_req **head = lagging ? &io->lag_head : &io->hot_head;
-	struct io_req **tail = lagging ? &io->lag_tail : &io->hot_tail;
+	struct io_req **head = &io->head[prio], **tail = &io->tail[prio];
 	struct io_req *r = *head;
 
 	if (r) {
@@ -570,8 +568,8 @@ static int start_attempt(struct io *io, struct io_req *r)
 	r->xfer->next = io->running;
 	io->running = r;
 	io->active++;
-	if (r->lagging)
-		io->active_lag++;
+	if (r->prio == BK_BACKGROUND)
+		io->active_bg++;
 	STAT_ADD(io, requests, 1);
 	STAT_ADD(io, active, 1);
 	return 0;
@@ -610,7 +608,7 @@ static void window_feedback(struct io *io, long status)
 static void start_queued(struct io *io)
 {
 	unsigned max = (unsigned)io->window;
-	/* kept for hot requests; none when the store has squeezed us to one connection */
+	/* kept for urgent requests; none when the store has squeezed us to one connection */
 	unsigned reserve = max >= 4 ? max / 4 : max > 1 ? 1 : 0;
 
 	for (;;) {
@@ -618,10 +616,10 @@ static void start_queued(struct io *io)
 
 		if (io->active >= max)
 			return;
-		if (io->hot_head)
-			r = dequeue(io, false);
-		else if (io->lag_head && io->active_lag + reserve < max)
-			r = dequeue(io, true);
+		if (io->head[BK_URGENT])
+			r = dequeue(io, BK_URGENT);
+		else if (io->head[BK_BACKGROUND] && io->active_bg + reserve < max)
+			r = dequeue(io, BK_BACKGROUND);
 		if (!r)
 			return;
 		int e = start_attempt(io, r);
@@ -657,8 +655,8 @@ static void fail_queued(struct io *io, const char *why)
 {
 	struct io_req *r;
 
-	for (int lag = 0; lag < 2; lag++) {
-		while ((r = dequeue(io, lag))) {
+	for (enum bk_prio prio = BK_URGENT; prio <= BK_BACKGROUND; prio++) {
+		while ((r = dequeue(io, prio))) {
 			r->err = -EIO;
 			snprintf(r->errmsg, sizeof(r->errmsg), "%s", why);
 			STAT_ADD(io, errors, 1);
@@ -682,8 +680,8 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		curl_easy_cleanup(e);
 	r->xfer->easy = NULL;
 	io->active--;
-	if (r->lagging)
-		io->active_lag--;
+	if (r->prio == BK_BACKGROUND)
+		io->active_bg--;
 	STAT_SUB(io, active, 1);
 
 	if (r->xfer->complete) {
@@ -774,11 +772,11 @@ static int run_timers(struct io *io, uint64_t now)
 	return ms > 1000 ? 1000 : (int)ms;
 }
 
-static void fail_queue(struct io *io, bool lagging)
+static void fail_queue(struct io *io, enum bk_prio prio)
 {
 	struct io_req *r;
 
-	while ((r = dequeue(io, lagging))) {
+	while ((r = dequeue(io, prio))) {
 		r->err = -ESHUTDOWN;
 		finish(io, r);
 	}
@@ -820,8 +818,8 @@ static void shutdown_all(struct io *io)
 			}
 			free(t);
 		}
-		fail_queue(io, false);
-		fail_queue(io, true);
+		fail_queue(io, BK_URGENT);
+		fail_queue(io, BK_BACKGROUND);
 		pthread_mutex_lock(&io->lock);
 		stopping = io->in_head || io->tin;
 		pthread_mutex_unlock(&io->lock);
@@ -1045,7 +1043,7 @@ static void read_done(struct io_req *r)
 }
 
 int io_read(struct io *io, struct io_req *r, const char *etag, uint64_t off, uint32_t len,
-	    void *dst, bool lagging, bk_done_fn done, void *arg)
+	    void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
 	struct read_ctx *rc = malloc(sizeof(*rc));
 	int e;
@@ -1060,7 +1058,7 @@ int io_read(struct io *io, struct io_req *r, const char *etag, uint64_t off, uin
 	r->len = len;
 	r->dst = dst;
 	r->etag = etag && etag[0] ? strdup(etag) : NULL;
-	r->lagging = lagging;
+	r->prio = prio;
 	r->done = read_done;
 	r->arg = rc;
 	if (etag && etag[0] && (e = io_req_header(r, "If-Match", etag)) < 0)

@@ -31,7 +31,7 @@ struct io_req {
 	uint32_t len;                /* range reads: exact length, 0 = not a range read */
 	void *dst;                   /* range reads: where the bytes go (len bytes) */
 	char *etag;                  /* range reads: expected ETag, owned, or NULL */
-	bool lagging;                /* low priority: uses at most part of the connections */
+	enum bk_prio prio;           /* BK_BACKGROUND: uses at most part of the connections */
 	io_sign_fn sign;
 	void *sign_arg;
 	io_done_fn done;             /* runs once on the I/O thread; owns r afterwards */
@@ -94,7 +94,7 @@ struct io_cfg io_cfg_from(const struct backend_cfg *cfg);
  * when @etag is not empty, wires completion to @done. Frees @r on every path.
  * @return 0 or -errno (done not called). */
 int io_read(struct io *io, struct io_req *r, const char *etag, uint64_t off, uint32_t len,
-	    void *dst, bool lagging, bk_done_fn done, void *arg);
+	    void *dst, enum bk_prio prio, bk_done_fn done, void *arg);
 
 /* HEAD with @r (url and signing set): size, mtime and ETag into *ret. Frees @r.
  * @return 0 or -errno. */

@@ -310,13 +310,13 @@ static int s3_stat(struct backend *b, const char *path, struct bk_meta *ret)
 }
 
 static int s3_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		   uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+		   uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
 	struct io_req *r = new_req(b->priv, path, NULL);
 
 	if (!r)
 		return -ENOMEM;
-	return io_read(b->io, r, etag, off, len, dst, lagging, done, arg);
+	return io_read(b->io, r, etag, off, len, dst, prio, done, arg);
 }
 
 static const struct bk_ops s3_ops = {

@@ -14,7 +14,7 @@ struct bk_ops {
 	int (*stat)(struct backend *b, const char *path, struct bk_meta *ret);
 	int (*list)(struct backend *b, const char *dir, bk_list_fn fn, void *arg);
 	int (*read)(struct backend *b, const char *path, const char *etag, uint64_t off,
-		    uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg);
+		    uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg);
 	void (*free)(struct backend *b);
 };
 
