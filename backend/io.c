@@ -35,6 +35,10 @@
  * store is back. A request that merely timed out says nothing about the others and trips
  * nothing.
  *
+ * Time and randomness come in through io_cfg (the monotonic clock and rand() unless a test
+ * passes its own), and the rules above are pure functions (io_window_feedback, io_backoff_ns,
+ * io_range_check) that tests/unit/test_io.c drives directly.
+ *
  * A request (struct io_req, io.h) shows the submitter what it asks and what came back; io's
  * own state of it (struct io_xfer: the curl handle, the queue link, the attempt's progress) is
  * allocated with it and hidden here. The schemes share io_read (a range GET, If-Match) and
@@ -62,17 +66,17 @@
  * next, which io->lock guards while the request is on the incoming list, and sync_done, which
  * io->lock guards. */
 struct io_xfer {
-	CURL *easy;                     /* while running */
+	CURL *easy;			/* while running */
 	struct curl_slist *att_headers; /* headers of the current attempt (copy + auth) */
-	struct io_req *next;            /* queue link */
-	unsigned attempt;               /* 0 for the first */
-	uint64_t got;                   /* body bytes received this attempt */
-	uint64_t skip;                  /* 200 answer to a range: bytes to drop before off */
-	bool whole;                     /* this attempt got a 200 for a range request */
-	bool complete;                  /* range satisfied, the rest of a 200 body dropped */
-	bool have_cr;                   /* Content-Range seen */
+	struct io_req *next;		/* queue link */
+	unsigned attempt;		/* 0 for the first */
+	uint64_t got;			/* body bytes received this attempt */
+	uint64_t skip;			/* 200 answer to a range: bytes to drop before off */
+	bool whole;			/* this attempt got a 200 for a range request */
+	bool complete;			/* range satisfied, the rest of a 200 body dropped */
+	bool have_cr;			/* Content-Range seen */
 	uint64_t cr_first, cr_last, cr_total;
-	bool sync_done;                 /* io_run's wait flag */
+	bool sync_done; /* io_run's wait flag */
 };
 
 /* A request and its io_xfer, in one allocation. */
@@ -104,11 +108,10 @@ struct io {
 
 	/* I/O thread only */
 	struct io_req *head[2], *tail[2]; /* a queue per priority, indexed by enum bk_prio */
-	struct timer *timers; /* sorted by due */
-	unsigned active, active_bg; /* transfers running, of which BK_BACKGROUND */
-	double window;           /* AIMD: transfers allowed at once, 1..max_conns */
-	uint64_t last_cut_ns;    /* when the window was last halved */
-	struct io_req *running; /* transfers in the multi handle, linked by next */
+	struct timer *timers;		  /* sorted by due */
+	unsigned active, active_bg;	  /* transfers running, of which BK_BACKGROUND */
+	struct io_window win;		  /* AIMD: transfers allowed at once, 1..max_conns */
+	struct io_req *running;		  /* transfers in the multi handle, linked by next */
 	CURL *pool[POOL_MAX];
 	unsigned npool;
 
@@ -118,12 +121,23 @@ struct io {
 #define STAT_ADD(io, f, v) __atomic_fetch_add(&(io)->st.f, (v), __ATOMIC_RELAXED)
 #define STAT_SUB(io, f, v) __atomic_fetch_sub(&(io)->st.f, (v), __ATOMIC_RELAXED)
 
-static uint64_t mono_ns(void)
+/* The clock and the randomness io uses unless io_cfg names others. */
+static uint64_t sys_mono_ns(void *env_arg)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static double sys_random(void *env_arg)
+{
+	return (double)rand() / ((double)RAND_MAX + 1);
+}
+
+static uint64_t now_ns(struct io *io)
+{
+	return io->cfg.mono_ns(io->cfg.env_arg);
 }
 
 static void logf_(struct io *io, int level, const char *fmt, ...)
@@ -341,8 +355,8 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg)
 	} else if ((v = header_value(buf, n, "content-range:", &vlen))) {
 		struct io_xfer *x = r->xfer;
 
-		x->have_cr = httphdr_content_range(v, vlen, &x->cr_first, &x->cr_last,
-						   &x->cr_total) == 0;
+		x->have_cr =
+		    httphdr_content_range(v, vlen, &x->cr_first, &x->cr_last, &x->cr_total) == 0;
 	}
 	return n;
 }
@@ -369,42 +383,61 @@ static size_t body_append(struct io_req *r, const char *data, size_t n)
 	return n;
 }
 
-/* First body bytes of a range read: is this answer what we asked for? */
-static int check_range_answer(struct io_req *r)
+int io_range_check(const struct io_range_answer *a, const char *etag, uint64_t off, uint32_t len,
+		   char *errmsg, size_t errlen)
 {
-	uint64_t last = r->off + r->len - 1;
+	uint64_t last = off + len - 1;
 
-	if (r->etag && r->etag[0] && r->etag_got[0] && strcmp(r->etag, r->etag_got) != 0) {
-		snprintf(r->errmsg, sizeof(r->errmsg), "object changed (ETag %s, expected %s)",
-			 r->etag_got, r->etag);
+	if (etag && etag[0] && a->etag[0] && strcmp(etag, a->etag) != 0) {
+		snprintf(errmsg, errlen, "object changed (ETag %s, expected %s)", a->etag, etag);
 		return -ESTALE;
 	}
-	if (r->status == 200) {
-		if (r->length != UINT64_MAX && r->length <= last) {
-			snprintf(r->errmsg, sizeof(r->errmsg), "object is now %llu bytes",
-				 (unsigned long long)r->length);
+	if (a->status == 200) {
+		if (a->length != UINT64_MAX && a->length <= last) {
+			snprintf(errmsg, errlen, "object is now %llu bytes",
+				 (unsigned long long)a->length);
 			return -ESTALE;
 		}
-		r->xfer->whole = true;
-		r->xfer->skip = r->off;
-		return 0;
+		return 1;
 	}
-	if (!r->xfer->have_cr) {
-		snprintf(r->errmsg, sizeof(r->errmsg), "206 answer without a valid Content-Range");
+	if (!a->have_cr) {
+		snprintf(errmsg, errlen, "206 answer without a valid Content-Range");
 		return -EIO;
 	}
-	if (r->xfer->cr_total != UINT64_MAX && r->xfer->cr_total <= last) {
-		snprintf(r->errmsg, sizeof(r->errmsg), "object is now %llu bytes",
-			 (unsigned long long)r->xfer->cr_total);
+	if (a->cr_total != UINT64_MAX && a->cr_total <= last) {
+		snprintf(errmsg, errlen, "object is now %llu bytes",
+			 (unsigned long long)a->cr_total);
 		return -ESTALE;
 	}
-	if (r->xfer->cr_first != r->off || r->xfer->cr_last != last) {
-		snprintf(r->errmsg, sizeof(r->errmsg), "Content-Range %llu-%llu, asked %llu-%llu",
-			 (unsigned long long)r->xfer->cr_first, (unsigned long long)r->xfer->cr_last,
-			 (unsigned long long)r->off, (unsigned long long)last);
+	if (a->cr_first != off || a->cr_last != last) {
+		snprintf(errmsg, errlen, "Content-Range %llu-%llu, asked %llu-%llu",
+			 (unsigned long long)a->cr_first, (unsigned long long)a->cr_last,
+			 (unsigned long long)off, (unsigned long long)last);
 		return -EIO;
 	}
 	return 0;
+}
+
+/* First body bytes of a range read: is this answer what we asked for? */
+static int check_range_answer(struct io_req *r)
+{
+	struct io_xfer *x = r->xfer;
+	struct io_range_answer a = {
+	    .status = r->status,
+	    .etag = r->etag_got,
+	    .length = r->length,
+	    .have_cr = x->have_cr,
+	    .cr_first = x->cr_first,
+	    .cr_last = x->cr_last,
+	    .cr_total = x->cr_total,
+	};
+	int e = io_range_check(&a, r->etag, r->off, r->len, r->errmsg, sizeof(r->errmsg));
+
+	if (e == 1) {
+		x->whole = true;
+		x->skip = r->off;
+	}
+	return e < 0 ? e : 0;
 }
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
@@ -443,7 +476,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 	memcpy((char *)r->dst + r->xfer->got, data, take);
 	r->xfer->got += take;
 	if (r->xfer->whole && r->xfer->got == r->len) {
-		r->xfer->complete = true; /* stop the transfer: the rest of the object is not wanted */
+		r->xfer->complete =
+		    true; /* stop the transfer: the rest of the object is not wanted */
 		return 0;
 	}
 	return size * nmemb;
@@ -579,35 +613,46 @@ nomem:
 	return -ENOMEM;
 }
 
-static void window_set(struct io *io, double w)
+static void window_set(struct io_window *win, double w)
 {
 	if (w < 1)
 		w = 1;
-	if (w > io->cfg.max_conns)
-		w = io->cfg.max_conns;
-	io->window = w;
-	__atomic_store_n(&io->st.window, (uint64_t)w, __ATOMIC_RELAXED);
+	if (w > win->max)
+		w = win->max;
+	win->w = w;
+}
+
+void io_window_init(struct io_window *win, unsigned max)
+{
+	*win = (struct io_window){.max = max};
+	window_set(win, max);
+}
+
+bool io_window_feedback(struct io_window *win, long status, uint64_t now_ns)
+{
+	if (status == 503 || status == 429) {
+		if (now_ns - win->last_cut_ns > 100000000ULL) {
+			win->last_cut_ns = now_ns;
+			window_set(win, win->w / 2);
+		}
+		return true;
+	}
+	if (status >= 200 && status < 500 && win->w < win->max)
+		window_set(win, win->w + 1 / win->w);
+	return false;
 }
 
 /* A store's answer to one request: slow down (503/429), or fine. */
 static void window_feedback(struct io *io, long status)
 {
-	if (status == 503 || status == 429) {
-		uint64_t now = mono_ns();
-
+	if (io_window_feedback(&io->win, status, now_ns(io)))
 		STAT_ADD(io, slowdowns, 1);
-		if (now - io->last_cut_ns > 100000000ULL) {
-			io->last_cut_ns = now;
-			window_set(io, io->window / 2);
-		}
-	} else if (status >= 200 && status < 500 && io->window < io->cfg.max_conns) {
-		window_set(io, io->window + 1 / io->window);
-	}
+	__atomic_store_n(&io->st.window, (uint64_t)io->win.w, __ATOMIC_RELAXED);
 }
 
 static void start_queued(struct io *io)
 {
-	unsigned max = (unsigned)io->window;
+	unsigned max = (unsigned)io->win.w;
 	/* kept for urgent requests; none when the store has squeezed us to one connection */
 	unsigned reserve = max >= 4 ? max / 4 : max > 1 ? 1 : 0;
 
@@ -630,13 +675,12 @@ static void start_queued(struct io *io)
 	}
 }
 
-static uint64_t backoff_ns(unsigned attempt)
+uint64_t io_backoff_ns(unsigned attempt, double u)
 {
 	uint64_t base = 100000000ULL << (attempt < 6 ? attempt : 6); /* 100 ms .. 6.4 s */
 
 	/* full jitter in [base/2, base) */
-	return base / 2 +
-	       (uint64_t)((double)(base / 2) * ((double)rand() / ((double)RAND_MAX + 1)));
+	return base / 2 + (uint64_t)((double)(base / 2) * u);
 }
 
 static void running_unlink(struct io *io, struct io_req *r)
@@ -711,9 +755,12 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		struct timer *t = calloc(1, sizeof(*t));
 
 		if (t) {
+			uint64_t now = now_ns(io);
+
 			r->xfer->attempt++;
 			STAT_ADD(io, retries, 1);
-			t->due = mono_ns() + backoff_ns(r->xfer->attempt - 1);
+			t->due = now + io_backoff_ns(r->xfer->attempt - 1,
+						     io->cfg.random(io->cfg.env_arg));
 			t->retry = r;
 			timer_insert(io, t);
 			return;
@@ -843,7 +890,7 @@ static void *loop(void *arg)
 		while ((m = curl_multi_info_read(io->multi, &nmsg)))
 			if (m->msg == CURLMSG_DONE)
 				transfer_done(io, m->easy_handle, m->data.result);
-		timeout = run_timers(io, mono_ns());
+		timeout = run_timers(io, now_ns(io));
 		start_queued(io);
 		/* a submission meanwhile wakes the poll (curl_multi_wakeup) */
 		curl_multi_poll(io->multi, NULL, 0, timeout, NULL);
@@ -869,7 +916,12 @@ struct io *io_new(const struct io_cfg *cfg)
 	io->multi = curl_multi_init();
 	if (!io->multi)
 		goto fail;
-	window_set(io, io->cfg.max_conns);
+	if (!io->cfg.mono_ns)
+		io->cfg.mono_ns = sys_mono_ns;
+	if (!io->cfg.random)
+		io->cfg.random = sys_random;
+	io_window_init(&io->win, io->cfg.max_conns);
+	io->st.window = io->cfg.max_conns;
 	curl_multi_setopt(io->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)io->cfg.max_conns);
 	curl_multi_setopt(io->multi, CURLMOPT_MAXCONNECTS, (long)io->cfg.max_conns);
 	pthread_mutex_init(&io->lock, NULL);
@@ -975,7 +1027,7 @@ int io_defer(struct io *io, uint64_t delay_ns, void (*fn)(void *), void *arg)
 
 	if (!t)
 		return -ENOMEM;
-	t->due = mono_ns() + delay_ns;
+	t->due = now_ns(io) + delay_ns;
 	t->fn = fn;
 	t->arg = arg;
 	pthread_mutex_lock(&io->lock);

@@ -58,6 +58,12 @@ struct io_cfg {
 	bool insecure;
 	void (*log)(void *log_arg, int level, const char *line);
 	void *log_arg;
+	/* The loop's clock (timers, retries, the window's cuts) and the randomness of its backoff
+	 * jitter, called on the I/O thread and by io_defer's caller; NULL: CLOCK_MONOTONIC and
+	 * rand(). Tests pass their own. */
+	uint64_t (*mono_ns)(void *env_arg);
+	double (*random)(void *env_arg); /* uniform in [0, 1) */
+	void *env_arg;
 };
 
 /* @return the loop (thread not started) or NULL if out of memory. */
@@ -86,6 +92,49 @@ void io_account(struct io *io, uint64_t bytes, bool error);
 
 /* HTTP status -> errno (0 for 2xx); is a failure with this status or curl code retryable? */
 int io_status_errno(long status);
+
+/* ---- the loop's rules as pure functions, exposed for tests ---------------------------------- */
+
+/* The number of transfers allowed at once, managed like TCP's congestion window (AIMD). */
+struct io_window {
+	double w;             /* allowed now, 1..max */
+	unsigned max;         /* max_conns */
+	uint64_t last_cut_ns; /* when w was last halved */
+};
+
+/* w = @max, never cut yet. */
+void io_window_init(struct io_window *win, unsigned max);
+
+/*
+ * Feed one answer's HTTP @status, received at @now_ns: 503 or 429 halve the window, at most
+ * once per 100 ms (a burst of refusals counts once); any other answer below 500 grows it by
+ * 1/w (one per window of answers). Never below 1 nor above max.
+ * @return true if @status asked to slow down (503, 429), cut or not.
+ */
+bool io_window_feedback(struct io_window *win, long status, uint64_t now_ns);
+
+/* The delay before retry @attempt + 1 (@attempt 0 after the first failure): full jitter in
+ * [base/2, base), base = 100 ms << min(@attempt, 6), placed by @u, uniform in [0, 1). */
+uint64_t io_backoff_ns(unsigned attempt, double u);
+
+/* What the headers of an answer to a range read said, up to its first body byte. */
+struct io_range_answer {
+	long status;      /* 200 or 206 */
+	const char *etag; /* the ETag header, "" if none */
+	uint64_t length;  /* Content-Length, UINT64_MAX if none */
+	bool have_cr;     /* a well-formed Content-Range came */
+	uint64_t cr_first, cr_last, cr_total; /* with have_cr; total UINT64_MAX for "/ *" */
+};
+
+/*
+ * Is @a the answer to a read of @len (> 0) bytes at @off of the version @etag (NULL or "":
+ * any)? A 200 is the whole object: usable if it is long enough. A 206 must name exactly the
+ * bytes asked for. On failure @errmsg says why (the log line's text).
+ * @return 1 (a 200: skip to @off, drop the rest), 0 (a 206 with exactly the range), -ESTALE
+ * (another ETag, or the object is now too short), -EIO (no or another Content-Range).
+ */
+int io_range_check(const struct io_range_answer *a, const char *etag, uint64_t off,
+		   uint32_t len, char *errmsg, size_t errlen);
 
 /* The io_cfg a scheme's I/O loop gets from @cfg. */
 struct io_cfg io_cfg_from(const struct backend_cfg *cfg);
