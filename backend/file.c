@@ -2,10 +2,10 @@
  * file.c - file:///dir: a local directory as the object store.
  *
  * The quickest way to try tierfs, and the demo's default. Objects are the regular files under
- * the directory; their ETag is made from what changes when the file does,
- * "mtime_ns-size-inode" in hex, as nginx does. Reads run as jobs on the backend's I/O thread
- * (pread from the page cache is fast, and it keeps FUSE workers off the disk), and check the
- * ETag first, so a file replaced under an open handle gives -ESTALE, never a mix.
+ * the directory; their ETag is made from what identifies the file's bytes,
+ * "dev-inode-size-mtime_ns" in hex, stable across processes and mounts. Reads run as jobs on
+ * the backend's I/O thread (pread from the page cache is fast, and it keeps FUSE workers off
+ * the disk), and check the ETag first, so a file replaced under an open handle gives -ESTALE, never a mix.
  *
  * Confinement. The store's contents are untrusted input: anyone who can write into the
  * directory may plant `shadow -> /etc/shadow`, `up -> ../..` or a FIFO, and the mount (often
@@ -83,10 +83,13 @@ static void meta_from_stat(const struct stat *st, struct bk_meta *m)
 	memset(m, 0, sizeof(*m));
 	m->size = (uint64_t)st->st_size;
 	m->mtime = st->st_mtim.tv_sec;
-	snprintf(m->etag, sizeof(m->etag), "\"%llx-%llx-%llx\"",
+	/* the version: what identifies this file's bytes, stable across processes and
+	 * mounts (tierfs keys cached blocks by it): device, inode, size, mtime in ns */
+	snprintf(m->etag, sizeof(m->etag), "\"%llx-%llx-%llx-%llx\"",
+		 (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+		 (unsigned long long)st->st_size,
 		 (unsigned long long)st->st_mtim.tv_sec * 1000000000ULL +
-		     (unsigned long long)st->st_mtim.tv_nsec,
-		 (unsigned long long)st->st_size, (unsigned long long)st->st_ino);
+		     (unsigned long long)st->st_mtim.tv_nsec);
 	m->have_perm = true;
 	m->perm = st->st_mode & 0777;
 }
@@ -206,12 +209,24 @@ static int open_regular(const struct file *f, const char *path, struct stat *ret
 	return fd;
 }
 
+/* What a lookup by name sees, by the listing's rule (list_one): a symlink counts only when
+ * its target is a regular file beneath the root; one to a directory stays hidden, so a name
+ * asked for directly never brings back what the listing hides. */
 static int file_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct file *f = b->priv;
 	struct stat st;
-	int e = stat_beneath(f, path, &st);
+	int e, fd = open_beneath(f, path, O_PATH | O_NOFOLLOW);
 
+	if (fd < 0)
+		return fd;
+	e = fstat(fd, &st) < 0 ? -errno : 0;
+	close(fd);
+	if (e == 0 && S_ISLNK(st.st_mode)) {
+		e = stat_beneath(f, path, &st);
+		if (e == 0 && !S_ISREG(st.st_mode))
+			e = -ENOENT;
+	}
 	if (e < 0)
 		return e;
 	if (S_ISDIR(st.st_mode))

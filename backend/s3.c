@@ -190,31 +190,66 @@ static void explain(struct s3 *s, struct io_req *r, char *err, size_t errlen)
 }
 
 struct list_ctx {
+	struct backend *b;      /* for its log */
 	const char *dir_prefix; /* full key prefix of the directory listed, with its slash */
 	size_t plen;
 	bk_list_fn fn;
 	void *arg;
 };
 
-static int on_list_entry(void *arg, const char *key, bool is_prefix, uint64_t size, int64_t mtime,
-			 const char *etag)
+/* One log line for a key that exists in the store but cannot be a file name. The key is
+ * shown url-encoded, so that whatever bytes it holds make one printable line. */
+static void skipped(struct list_ctx *lc, const char *key, size_t keylen, const char *why)
+{
+	char enc[600], line[800];
+	size_t w = 0;
+
+	if (!lc->b->log)
+		return;
+	for (size_t i = 0; i < keylen && w + 4 < sizeof(enc); i++) {
+		unsigned char ch = (unsigned char)key[i];
+
+		if (ch > 0x20 && ch < 0x7f && ch != '%')
+			enc[w++] = (char)ch;
+		else
+			w += (size_t)snprintf(enc + w, sizeof(enc) - w, "%%%02X", ch);
+	}
+	enc[w] = '\0';
+	snprintf(line, sizeof(line), "listing: skipped key '%s%s': %s", enc,
+		 w + 4 >= sizeof(enc) ? "..." : "", why);
+	lc->b->log(lc->b->log_arg, 1, line);
+}
+
+static int on_list_entry(void *arg, const char *key, size_t keylen, bool is_prefix, uint64_t size,
+			 int64_t mtime, const char *etag)
 {
 	struct list_ctx *lc = arg;
+	const char *full = key;
 	char name[1024];
 	size_t n;
 
 	if (strncmp(key, lc->dir_prefix, lc->plen) != 0)
 		return 0; /* not under the directory: a confused server */
+	if (strlen(key) != keylen) {
+		skipped(lc, full, keylen, "it holds a NUL byte");
+		return 0;
+	}
 	key += lc->plen;
 	n = strlen(key);
 	if (is_prefix && n && key[n - 1] == '/')
 		n--;
-	if (n == 0 || n >= sizeof(name) || memchr(key, '/', n))
-		return 0; /* a directory marker ("dir/"), an empty segment, or too long */
+	if (n == 0 || memchr(key, '/', n))
+		return 0; /* a directory marker ("dir/"), or an empty segment */
+	if (n > 255 || n >= sizeof(name)) {
+		skipped(lc, full, keylen, "a name longer than 255 bytes");
+		return 0;
+	}
 	memcpy(name, key, n);
 	name[n] = '\0';
-	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+		skipped(lc, full, keylen, "'.' and '..' cannot be file names");
 		return 0;
+	}
 	if (is_prefix)
 		return lc->fn(lc->arg, name, true, NULL);
 	struct bk_meta m = {.size = size, .mtime = mtime};
@@ -225,7 +260,7 @@ static int on_list_entry(void *arg, const char *key, bool is_prefix, uint64_t si
 static int s3_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 {
 	struct s3 *s = b->priv;
-	struct list_ctx lc = {.fn = fn, .arg = arg};
+	struct list_ctx lc = {.b = b, .fn = fn, .arg = arg};
 	char *prefix = NULL, *token = NULL;
 	int e;
 
@@ -241,10 +276,13 @@ static int s3_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 			e = -ELOOP;
 			break;
 		}
-		struct kv q[4];
+		struct kv q[5];
 		size_t n = 0;
 		q[n++] = (struct kv){"list-type", "2"};
 		q[n++] = (struct kv){"delimiter", "/"};
+		/* keys come percent-encoded: one holding a character XML cannot carry would
+		 * otherwise make the page unparsable (s3xml.c) */
+		q[n++] = (struct kv){"encoding-type", "url"};
 		q[n++] = (struct kv){"prefix", prefix};
 		if (token)
 			q[n++] = (struct kv){"continuation-token", token};
@@ -270,8 +308,8 @@ static int s3_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 	return e;
 }
 
-static int ignore_entry(void *arg, const char *key, bool is_prefix, uint64_t size, int64_t mtime,
-			const char *etag)
+static int ignore_entry(void *arg, const char *key, size_t keylen, bool is_prefix, uint64_t size,
+			int64_t mtime, const char *etag)
 {
 	return 0;
 }
@@ -279,8 +317,11 @@ static int ignore_entry(void *arg, const char *key, bool is_prefix, uint64_t siz
 static int s3_check(struct backend *b, char *err, size_t errlen)
 {
 	struct s3 *s = b->priv;
-	struct kv q[] = {{"list-type", "2"}, {"max-keys", "1"}, {"prefix", s->prefix}};
-	char *query = sigv4_canonical_query(q, 3);
+	struct kv q[] = {{"list-type", "2"},
+			 {"max-keys", "1"},
+			 {"prefix", s->prefix},
+			 {"encoding-type", "url"}};
+	char *query = sigv4_canonical_query(q, 4);
 	struct io_req *r = query ? new_req(s, NULL, query) : NULL;
 	int e;
 

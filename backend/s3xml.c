@@ -7,6 +7,7 @@
  *     ListBucketResult                      depth 1 (the root; anything else is -EIO)
  *       IsTruncated                         2   "true" | "false"
  *       NextContinuationToken               2   opaque, kept verbatim
+ *       EncodingType                        2   "url": keys and prefixes are percent-encoded
  *       Contents                            2   one object: an entry at </Contents>
  *         Key, Size, LastModified, ETag     3
  *       CommonPrefixes                      2   one "directory": an entry at </CommonPrefixes>
@@ -26,6 +27,14 @@
  * that fits in 64 bits, a repeated field, or IsTruncated=true without a token are all -EIO:
  * a listing we do not fully understand is not guessed at. Entities (&amp;, &#x20AC;) are
  * decoded by expat; a DOCTYPE is refused outright, so no entity can be declared and expanded.
+ *
+ * Keys. tierfs asks for encoding-type=url, because S3 writes a key holding a character XML
+ * cannot carry (U+0001, say) as "&#x1;", which expat rightly refuses, failing the whole page.
+ * When the page says <EncodingType>url</EncodingType>, every Key and Prefix is decoded: %XY is
+ * the byte 0xXY and '+' is a space (S3 form-encodes; a real '+' comes as %2B); a '%' without two
+ * hex digits is kept as it is. A page without EncodingType (a store that ignores the parameter)
+ * is taken verbatim. A decoded key may hold a NUL: the callback gets its length too, so it can
+ * tell such a key (which cannot be a file name) from a shorter one.
  *
  * Each call owns its parser and context; there is no shared state and no locking. Workload:
  * up to 1000 entries per page, about 300 KB, parsed once per page by the listing thread.
@@ -49,6 +58,7 @@ enum elem {
 	E_LIST,
 	E_TRUNCATED,
 	E_TOKEN,
+	E_ENCODING,
 	E_CONTENTS,
 	E_KEY,
 	E_SIZE,
@@ -69,7 +79,8 @@ enum doc {
 
 /* One listing entry, kept until the whole page has been checked. */
 struct entry {
-	char *key;  /* owned */
+	char *key;  /* owned; url-decoded in place once the page is known to be encoded */
+	size_t keylen; /* bytes in key after decoding (it may hold a NUL) */
 	char *etag; /* owned; NULL for a prefix or when absent */
 	uint64_t size;
 	int64_t mtime; /* INT64_MIN if absent or unparsable */
@@ -91,6 +102,7 @@ struct ctx {
 	size_t nentries, capentries;
 	bool truncated_seen, truncated;
 	char *token;			 /* NextContinuationToken, owned */
+	char *encoding;			 /* EncodingType, owned; NULL if absent */
 	char *key, *size, *mtime, *etag; /* fields of the current Contents or CommonPrefixes */
 
 	/* error */
@@ -125,6 +137,8 @@ static enum elem classify(const struct ctx *c, const char *name)
 			return E_TRUNCATED;
 		if (strcmp(name, "NextContinuationToken") == 0)
 			return E_TOKEN;
+		if (strcmp(name, "EncodingType") == 0)
+			return E_ENCODING;
 		if (strcmp(name, "Contents") == 0)
 			return E_CONTENTS;
 		if (strcmp(name, "CommonPrefixes") == 0)
@@ -158,6 +172,7 @@ static bool is_leaf(enum elem e)
 	switch (e) {
 	case E_TRUNCATED:
 	case E_TOKEN:
+	case E_ENCODING:
 	case E_KEY:
 	case E_SIZE:
 	case E_MTIME:
@@ -354,6 +369,9 @@ static void XMLCALL on_end(void *data, const XML_Char *name)
 	case E_TOKEN:
 		take_text(c, &c->token);
 		break;
+	case E_ENCODING:
+		take_text(c, &c->encoding);
+		break;
 	case E_KEY:
 	case E_PREFIX:
 		take_text(c, &c->key);
@@ -450,8 +468,37 @@ static void ctx_done(struct ctx *c)
 	}
 	free(c->entries);
 	free(c->token);
+	free(c->encoding);
 	free(c->code);
 	free(c->msg);
+}
+
+static int hex(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* Decode @s in place (%XY, '+' = space). @return the decoded length; s[len] is a NUL. */
+static size_t url_decode(char *s)
+{
+	char *w = s;
+
+	for (const char *p = s; *p; p++) {
+		if (*p == '%' && hex(p[1]) >= 0 && hex(p[2]) >= 0) {
+			*w++ = (char)(hex(p[1]) * 16 + hex(p[2]));
+			p += 2;
+		} else {
+			*w++ = *p == '+' ? ' ' : *p;
+		}
+	}
+	*w = '\0';
+	return (size_t)(w - s);
 }
 
 int s3xml_parse_list(const char *body, size_t len, s3xml_list_fn fn, void *arg, char **ret_token)
@@ -470,11 +517,15 @@ int s3xml_parse_list(const char *body, size_t len, s3xml_list_fn fn, void *arg, 
 		r = -EIO;
 		goto out;
 	}
+	bool url = c.encoding && strcmp(trim(c.encoding), "url") == 0;
+
 	/* The page is sound: only now does the caller hear about its entries. */
 	for (size_t i = 0; i < c.nentries; i++) {
 		struct entry *e = &c.entries[i];
 
-		r = fn(arg, e->key, e->is_prefix, e->size, e->mtime, e->etag ? e->etag : "");
+		e->keylen = url ? url_decode(e->key) : strlen(e->key);
+		r = fn(arg, e->key, e->keylen, e->is_prefix, e->size, e->mtime,
+		       e->etag ? e->etag : "");
 		if (r < 0)
 			goto out;
 	}

@@ -12,10 +12,12 @@
  * Called once per <Contents> (is_prefix false: key, size, mtime (seconds since epoch, or
  * INT64_MIN if absent or unparsable), etag as sent, with quotes) and once per
  * <CommonPrefixes><Prefix> (is_prefix true: key is the prefix including its trailing
- * delimiter; size 0, mtime INT64_MIN, etag ""). Return 0 to go on, negative to stop.
+ * delimiter; size 0, mtime INT64_MIN, etag ""). The key is url-decoded when the page says
+ * EncodingType url; @keylen is its length, which differs from strlen(key) when it holds a NUL.
+ * Return 0 to go on, negative to stop.
  */
-typedef int (*s3xml_list_fn)(void *arg, const char *key, bool is_prefix, uint64_t size,
-			     int64_t mtime, const char *etag);
+typedef int (*s3xml_list_fn)(void *arg, const char *key, size_t keylen, bool is_prefix,
+			     uint64_t size, int64_t mtime, const char *etag);
 
 /*
  * Parse one ListObjectsV2 result page. If the page says IsTruncated=true, *ret_token is the

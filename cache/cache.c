@@ -80,7 +80,7 @@ struct flight {
 	struct flight *hnext;   /* flight table chain; c->lock */
 	struct flight *qnext;   /* throttle queue link; c->lock */
 	struct cache *c;
-	struct ring_key key;
+	struct cache_key key;
 	void *ctx;              /* the object, held with env->hold */
 	uint64_t off;           /* byte offset of the block in the object */
 	uint32_t len;           /* block length (short at end of object) */
@@ -109,7 +109,7 @@ struct piece {
 struct pread {
 	struct pread *hnext; /* parked-read table chain, while waiting; c->lock */
 	uint64_t ticket;     /* 0: not cancellable, not in the table */
-	uint64_t obj;        /* object id, to find the flights of its pieces */
+	struct cache_oid obj; /* object version, to find the flights of its pieces */
 	struct cache *c;
 	cache_reply_fn reply;
 	void *req;
@@ -159,9 +159,9 @@ static uint64_t now_ns(struct cache *c)
 	return c->env.mono_ns(c->env.arg);
 }
 
-static unsigned bucket(struct ring_key k)
+static unsigned bucket(struct cache_key k)
 {
-	uint64_t h = k.obj * 0x9e3779b97f4a7c15ULL ^ (k.blk + 0x632be59bd9b4e019ULL);
+	uint64_t h = (k.oid.lo ^ k.oid.hi) * 0x9e3779b97f4a7c15ULL ^ (k.blk + 0x632be59bd9b4e019ULL);
 
 	h ^= h >> 29;
 	h *= 0xbf58476d1ce4e5b9ULL;
@@ -169,10 +169,10 @@ static unsigned bucket(struct ring_key k)
 	return (unsigned)h & (FLIGHT_BUCKETS - 1);
 }
 
-static struct flight *flight_find(struct cache *c, struct ring_key k)
+static struct flight *flight_find(struct cache *c, struct cache_key k)
 {
 	for (struct flight *f = c->table[bucket(k)]; f; f = f->hnext)
-		if (f->key.obj == k.obj && f->key.blk == k.blk)
+		if (cache_key_eq(f->key, k))
 			return f;
 	return NULL;
 }
@@ -212,7 +212,7 @@ static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint
 }
 
 /* Look a block up in the hot tier, then the lagging one. Fills the piece with a pin. */
-static bool lookup(struct cache *c, struct ring_key k, uint64_t now, struct piece *p)
+static bool lookup(struct cache *c, struct cache_key k, uint64_t now, struct piece *p)
 {
 	for (int t = 0; t < CACHE_NTIERS; t++) {
 		if (!c->tier[t].ring)
@@ -413,7 +413,7 @@ static struct flight *flight_new(struct cache *c, const struct cache_obj *o, uin
 	if (!f)
 		return NULL;
 	f->c = c;
-	f->key = (struct ring_key){o->id, blk};
+	f->key = (struct cache_key){o->id, blk};
 	f->ctx = o->ctx;
 	c->env.hold(o->ctx);
 	f->off = blk << c->shift;
@@ -590,7 +590,7 @@ static void readahead(struct cache *c, const struct cache_obj *o, uint64_t from,
 		return;
 	pthread_mutex_lock(&c->lock);
 	for (uint64_t b = from; b <= to; b++) {
-		struct ring_key k = {o->id, b};
+		struct cache_key k = {o->id, b};
 
 		if (flight_find(c, k))
 			continue;
@@ -646,7 +646,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		p[i].tier = -2;
-		if (!lookup(c, (struct ring_key){o->id, first + i}, now, &p[i]))
+		if (!lookup(c, (struct cache_key){o->id, first + i}, now, &p[i]))
 			missing++;
 	}
 
@@ -683,7 +683,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < n; i++) {
-		struct ring_key k = {o->id, first + i};
+		struct cache_key k = {o->id, first + i};
 		struct flight *f;
 
 		if (p[i].tier != -2)
@@ -752,7 +752,7 @@ void cache_cancel(struct cache *c, uint64_t ticket)
 
 		if (p->tier != -2)
 			continue; /* arrived (pinned) or never registered */
-		f = flight_find(c, (struct ring_key){pr->obj, pr->first + i});
+		f = flight_find(c, (struct cache_key){pr->obj, pr->first + i});
 		if (!f)
 			continue;
 		bool mine = false;
@@ -823,9 +823,13 @@ static bool tier_fits(uint64_t size, uint32_t block)
 	return seg >= (((uint64_t)block + 63) & ~(uint64_t)63) + block;
 }
 
-static struct ring *tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s)
+static struct ring *tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s, bool prefault)
 {
-	return ring_new(size, tier_nseg(size, block), block, ttl_s * 1000000000ULL);
+	struct ring *r = ring_new(size, tier_nseg(size, block), block, ttl_s * 1000000000ULL);
+
+	if (r && prefault)
+		ring_prefault(r);
+	return r;
 }
 
 int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct cache **ret)
@@ -848,13 +852,15 @@ int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct c
 	c->hot_ttl = cfg->hot_ttl;
 	c->timer_due = UINT64_MAX;
 	pthread_mutex_init(&c->lock, NULL);
-	c->tier[CACHE_HOT].ring = tier_ring(cfg->hot_size, cfg->block_size, cfg->hot_ttl);
+	c->tier[CACHE_HOT].ring = tier_ring(cfg->hot_size, cfg->block_size, cfg->hot_ttl,
+						  cfg->prefault);
 	c->tier[CACHE_HOT].st.size = cfg->hot_size;
 	if (!c->tier[CACHE_HOT].ring)
 		goto fail;
 	if (cfg->lagging) {
 		c->tier[CACHE_LAG].ring =
-			tier_ring(cfg->lagging_size, cfg->block_size, cfg->lagging_ttl);
+			tier_ring(cfg->lagging_size, cfg->block_size, cfg->lagging_ttl,
+				  cfg->prefault);
 		c->tier[CACHE_LAG].st.size = cfg->lagging_size;
 		if (!c->tier[CACHE_LAG].ring)
 			goto fail;

@@ -34,12 +34,46 @@ struct cache_cfg {
 	uint64_t lagging_burst;  /* bytes, 0 = 2 x rate */
 	uint64_t lagging_ops;    /* requests/s, 0 = unlimited */
 	uint32_t readahead;      /* blocks fetched ahead of a sequential reader */
+	bool prefault;           /* fault the tiers' memory in at cache_new, not on first use */
 };
+
+/*
+ * The name of one version of one object: 128 bits of SHA-256 over (store, path, version), see
+ * key.c. Stable across processes and restarts, so every tier (memory, disk, shared) can use it;
+ * never an inode number, a pointer or a counter.
+ */
+struct cache_oid {
+	uint64_t hi, lo;
+};
+
+/* The name of one cached block: which object version, which block of it. */
+struct cache_key {
+	struct cache_oid oid;
+	uint64_t blk; /* block index: bytes [blk * block_size, (blk + 1) * block_size) */
+};
+
+static inline bool cache_oid_eq(struct cache_oid a, struct cache_oid b)
+{
+	return a.hi == b.hi && a.lo == b.lo;
+}
+
+static inline bool cache_key_eq(struct cache_key a, struct cache_key b)
+{
+	return cache_oid_eq(a.oid, b.oid) && a.blk == b.blk;
+}
+
+/*
+ * The oid of @version of the object at @path in @store. @store names the store without
+ * secrets (so that two stores never share names); @version is the ETag as the store sends it,
+ * or for file:// "dev-ino-size-mtime_ns", or "size-mtime" when a store gives no ETag. None may
+ * contain a NUL (they are C strings). @return the oid.
+ */
+struct cache_oid cache_oid_make(const char *store, const char *path, const char *version);
 
 /* One version of one object, as the cache sees it. Passed by value; ctx is the caller's handle
  * for fetching it, kept alive with env->hold / env->release while a fetch may use it. */
 struct cache_obj {
-	uint64_t id;    /* never reused for another object or another version of this one */
+	struct cache_oid id; /* which version of which object (cache_oid_make) */
 	uint64_t size;  /* bytes */
 	int64_t mtime;  /* seconds since epoch; INT64_MIN if unknown (counts as hot) */
 	void *ctx;

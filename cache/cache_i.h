@@ -9,16 +9,23 @@
 #include <stddef.h>
 #include <stdbool.h>
 
+#include "cache.h"
+
 /* ---------------------------------------------------------------------------------------------
  * ring.c: one allocation cut into segments used as a ring (BookKeeper ReadCache, PIP-174).
  * ------------------------------------------------------------------------------------------ */
 
-/* A block key: which object version (an id the fs layer never reuses for another version)
- * and which block of it. Exact: two keys are equal only if both fields are. */
-struct ring_key {
-	uint64_t obj;
-	uint64_t blk;
+/* key.c: SHA-256 over the concatenation of @n byte strings, into @ret. */
+struct cache_sha256_part {
+	const void *data;
+	size_t len;
 };
+void cache_sha256(const struct cache_sha256_part *parts, size_t n, unsigned char ret[32]);
+
+/* ---------------------------------------------------------------------------------------------
+ * ring.c: blocks are stored under a struct cache_key (cache.h): object version and block index.
+ * Exact: two keys are equal only if all 192 bits are.
+ * ------------------------------------------------------------------------------------------ */
 
 /* A pinned reference to bytes in the ring. While a ref is held, the segment it points into is
  * never rotated, so data stays valid. Every ref obtained from ring_reserve() or ring_lookup()
@@ -50,6 +57,10 @@ struct ring;
 struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t ttl_ns);
 void ring_free(struct ring *r);
 
+/* Fault the whole arena in now (prefault=on), rather than page by page as blocks are first
+ * stored: the memory shows in RSS at once, and a cold reader does not pay for the faults. */
+void ring_prefault(struct ring *r);
+
 /* Change the TTL live (hot_ttl / lagging_ttl); applies to lookups from now on. */
 void ring_set_ttl(struct ring *r, uint64_t ttl_ns);
 
@@ -61,7 +72,7 @@ void ring_set_ttl(struct ring *r, uint64_t ttl_ns);
  * @return 0 and *ret_ref; -EBUSY if the next segment is pinned; -EINVAL if @len is 0 or
  * larger than max_block.
  */
-int ring_reserve(struct ring *r, struct ring_key key, uint32_t len, uint64_t now_ns,
+int ring_reserve(struct ring *r, struct cache_key key, uint32_t len, uint64_t now_ns,
 		 struct ring_ref *ret_ref);
 
 /* Make a reserved block visible to lookups. @ref stays pinned; the caller unpins it. */
@@ -74,10 +85,10 @@ void ring_abort(struct ring *r, const struct ring_ref *ref);
  * Find the newest committed, unexpired block for @key, searching segments newest to oldest.
  * @return 0 and a pinned *ret_ref, or -ENOENT.
  */
-int ring_lookup(struct ring *r, struct ring_key key, uint64_t now_ns, struct ring_ref *ret_ref);
+int ring_lookup(struct ring *r, struct cache_key key, uint64_t now_ns, struct ring_ref *ret_ref);
 
 /* Is @key resident (committed, unexpired)? Pins nothing. */
-bool ring_contains(struct ring *r, struct ring_key key, uint64_t now_ns);
+bool ring_contains(struct ring *r, struct cache_key key, uint64_t now_ns);
 
 /*
  * Call @fn for the block index of every committed, unexpired block of object @obj, in no
@@ -85,7 +96,7 @@ bool ring_contains(struct ring *r, struct ring_key key, uint64_t now_ns);
  * not the object's blocks: the cost is O(nseg x table size), bounded by the ring's size.
  * @fn runs with the ring's lock held: it must not call into this ring.
  */
-void ring_each_block(struct ring *r, uint64_t obj, uint64_t now_ns,
+void ring_each_block(struct ring *r, struct cache_oid obj, uint64_t now_ns,
 		     void (*fn)(void *arg, uint64_t blk), void *arg);
 
 /* Take one more pin on the segment of @ref / drop one pin. */

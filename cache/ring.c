@@ -19,7 +19,7 @@
  *   per segment: struct seg { cursor, t0, nentries, pins, gen, table }
  *   table: open addressing, linear probing, tsize = next pow2 >= 2 * max_entries slots
  *     +------------------------------------------+
- *     | slot: obj blk off/64 len gen state       |  gen != seg.gen   -> empty
+ *     | slot: oid blk off/64 len gen state       |  gen != seg.gen   -> empty
  *     | ...                                      |  state RESERVED   -> invisible, pinned
  *     +------------------------------------------+  state COMMITTED  -> visible
  *                                                    state DEAD       -> tombstone
@@ -81,10 +81,9 @@ enum {
 
 #define NO_SLOT UINT32_MAX
 
-/* One index entry; 32 bytes. Guarded by ring.lock. */
+/* One index entry; 40 bytes. Guarded by ring.lock. */
 struct slot {
-	uint64_t obj;	/* key.obj */
-	uint64_t blk;	/* key.blk */
+	struct cache_key key; /* object version and block index */
 	uint32_t off64; /* byte offset of the block inside its segment, divided by 64 */
 	uint32_t len;	/* block length in bytes */
 	uint32_t gen;	/* live only while equal to seg.gen; 0 (zeroed table) is never live */
@@ -129,9 +128,10 @@ static uint64_t mix64(uint64_t x)
 	return x;
 }
 
-static uint64_t key_hash(struct ring_key k)
+static uint64_t key_hash(struct cache_key k)
 {
-	return mix64(k.obj ^ mix64(k.blk + 0x9e3779b97f4a7c15ULL));
+	/* the oid is already a uniform hash: fold it and mix in the block */
+	return mix64(k.oid.lo ^ mix64(k.oid.hi ^ mix64(k.blk + 0x9e3779b97f4a7c15ULL)));
 }
 
 static uint64_t align64(uint64_t x)
@@ -150,13 +150,13 @@ static bool seg_visible(const struct ring *r, const struct seg *s, uint64_t now_
 	return s->nentries > 0 && !seg_expired(r, s, now_ns);
 }
 
-static bool slot_is(const struct slot *e, struct ring_key k)
+static bool slot_is(const struct slot *e, struct cache_key k)
 {
-	return e->obj == k.obj && e->blk == k.blk;
+	return cache_key_eq(e->key, k);
 }
 
 /* @return the slot of the committed entry for @k in @s (at most one exists), or NO_SLOT. */
-static uint32_t seg_find(const struct ring *r, const struct seg *s, struct ring_key k, uint64_t h)
+static uint32_t seg_find(const struct ring *r, const struct seg *s, struct cache_key k, uint64_t h)
 {
 	for (uint32_t i = (uint32_t)h & r->mask;; i = (i + 1) & r->mask) {
 		const struct slot *e = &s->table[i];
@@ -188,7 +188,7 @@ static void seg_clear(struct ring *r, struct seg *s)
 static void supersede(struct ring *r, struct seg *s, uint32_t idx)
 {
 	struct slot *self = &s->table[idx];
-	struct ring_key k = {self->obj, self->blk};
+	struct cache_key k = self->key;
 	bool past_self = false;
 
 	for (uint32_t i = (uint32_t)key_hash(k) & r->mask;; i = (i + 1) & r->mask) {
@@ -254,13 +254,9 @@ struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t
 	if (arena == MAP_FAILED)
 		goto fail;
 	r->arena = arena;
-	/* Fault the whole arena in now, in huge pages where the kernel allows: zeroing 1 GiB
-	 * page by page on first use cost a cold reader a quarter of its CPU. Both are hints; a
-	 * kernel without them faults pages in lazily as before. */
+	/* Huge pages where the kernel allows: a first touch then faults in 2 MiB at once. A hint;
+	 * ring_prefault() faults the whole arena in now instead. */
 	madvise(arena, r->arena_size, MADV_HUGEPAGE);
-#ifdef MADV_POPULATE_WRITE
-	madvise(arena, r->arena_size, MADV_POPULATE_WRITE);
-#endif
 	if (pthread_mutex_init(&r->lock, NULL) != 0)
 		goto fail;
 
@@ -286,6 +282,16 @@ fail:
 	return NULL;
 }
 
+void ring_prefault(struct ring *r)
+{
+	/* A hint: a kernel without MADV_POPULATE_WRITE (before 5.14) faults pages in lazily. */
+#ifdef MADV_POPULATE_WRITE
+	madvise(r->arena, r->arena_size, MADV_POPULATE_WRITE);
+#else
+	(void)r;
+#endif
+}
+
 void ring_free(struct ring *r)
 {
 	if (!r)
@@ -304,7 +310,7 @@ void ring_set_ttl(struct ring *r, uint64_t ttl_ns)
 	pthread_mutex_unlock(&r->lock);
 }
 
-int ring_reserve(struct ring *r, struct ring_key key, uint32_t len, uint64_t now_ns,
+int ring_reserve(struct ring *r, struct cache_key key, uint32_t len, uint64_t now_ns,
 		 struct ring_ref *ret_ref)
 {
 	uint64_t h = key_hash(key);
@@ -342,8 +348,7 @@ int ring_reserve(struct ring *r, struct ring_key key, uint32_t len, uint64_t now
 	for (i = (uint32_t)h & r->mask; s->table[i].gen == s->gen; i = (i + 1) & r->mask)
 		;
 	s->table[i] = (struct slot){
-	    .obj = key.obj,
-	    .blk = key.blk,
+	    .key = key,
 	    .off64 = (uint32_t)(off / 64),
 	    .len = len,
 	    .gen = s->gen,
@@ -380,7 +385,7 @@ void ring_abort(struct ring *r, const struct ring_ref *ref)
 	pthread_mutex_unlock(&r->lock);
 }
 
-int ring_lookup(struct ring *r, struct ring_key key, uint64_t now_ns, struct ring_ref *ret_ref)
+int ring_lookup(struct ring *r, struct cache_key key, uint64_t now_ns, struct ring_ref *ret_ref)
 {
 	uint64_t h = key_hash(key);
 	uint32_t si;
@@ -405,7 +410,7 @@ int ring_lookup(struct ring *r, struct ring_key key, uint64_t now_ns, struct rin
 	return -ENOENT;
 }
 
-bool ring_contains(struct ring *r, struct ring_key key, uint64_t now_ns)
+bool ring_contains(struct ring *r, struct cache_key key, uint64_t now_ns)
 {
 	uint64_t h = key_hash(key);
 	bool found = false;
@@ -420,7 +425,7 @@ bool ring_contains(struct ring *r, struct ring_key key, uint64_t now_ns)
 	return found;
 }
 
-void ring_each_block(struct ring *r, uint64_t obj, uint64_t now_ns,
+void ring_each_block(struct ring *r, struct cache_oid obj, uint64_t now_ns,
 		     void (*fn)(void *arg, uint64_t blk), void *arg)
 {
 	/* Every slot of every visible table: O(nseg x tsize), whatever the object's size. A
@@ -434,8 +439,9 @@ void ring_each_block(struct ring *r, uint64_t obj, uint64_t now_ns,
 		for (uint32_t i = 0; i <= r->mask; i++) {
 			const struct slot *e = &s->table[i];
 
-			if (e->gen == s->gen && e->state == SLOT_COMMITTED && e->obj == obj)
-				fn(arg, e->blk);
+			if (e->gen == s->gen && e->state == SLOT_COMMITTED &&
+			    cache_oid_eq(e->key.oid, obj))
+				fn(arg, e->key.blk);
 		}
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -458,7 +464,7 @@ void ring_unpin(struct ring *r, const struct ring_ref *ref)
 }
 
 /* Is @k committed in a visible segment newer than @si (up to and including the current)? */
-static bool shadowed(const struct ring *r, uint32_t si, struct ring_key k, uint64_t now_ns)
+static bool shadowed(const struct ring *r, uint32_t si, struct cache_key k, uint64_t now_ns)
 {
 	uint64_t h = key_hash(k);
 
@@ -489,7 +495,7 @@ void ring_get_stats(struct ring *r, uint64_t now_ns, struct ring_stats *ret)
 			continue;
 		for (uint32_t i = 0; i <= r->mask; i++) {
 			const struct slot *e = &s->table[i];
-			struct ring_key k = {e->obj, e->blk};
+			struct cache_key k = e->key;
 
 			if (e->gen != s->gen || e->state != SLOT_COMMITTED)
 				continue;

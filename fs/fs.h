@@ -26,8 +26,11 @@ struct fs_opts {
 	uint64_t lagging_ops; /* requests/s, 0 = unlimited */
 	uint64_t readahead;   /* blocks; default 2 */
 	uint64_t metadata_ttl; /* default 60 */
+	uint64_t negative_ttl; /* a name missing from a listing is asked of the store; its
+				* absence is believed this long; default 1 */
 	bool immutable;       /* objects never change: no revalidation */
 	bool lagging_page_cache; /* keep the kernel page cache for lagging files too */
+	bool prefault;        /* fault the caches' memory in at mount, not on first use */
 
 	char *endpoint;       /* s3 endpoint URL */
 	char *region;
@@ -80,6 +83,10 @@ int fs_opts_set(struct fs_opts *o, const char *name, const char *value, char *er
 
 /* The --help text, listing every option with its default. */
 const char *fs_opts_help(void);
+
+/* The man page tierfs(8) in roff, built from the same rows as the help, into @buf.
+ * @return the length it needs (like snprintf). */
+size_t fs_opts_man(char *buf, size_t len);
 
 /* Write the effective settings, one "name=value" per line, into @buf (no secrets).
  * @return the length it needs (like snprintf). */

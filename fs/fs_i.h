@@ -22,11 +22,15 @@
  * ------------------------------------------------------------------------------------------ */
 
 /* One object version as open files see it; the cache's fetch context. Reference counted:
- * every open file and every fetch in flight holds one. Immutable after creation. */
+ * every open file and every fetch in flight holds one. Immutable after creation but for the
+ * counters. One node (inode) makes it; two nodes may hold the same version in two fobjs. */
 struct fobj {
 	unsigned refs;            /* atomic */
 	struct backend *backend;
-	uint64_t id;              /* cache object id: new for every version */
+	struct cache_oid id;      /* cache_oid_make(store, path, version): the same for the same
+				   * version whichever node, mount or process sees it */
+	uint64_t serves;          /* read replies with bytes of this version through its node's
+				   * inode (atomic): has the page cache been fed from it? */
 	uint64_t size;
 	int64_t mtime;
 	char etag[BK_ETAG_MAX];
@@ -40,19 +44,27 @@ struct ns;
 
 struct ns_cfg {
 	struct backend *backend;
+	const char *store;        /* the store's name without secrets, for object ids (copied) */
 	uint64_t metadata_ttl;    /* seconds */
+	uint64_t negative_ttl;    /* seconds a store's "no such object" is believed; 0 = never */
 	bool immutable;
 	uid_t uid;                /* owner of everything */
 	gid_t gid;
 	mode_t file_mode;         /* permission bits of files, ANDed with the store's if any */
 	mode_t dir_mode;          /* permission bits of directories, likewise */
 	uint32_t block_size;      /* st_blksize */
+	uint64_t (*now_ns)(void *clock_arg); /* monotonic clock; NULL = CLOCK_MONOTONIC (tests
+					      * pass a fake one) */
+	void *clock_arg;
 };
 
 struct ns *ns_new(const struct ns_cfg *cfg);
 void ns_free(struct ns *ns);
 
 /* Look @name up in directory @parent; on success the node's lookup count is raised by one.
+ * A name missing from the cached listing is asked of the store (stat / HEAD) unless it was
+ * found missing less than negative_ttl ago. A name whose version changed while files are open
+ * on its inode gets a new inode: the open files keep the old one, with its page cache.
  * @return 0 and *ret_st (st_ino set), -ENOENT, -ENOTDIR, or a backend -errno. */
 int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret_st);
 
@@ -65,10 +77,27 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st);
 /*
  * Open file @ino: revalidate its metadata when it is older than metadata_ttl or has no ETag
  * (unless immutable), and return the current version with a reference (caller puts it).
- * *ret_same is true when the version is the one the previous open saw (page cache still good).
- * @return 0, -ENOENT, -EISDIR, or a backend -errno.
+ * *ret_same is true when the version is the one the previous open saw (page cache still good);
+ * *ret_changed when this open found a new version (the kernel's attributes are old).
+ * Counts the open: every successful ns_open is matched by one ns_release.
+ * @return 0, -ENOENT, -EISDIR, a backend -errno, or -ESTALE when the object changed while
+ * other files are open on this inode: the name now leads to a new inode (the kernel retries
+ * the open with a fresh lookup).
  */
-int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same);
+int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool *ret_changed);
+
+/* A file opened with ns_open was closed. */
+void ns_release(struct ns *ns, uint64_t ino);
+
+/*
+ * A read of version @old of @ino, through the only file open on the inode, found the object
+ * changed, and that file has served no byte yet (@serves is old->serves at its open, and no
+ * other file served any since). Ask the store for the current version and make it the
+ * inode's, so the file moves to it. @return 0 and a ref on the new version in *ret; -ESTALE
+ * if the file cannot move (another file is open on the inode, a byte was served, the store
+ * has no newer version); or a backend -errno.
+ */
+int ns_move(struct ns *ns, uint64_t ino, struct fobj *old, uint64_t serves, struct fobj **ret);
 
 /* Link of an open handle in the mount's list (ops.c), so handles still open when the
  * session ends are freed too. */
@@ -99,7 +128,7 @@ int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len);
 
 /* A read of version @id of @ino found the object changed (ESTALE): make the next open and
  * the next lookup in its directory ask the store again, whatever metadata_ttl says. */
-void ns_stale(struct ns *ns, uint64_t ino, uint64_t id);
+void ns_stale(struct ns *ns, uint64_t ino, struct cache_oid id);
 
 /* The current version of file @ino without revalidating. @return 0 and a ref, or -errno. */
 int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret);
@@ -136,16 +165,24 @@ struct mount {
 	pthread_mutex_t handles_lock;
 	struct hlink *fhs;        /* open files: freed at exit if the kernel never releases them */
 	struct hlink *dirs;       /* open directories, likewise */
-	unsigned invals;          /* invalidation threads running; log_lock, signals inval_done */
+	unsigned invals;          /* helper threads running (moves); log_lock, signals inval_done */
 	pthread_cond_t inval_done;
 };
 
 /* An open file: an object version and its reader's position, or a control file's text. */
 struct fh {
 	struct hlink link;        /* first: the mount's open files; handles_lock */
-	struct fobj *obj;         /* NULL for a control file */
+	uint64_t ino;             /* 0 for a control file */
+	pthread_mutex_t lock;     /* guards obj (after open), moving, serves0 */
+	pthread_cond_t moved;     /* signalled when moving turns false */
+	struct fobj *obj;         /* NULL for a control file; the version served; lock */
+	bool movable;             /* opened with the page cache dropped (keep_cache off) */
+	bool moving;              /* a helper is asking the store for the new version; lock */
+	uint64_t serves0;         /* obj->serves when obj became this file's; lock */
 	struct cache_stream s;
-	bool lagging;             /* opened as lagging (direct_io) */
+	bool lagging;             /* opened as lagging */
+	bool drop_behind;         /* lagging without lagging_page_cache: pages dropped behind */
+	uint64_t seen_lo, seen_hi; /* drop_behind: range read and not yet dropped; log_lock */
 	char *text;               /* control file contents, snapshot at open */
 	size_t text_len;
 };

@@ -6,19 +6,33 @@
  *
  *     by_ino[ino]            ──► node ◄── by_name[(parent ino, name)]
  *                                 │
- *            file: cur ──► struct fobj (path, size, mtime, ETag, cache id), refcounted
- *            dir:  list ──► sorted entries of the last listing, and when it was taken
+ *            file: cur ──► struct fobj (path, size, mtime, ETag, cache oid), refcounted
+ *            dir:  list ──► sorted entries of the last listing, and when it was started
+ *                  negs ──► names the store said do not exist, and when
  *
- * Every version of an object gets a new cache id (fobj.id) when its ETag, size or mtime
- * changes, so cached blocks of an old version can never be served for a new one; open files
- * keep the version they opened.
+ * Identity. A version's cache oid is a hash of (store, path, ETag) (cache/key.c), so the same
+ * version gets the same oid whatever node holds it: forgetting an inode and looking the name up
+ * again finds every cached block. A new version is a new oid; its old blocks are never served
+ * for it and age out of the cache.
+ *
+ * Versions and inodes. The kernel's page cache belongs to an inode and is shared by every file
+ * open on it, so one inode must never serve two versions to files that are open at once:
+ *   - a node with no open file takes a new version in place (the next open drops the pages:
+ *     keep_cache is off when the version is not the one the previous open saw);
+ *   - a node with open files keeps its version; a lookup that sees a new one makes a new node
+ *     (new inode) for the name, and an open that sees one fails -ESTALE, which makes the
+ *     kernel look the name up again (LOOKUP_REVAL) and find the new node;
+ *   - the one exception is ns_move: the only open file, which has served nothing, moves to the
+ *     new version with its inode (a fresh open after an append must not fail).
  *
  * Attributes: every node is owned by the mount's uid and gid, with file_mode or dir_mode; where
  * the store has permission bits of its own (file://), the last listing's or stat's bits are
  * kept in the node and ANDed in, so the mount never shows a wider mode than the store.
  *
- * Freshness: a listing is reused for metadata_ttl seconds. A file's version is revalidated
- * (HEAD) at open when it is older than that or has no ETag, unless the mount is immutable.
+ * Freshness: a listing is reused for metadata_ttl seconds. A name missing from it is asked of
+ * the store (stat / HEAD): found, it joins the listing; missing, the answer is kept for
+ * negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
+ * metadata_ttl or has no ETag, unless the mount is immutable.
  *
  * Locking: ns->lock guards the tables and every node. It is never held across a network call:
  * the caller copies the path, unlocks, asks the backend, relocks and finds the node again (it
@@ -47,7 +61,15 @@ struct entry {
 struct listing {
 	size_t n;
 	struct entry *e;     /* sorted by name, unique */
-	uint64_t time_ns;    /* when it was taken */
+	uint64_t time_ns;    /* when it was started: nothing older is in it */
+	bool stale;          /* an object in it changed: list again at the next use */
+};
+
+/* A name the store said does not exist (negative cache of one directory). */
+#define NEG_MAX 64
+struct neg {
+	char *name;
+	uint64_t time_ns;    /* when the store said so */
 };
 
 struct node {
@@ -58,16 +80,19 @@ struct node {
 	bool is_dir;
 	bool unlinked;       /* no longer in by_name (replaced by a node of another type) */
 	uint64_t nlookup;    /* kernel references */
+	unsigned nopen;      /* files open on this inode (ns_open - ns_release) */
 	bool have_perm;      /* the store gave permission bits (file://) ... */
 	uint32_t perm;       /* ... these (last listing or stat); modes never exceed them */
 	struct node *next_ino, *next_name; /* hash chains */
 	/* files */
 	struct fobj *cur;    /* current known version (one ref), NULL until known */
 	uint64_t meta_ns;    /* when cur was last confirmed with an ETag */
-	uint64_t last_open_id; /* cur->id at the previous open */
+	struct cache_oid last_open_id; /* cur->id at the previous open */
+	bool opened;         /* last_open_id is set */
 	bool stale;          /* a read found cur changed: revalidate at the next open */
 	/* directories */
 	struct listing *list;
+	struct neg negs[NEG_MAX]; /* names found missing; unused slots have name NULL */
 };
 
 struct ns {
@@ -76,14 +101,16 @@ struct ns {
 	struct node **by_ino, **by_name; /* nbuckets each */
 	size_t nbuckets, count;
 	uint64_t next_ino;
-	uint64_t next_obj;
+	char *store;         /* cfg.store, owned */
 	time_t started;      /* mount time: the directories' times */
 };
 
-static uint64_t mono_ns(void)
+static uint64_t clock_ns(struct ns *ns)
 {
 	struct timespec ts;
 
+	if (ns->cfg.now_ns)
+		return ns->cfg.now_ns(ns->cfg.clock_arg);
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
@@ -210,6 +237,8 @@ static void node_free(struct node *n)
 {
 	fobj_put(n->cur);
 	listing_free(n->list);
+	for (int i = 0; i < NEG_MAX; i++)
+		free(n->negs[i].name);
 	free(n->name);
 	free(n->path);
 	free(n);
@@ -223,12 +252,13 @@ struct ns *ns_new(const struct ns_cfg *cfg)
 	if (!ns)
 		return NULL;
 	ns->cfg = *cfg;
+	ns->store = strdup(cfg->store ? cfg->store : "");
 	ns->started = time(NULL);
 	ns->nbuckets = 1024;
 	ns->by_ino = calloc(ns->nbuckets, sizeof(struct node *));
 	ns->by_name = calloc(ns->nbuckets, sizeof(struct node *));
 	root = calloc(1, sizeof(*root));
-	if (!ns->by_ino || !ns->by_name || !root)
+	if (!ns->by_ino || !ns->by_name || !root || !ns->store)
 		goto fail;
 	root->ino = ROOT_INO;
 	root->parent = ROOT_INO;
@@ -251,6 +281,7 @@ fail:
 	}
 	free(ns->by_ino);
 	free(ns->by_name);
+	free(ns->store);
 	free(ns);
 	return NULL;
 }
@@ -266,6 +297,7 @@ void ns_free(struct ns *ns)
 		}
 	free(ns->by_ino);
 	free(ns->by_name);
+	free(ns->store);
 	pthread_mutex_destroy(&ns->lock);
 	free(ns);
 }
@@ -321,6 +353,7 @@ static int fetch_listing(struct ns *ns, const char *path, struct listing **ret)
 	struct collect c = {0};
 	struct listing *l;
 	size_t w = 0;
+	uint64_t started = clock_ns(ns); /* a change after this may be missing from the listing */
 	int e = backend_list(ns->cfg.backend, path, on_entry, &c);
 
 	if (e < 0)
@@ -344,7 +377,7 @@ static int fetch_listing(struct ns *ns, const char *path, struct listing **ret)
 	}
 	l->n = c.n;
 	l->e = c.e;
-	l->time_ns = mono_ns();
+	l->time_ns = started;
 	*ret = l;
 	return 0;
 fail:
@@ -378,7 +411,8 @@ static struct node *dir_listed(struct ns *ns, uint64_t ino, int *ret_err)
 		*ret_err = -ENOTDIR;
 		return NULL;
 	}
-	if (n->list && (ns->cfg.immutable || fresh(ns, n->list->time_ns, mono_ns())))
+	if (n->list && (ns->cfg.immutable || (!n->list->stale &&
+						      fresh(ns, n->list->time_ns, clock_ns(ns)))))
 		return n;
 	path = strdup(n->path);
 	if (!path) {
@@ -429,10 +463,31 @@ static bool same_version(const struct fobj *o, const struct bk_meta *m)
 	return !m->etag[0] || strcmp(o->etag, m->etag) == 0;
 }
 
-/* Make @m the node's current version (lock held). @authoritative: @m came with an ETag from
- * the store, so the version counts as confirmed now. @return 0 or -ENOMEM. */
+/* The oid of version @m of @path: by its ETag, or by size and mtime for a store without. */
+static struct cache_oid version_oid(struct ns *ns, const char *path, const struct bk_meta *m)
+{
+	char v[64];
+
+	if (m->etag[0])
+		return cache_oid_make(ns->store, path, m->etag);
+	snprintf(v, sizeof(v), "size=%llu mtime=%lld", (unsigned long long)m->size,
+		 (long long)m->mtime);
+	return cache_oid_make(ns->store, path, v);
+}
+
+/* Make @m the node's current version (lock held). @confirmed: @m came from the store just
+ * now (a listing or a HEAD), so with an ETag the version counts as confirmed now.
+ * @return 0 or -ENOMEM. */
+/* Remember the store's permission bits for @n, when it has any (lock held). */
+static void take_perm(struct node *n, const struct bk_meta *m)
+{
+	n->have_perm = m->have_perm;
+	n->perm = m->perm & 0777;
+}
+
 static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, bool confirmed)
 {
+	take_perm(n, m);
 	if (!n->cur || !same_version(n->cur, m) || (!n->cur->etag[0] && m->etag[0])) {
 		size_t plen = strlen(n->path);
 		struct fobj *o = malloc(sizeof(*o) + plen + 1);
@@ -441,58 +496,67 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 			return -ENOMEM;
 		o->refs = 1;
 		o->backend = ns->cfg.backend;
+		o->serves = 0;
 		o->size = m->size;
 		o->mtime = m->mtime;
 		memcpy(o->etag, m->etag, sizeof(o->etag));
 		o->etag[sizeof(o->etag) - 1] = '\0';
 		memcpy(o->path, n->path, plen + 1);
-		/* a version that only gained its ETag keeps its id: same bytes */
-		if (n->cur && same_version(n->cur, m) && !n->cur->etag[0])
-			o->id = n->cur->id;
-		else
-			o->id = ++ns->next_obj;
+		o->id = version_oid(ns, n->path, m);
 		fobj_put(n->cur);
 		n->cur = o;
 	}
 	if (confirmed && m->etag[0]) {
-		n->meta_ns = mono_ns();
+		n->meta_ns = clock_ns(ns);
 		n->stale = false;
 	}
 	return 0;
 }
 
-/* Remember the store's permission bits for @n, when it has any (lock held). */
-static void take_perm(struct node *n, const struct bk_meta *m)
+/* Would @m replace the bytes of @n's current version (not merely add an ETag)? */
+static bool changes(const struct node *n, const struct bk_meta *m)
 {
-	n->have_perm = m->have_perm;
-	n->perm = m->perm & 0777;
+	return n->cur && !same_version(n->cur, m);
 }
 
-/*
- * Ask the store for the current version of file *@np (lock held on entry and exit, dropped
- * for the request). *@np is found again afterwards, or the call fails with -ENOENT if it was
- * forgotten meanwhile. @return 0 or -errno.
- */
-static int revalidate(struct ns *ns, struct node **np)
+/* Record in the parent's listing what the store just said of @n's name (lock held), so a
+ * lookup does not bring back an older version. Best effort. */
+static void listing_note(struct ns *ns, const struct node *n, const struct bk_meta *m)
 {
-	uint64_t ino = (*np)->ino;
-	char *path = strdup((*np)->path);
-	struct bk_meta m;
+	struct node *p = find_ino(ns, n->parent);
+	struct entry *e = p && p->list ? find_entry(p->list, n->name) : NULL;
+
+	if (e && !e->is_dir) {
+		e->have_meta = true;
+		e->meta = *m;
+	}
+}
+
+/* Ask the store about @path (lock held on entry and exit, dropped for the request).
+ * @return what backend_stat returns. */
+static int stat_unlocked(struct ns *ns, const char *path, struct bk_meta *ret)
+{
+	char *copy = strdup(path);
 	int e;
 
-	if (!path)
+	if (!copy)
 		return -ENOMEM;
 	pthread_mutex_unlock(&ns->lock);
-	e = backend_stat(ns->cfg.backend, path, &m);
-	free(path);
+	e = backend_stat(ns->cfg.backend, copy, ret);
+	free(copy);
 	pthread_mutex_lock(&ns->lock);
-	*np = find_ino(ns, ino);
-	if (!*np)
-		return -ENOENT;
-	if (e < 0)
-		return e;
-	take_perm(*np, &m);
-	return set_version(ns, *np, &m, true);
+	return e;
+}
+
+/* Free @n if nothing refers to it: a node made by a lookup that then failed (lock held). */
+static void drop_unused(struct ns *ns, struct node *n)
+{
+	if (!n || n->ino == ROOT_INO || n->nlookup || n->nopen)
+		return;
+	unlink_name(ns, n);
+	unlink_ino(ns, n);
+	ns->count--;
+	node_free(n);
 }
 
 /* Ownership and modes are the mount's (uid, gid, file_mode, dir_mode); where the store has
@@ -553,12 +617,138 @@ static struct node *node_new(struct ns *ns, struct node *parent, const char *nam
 	return n;
 }
 
+/* ---- names missing from a listing ---------------------------------------------------------- */
+
+/* Did the store say @name is missing from directory @p less than negative_ttl ago? */
+static bool neg_fresh(struct ns *ns, struct node *p, const char *name, uint64_t now)
+{
+	for (int i = 0; i < NEG_MAX; i++) {
+		struct neg *g = &p->negs[i];
+
+		if (g->name && strcmp(g->name, name) == 0)
+			return now - g->time_ns < ns->cfg.negative_ttl * 1000000000ULL;
+	}
+	return false;
+}
+
+/* Remember that @name is missing from @p, replacing the same name or the oldest entry. */
+static void neg_add(struct node *p, const char *name, uint64_t now)
+{
+	struct neg *slot = &p->negs[0];
+	char *copy = strdup(name);
+
+	if (!copy)
+		return;
+	for (int i = 0; i < NEG_MAX; i++) {
+		struct neg *g = &p->negs[i];
+
+		if (!g->name || strcmp(g->name, name) == 0) {
+			slot = g;
+			break;
+		}
+		if (g->time_ns < slot->time_ns)
+			slot = g;
+	}
+	free(slot->name);
+	slot->name = copy;
+	slot->time_ns = now;
+}
+
+static void neg_del(struct node *p, const char *name)
+{
+	for (int i = 0; i < NEG_MAX; i++) {
+		if (p->negs[i].name && strcmp(p->negs[i].name, name) == 0) {
+			free(p->negs[i].name);
+			p->negs[i].name = NULL;
+		}
+	}
+}
+
+/* Add @name to @l, keeping it sorted (it is not in it). @return the entry or NULL (ENOMEM). */
+static struct entry *listing_insert(struct listing *l, const char *name, bool is_dir,
+				    const struct bk_meta *m)
+{
+	size_t lo = 0, hi = l->n;
+	struct entry *e = realloc(l->e, (l->n + 1) * sizeof(*e));
+	char *copy = strdup(name);
+
+	if (e)
+		l->e = e;
+	if (!e || !copy) {
+		free(copy);
+		return NULL;
+	}
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if (strcmp(l->e[mid].name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	memmove(&l->e[lo + 1], &l->e[lo], (l->n - lo) * sizeof(*e));
+	l->n++;
+	e = &l->e[lo];
+	e->name = copy;
+	e->is_dir = is_dir;
+	e->have_meta = m != NULL;
+	if (m)
+		e->meta = *m;
+	return e;
+}
+
+/*
+ * @name is not in the listing of directory *@pp: ask the store for that one name (lock held on
+ * entry and exit, dropped for the request), unless it was found missing less than
+ * negative_ttl ago. Found, it joins the listing. @return the entry, or NULL with *ret_err.
+ */
+static struct entry *ask_store(struct ns *ns, struct node **pp, const char *name, int *ret_err)
+{
+	uint64_t ino = (*pp)->ino, now = clock_ns(ns);
+	struct bk_meta m;
+	struct entry *ent;
+	char *path;
+	int e;
+
+	if (!ns->cfg.negative_ttl || neg_fresh(ns, *pp, name, now)) {
+		*ret_err = -ENOENT;
+		return NULL;
+	}
+	if (asprintf(&path, "%s%s%s", (*pp)->path, (*pp)->path[0] ? "/" : "", name) < 0) {
+		*ret_err = -ENOMEM;
+		return NULL;
+	}
+	e = stat_unlocked(ns, path, &m);
+	free(path);
+	*pp = find_ino(ns, ino);
+	if (!*pp || !(*pp)->list) {
+		*ret_err = -ENOENT;
+		return NULL;
+	}
+	if (e == -ENOENT || e == -ENOTDIR) {
+		neg_add(*pp, name, now);
+		*ret_err = -ENOENT;
+		return NULL;
+	}
+	if (e < 0 && e != -EISDIR) {
+		*ret_err = e;
+		return NULL;
+	}
+	neg_del(*pp, name);
+	ent = find_entry((*pp)->list, name); /* listed meanwhile */
+	if (!ent)
+		ent = listing_insert((*pp)->list, name, e == -EISDIR, e == -EISDIR ? NULL : &m);
+	if (!ent)
+		*ret_err = -ENOMEM;
+	return ent;
+}
+
 int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret_st)
 {
 	struct node *p, *n;
 	struct entry *ent;
 	struct bk_meta m;
-	bool is_dir, have_meta;
+	bool is_dir, have_meta, made = false;
 	int e = 0;
 
 	pthread_mutex_lock(&ns->lock);
@@ -566,10 +756,8 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret
 	if (!p)
 		goto out;
 	ent = find_entry(p->list, name);
-	if (!ent) {
-		e = -ENOENT;
+	if (!ent && !(ent = ask_store(ns, &p, name, &e)))
 		goto out;
-	}
 	is_dir = ent->is_dir;
 	have_meta = ent->have_meta;
 	m = ent->meta;
@@ -578,19 +766,41 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret
 		unlink_name(ns, n); /* the key changed type: a new inode */
 		n = NULL;
 	}
-	if (!n && !(n = node_new(ns, p, name, is_dir))) {
-		e = -ENOMEM;
-		goto out;
+	if (n && !is_dir && have_meta && n->nopen && changes(n, &m)) {
+		unlink_name(ns, n); /* files are open on the old version: a new inode */
+		n = NULL;
 	}
-	if (have_meta)
+	if (!n) {
+		if (!(n = node_new(ns, p, name, is_dir))) {
+			e = -ENOMEM;
+			goto out;
+		}
+		made = true;
+	}
+	if (is_dir && have_meta)
 		take_perm(n, &m);
 	if (!is_dir && have_meta)
 		e = set_version(ns, n, &m, true);
-	if (!is_dir && !have_meta && (!n->cur || !fresh(ns, n->meta_ns, mono_ns())))
-		e = revalidate(ns, &n); /* a manifest names files without metadata */
+	if (!is_dir && !have_meta && (!n->cur || !fresh(ns, n->meta_ns, clock_ns(ns)))) {
+		/* a manifest names files without metadata */
+		uint64_t ino = n->ino;
+
+		e = stat_unlocked(ns, n->path, &m);
+		n = find_ino(ns, ino);
+		if (!n)
+			e = -ENOENT;
+		else if (e == 0 && n->nopen && changes(n, &m))
+			e = -ESTALE; /* rare: the next lookup makes a new inode */
+		if (e == -ESTALE)
+			unlink_name(ns, n);
+		else if (e == 0)
+			e = set_version(ns, n, &m, true);
+	}
 	if (e == 0) {
 		n->nlookup++;
 		fill_stat(ns, n, ret_st);
+	} else if (made) {
+		drop_unused(ns, n);
 	}
 out:
 	pthread_mutex_unlock(&ns->lock);
@@ -630,11 +840,14 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st)
 	return e;
 }
 
-int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same)
+int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool *ret_changed)
 {
 	struct node *n;
+	struct bk_meta m;
+	bool changed;
 	int e = 0;
 
+	*ret_changed = false;
 	pthread_mutex_lock(&ns->lock);
 	n = find_ino(ns, ino);
 	if (!n) {
@@ -646,31 +859,105 @@ int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same)
 		goto out;
 	}
 	if (!n->cur || n->stale ||
-	    (!ns->cfg.immutable && (!n->cur->etag[0] || !fresh(ns, n->meta_ns, mono_ns())))) {
-		e = revalidate(ns, &n);
+	    (!ns->cfg.immutable && (!n->cur->etag[0] || !fresh(ns, n->meta_ns, clock_ns(ns))))) {
+		e = stat_unlocked(ns, n->path, &m);
+		n = find_ino(ns, ino);
+		if (!n)
+			e = -ENOENT;
 		if (e < 0)
 			goto out;
+		listing_note(ns, n, &m);
+		if (n->nopen && changes(n, &m)) {
+			/* files are open on the old version: the name gets a new inode, and the
+			 * kernel's retry of this open finds it */
+			unlink_name(ns, n);
+			e = -ESTALE;
+			goto out;
+		}
+		changed = changes(n, &m); /* before set_version, which may free the old one */
+		e = set_version(ns, n, &m, true);
+		if (e < 0)
+			goto out;
+		*ret_changed = changed;
 	}
 	fobj_get(n->cur);
 	*ret = n->cur;
-	*ret_same = n->last_open_id == n->cur->id;
+	*ret_same = n->opened && cache_oid_eq(n->last_open_id, n->cur->id);
 	n->last_open_id = n->cur->id;
+	n->opened = true;
+	n->nopen++;
 out:
 	pthread_mutex_unlock(&ns->lock);
 	return e;
 }
 
-void ns_stale(struct ns *ns, uint64_t ino, uint64_t id)
+void ns_release(struct ns *ns, uint64_t ino)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (n && n->nopen)
+		n->nopen--;
+	pthread_mutex_unlock(&ns->lock);
+}
+
+int ns_move(struct ns *ns, uint64_t ino, struct fobj *old, uint64_t serves, struct fobj **ret)
+{
+	struct node *n;
+	struct bk_meta m;
+	int e;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (!n || n->is_dir) {
+		e = -ESTALE;
+		goto out;
+	}
+	e = stat_unlocked(ns, n->path, &m);
+	n = find_ino(ns, ino);
+	if (!n)
+		e = -ESTALE;
+	if (e < 0)
+		goto out;
+	listing_note(ns, n, &m);
+	if (same_version(old, &m) && (!m.etag[0] || strcmp(old->etag, m.etag) == 0)) {
+		e = -ESTALE; /* the store has nothing newer */
+		goto out;
+	}
+	/* Only the moving file may be open on the inode, and nobody may have fed the page cache
+	 * from the old version since it opened (a file that closed since included): the serves
+	 * counter is raised before each reply, and a release takes ns->lock after it. */
+	if (n->cur != old || n->nopen != 1 ||
+	    __atomic_load_n(&old->serves, __ATOMIC_ACQUIRE) != serves) {
+		if (n->nopen)
+			unlink_name(ns, n); /* open files keep the old version: new inode */
+		n->stale = true;
+		e = -ESTALE;
+		goto out;
+	}
+	e = set_version(ns, n, &m, true);
+	if (e < 0)
+		goto out;
+	n->last_open_id = n->cur->id;
+	fobj_get(n->cur);
+	*ret = n->cur;
+out:
+	pthread_mutex_unlock(&ns->lock);
+	return e;
+}
+
+void ns_stale(struct ns *ns, uint64_t ino, struct cache_oid id)
 {
 	struct node *n, *p;
 
 	pthread_mutex_lock(&ns->lock);
 	n = find_ino(ns, ino);
-	if (n && n->cur && n->cur->id == id) {
+	if (n && n->cur && cache_oid_eq(n->cur->id, id)) {
 		n->stale = true;
 		p = find_ino(ns, n->parent);
 		if (p && p->list)
-			p->list->time_ns = 0;
+			p->list->stale = true;
 	}
 	pthread_mutex_unlock(&ns->lock);
 }

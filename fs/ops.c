@@ -9,9 +9,32 @@
  * mount itself is read-write so that setxattr on the control surface can reach us.
  *
  * Page cache: a file opened as hot keeps the kernel's page cache across opens while its
- * version is unchanged (keep_cache); a file opened as lagging bypasses it (direct_io), so a
- * replay cannot push the tail's pages out of the kernel either. lagging_page_cache turns the
- * bypass off.
+ * version is unchanged (keep_cache). A file opened as lagging goes through the page cache too
+ * (so MAP_SHARED works: kernel 6.18 refuses shared maps of direct_io files, and libfuse 3.14
+ * cannot ask for FUSE_DIRECT_IO_ALLOW_MMAP), but a replay must not fill the kernel with pages
+ * that push out the tail's. So its pages are dropped behind the reader:
+ *
+ *     file  |.......[=========== seen ===========]..........|
+ *                    ^ seen_lo            off ^   ^ off+size
+ *     once seen spans more than 3 x DROP_KEEP:  [dropped      ][ kept: DROP_KEEP either side ]
+ *
+ * each handle records the range it has read (seen_lo..seen_hi); when it grows past
+ * 3 x DROP_KEEP, everything further than DROP_KEEP from the newest read is invalidated
+ * (fuse_lowlevel_notify_inval_inode), and at release the rest. DROP_KEEP covers the kernel's
+ * readahead (at most two 1 MiB windows ahead of the reader), so pages are not dropped before
+ * they are used. The kernel may wait, inside the notification, for pages whose reads tierfs has
+ * not answered yet, so notifications run on a thread of their own (inval_thread), never in a
+ * FUSE worker or the I/O thread. A lagging open also drops what earlier opens left (no
+ * keep_cache). lagging_page_cache turns dropping off: lagging pages then stay like hot ones.
+ * An inode never serves two versions to files open at once (ns.c): a changed object gets a
+ * new inode, so files open on the old one keep a consistent old view.
+ *
+ * Moving to a new version: a read that finds the object changed (-ESTALE from the store) on a
+ * file that has served nothing yet, opened with the page cache dropped and alone on its inode,
+ * is not failed: a helper thread asks the store for the new version (ns_move), makes it the
+ * file's, has the kernel forget the inode's attributes (so the new size is seen) and reads
+ * again. While it works (fh->moving) no other read of that file is answered from the old
+ * version: those replies are turned into the same retry.
  *
  * Errors after mounting reach the reader as an errno and are logged once per object and cause
  * per minute (fs_log_once), with a bound on all lines together.
@@ -36,6 +59,8 @@
 #include "fs_i.h"
 
 #define MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
+#define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
+#define MAX_BACKGROUND 1024    /* outstanding readahead requests the kernel may send */
 
 static struct mount *M(fuse_req_t req)
 {
@@ -258,6 +283,13 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = MAX_REQUEST;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
+	/* Readahead through the page cache is sent as background requests, of which the kernel
+	 * lets only max_background (12 by default) be outstanding; the rest wait in its queue,
+	 * and above congestion_threshold it stops reading ahead. Lagging readahead parked behind
+	 * the limiter would fill those slots and leave the tail's readahead queued behind it, so
+	 * allow far more than the cache ever parks (the kernel caps it for non-root mounts). */
+	conn->max_background = MAX_BACKGROUND;
+	conn->congestion_threshold = MAX_BACKGROUND * 3 / 4;
 }
 
 static double ttl(struct mount *m)
@@ -278,9 +310,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	if (r == -ENOENT) {
-		/* negative entry, cached as long as listings are */
+		/* negative entry, cached as long as the store's "missing" is believed */
 		e.ino = 0;
-		e.entry_timeout = ttl(m);
+		e.entry_timeout = (double)m->o->negative_ttl;
 		fuse_reply_entry(req, &e);
 		return;
 	}
@@ -351,12 +383,33 @@ static void track_fh(struct mount *m, struct fh *fh)
 	hlink_add(m, &m->fhs, &fh->link);
 }
 
+/* Free a handle that is not (or no longer) in the mount's list. */
+static void fh_free_untracked(struct fh *fh)
+{
+	fobj_put(fh->obj);
+	free(fh->text);
+	pthread_mutex_destroy(&fh->lock);
+	pthread_cond_destroy(&fh->moved);
+	free(fh);
+}
+
 static void fh_free(struct mount *m, struct fh *fh)
 {
 	hlink_del(m, &m->fhs, &fh->link);
-	fobj_put(fh->obj);
-	free(fh->text);
-	free(fh);
+	if (fh->ino)
+		ns_release(m->ns, fh->ino);
+	fh_free_untracked(fh);
+}
+
+static struct fh *fh_new(void)
+{
+	struct fh *fh = calloc(1, sizeof(*fh));
+
+	if (fh) {
+		pthread_mutex_init(&fh->lock, NULL);
+		pthread_cond_init(&fh->moved, NULL);
+	}
+	return fh;
 }
 
 static void track_dir(struct mount *m, struct ns_dir *d)
@@ -373,7 +426,7 @@ static void dir_free(struct mount *m, struct ns_dir *d)
 /* A control file: its text is taken now and served from memory, bypassing the page cache. */
 static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fh *fh = calloc(1, sizeof(*fh));
+	struct fh *fh = fh_new();
 	int r;
 
 	if (!fh) {
@@ -382,7 +435,7 @@ static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	}
 	r = ctl_read_all(M(req), ino, &fh->text, &fh->text_len);
 	if (r < 0) {
-		free(fh);
+		fh_free_untracked(fh);
 		fuse_reply_err(req, -r);
 		return;
 	}
@@ -398,7 +451,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct mount *m = M(req);
 	struct fh *fh;
 	struct fobj *o;
-	bool same;
+	bool same, changed;
 	int r;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -409,24 +462,31 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		open_control(req, ino, fi);
 		return;
 	}
-	r = ns_open(m->ns, ino, &o, &same);
+	r = ns_open(m->ns, ino, &o, &same, &changed);
 	if (r < 0) {
 		fuse_reply_err(req, -r);
 		return;
 	}
-	fh = calloc(1, sizeof(*fh));
+	/* The kernel still has the old size from the lookup and would stop reading there: have
+	 * it ask again. Attributes only (offset -1): no page is locked here, nothing to wait on. */
+	if (changed)
+		fuse_lowlevel_notify_inval_inode(m->se, ino, -1, 0);
+	fh = fh_new();
 	if (!fh) {
 		fobj_put(o);
+		ns_release(m->ns, ino);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	fh->obj = o;
+	fh->ino = ino;
 	struct cache_obj co = cobj(o);
 	fh->lagging = cache_route(m->c, &co) == CACHE_LAG;
-	if (fh->lagging && !m->o->lagging_page_cache)
-		fi->direct_io = 1;
-	else
-		fi->keep_cache = same;
+	fh->drop_behind = fh->lagging && !m->o->lagging_page_cache;
+	fi->keep_cache = same && !fh->drop_behind;
+	/* with the page cache dropped, every byte this file gets comes through op_read */
+	fh->movable = !fi->keep_cache;
+	fh->serves0 = __atomic_load_n(&o->serves, __ATOMIC_ACQUIRE);
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	track_fh(m, fh);
 	if (fuse_reply_open(req, fi) == -ENOENT)
@@ -454,17 +514,55 @@ static void reply_read(void *arg, const struct cache_iov *iov, int n, int err)
 		free(v);
 }
 
-/* The reply callback needs the object to log an error; wrap the request. */
+/* The reply callback needs the object to log an error, and the file and request to read
+ * again after a move; wrap the request. */
 struct read_req {
 	fuse_req_t req;
 	struct mount *m;
-	struct fobj *o;
+	struct fobj *o;           /* the version this read was made of (a ref) */
 	fuse_ino_t ino;
+	struct fh *fh;            /* valid until the reply: the kernel releases no file it reads */
+	uint64_t off;
+	size_t size;
+	uint64_t ticket;
 };
+
+/* Run @fn(@arg) on a detached thread of its own, counted in m->invals so that the mount's end
+ * waits for it. @return 0 or -errno. */
+static int helper(struct mount *m, void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	int r;
+
+	pthread_mutex_lock(&m->log_lock);
+	m->invals++;
+	pthread_mutex_unlock(&m->log_lock);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	r = pthread_create(&t, &attr, fn, arg);
+	pthread_attr_destroy(&attr);
+	if (r != 0) {
+		pthread_mutex_lock(&m->log_lock);
+		if (--m->invals == 0)
+			pthread_cond_broadcast(&m->inval_done);
+		pthread_mutex_unlock(&m->log_lock);
+	}
+	return -r;
+}
+
+static void helper_done(struct mount *m)
+{
+	pthread_mutex_lock(&m->log_lock);
+	if (--m->invals == 0)
+		pthread_cond_broadcast(&m->inval_done);
+	pthread_mutex_unlock(&m->log_lock);
+}
 
 struct inval {
 	struct mount *m;
 	fuse_ino_t ino;
+	off_t off, len; /* the pages to drop; 0, 0: all of them */
 };
 
 static void *inval_thread(void *arg)
@@ -472,49 +570,181 @@ static void *inval_thread(void *arg)
 	struct inval *iv = arg;
 	struct mount *m = iv->m;
 
-	fuse_lowlevel_notify_inval_inode(m->se, iv->ino, 0, 0);
+	fuse_lowlevel_notify_inval_inode(m->se, iv->ino, iv->off, iv->len);
 	free(iv);
-	pthread_mutex_lock(&m->log_lock);
-	if (--m->invals == 0)
-		pthread_cond_broadcast(&m->inval_done);
-	pthread_mutex_unlock(&m->log_lock);
+	helper_done(m);
 	return NULL;
 }
 
 /*
- * The object behind @ino changed: forget what we know of it, and have the kernel drop its
- * cached attributes and pages, so a reopen sees the new version whole. The kernel may wait
- * for pages whose reads the I/O thread is about to answer, so this runs on a thread of its
- * own, never on the I/O thread or a FUSE worker.
+ * Have the kernel drop @ino's cached attributes and the pages of [off, off + len) (0, 0: all).
+ * The kernel may wait for pages whose reads the I/O thread is about to answer, so this runs on
+ * a thread of its own (helper), never on the I/O thread or a FUSE worker. Best effort.
  */
-static void object_changed(struct mount *m, fuse_ino_t ino, const struct fobj *o)
+static void inval_pages(struct mount *m, fuse_ino_t ino, off_t off, off_t len)
 {
 	struct inval *iv = malloc(sizeof(*iv));
-	pthread_attr_t attr;
-	pthread_t t;
 
-	ns_stale(m->ns, ino, o->id);
 	if (!iv)
 		return;
 	iv->m = m;
 	iv->ino = ino;
-	pthread_mutex_lock(&m->log_lock);
-	m->invals++;
-	pthread_mutex_unlock(&m->log_lock);
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, inval_thread, iv) != 0) {
+	iv->off = off;
+	iv->len = len;
+	if (helper(m, inval_thread, iv) < 0)
 		free(iv);
-		pthread_mutex_lock(&m->log_lock);
-		m->invals--;
-		pthread_mutex_unlock(&m->log_lock);
+}
+
+/*
+ * The object behind @ino changed under a file that cannot move: make the next open and lookup
+ * ask the store again. The inode's pages are left alone: they hold only the old version (ns.c
+ * never gives an inode a second version while files are open on it), and the files open on it
+ * may go on reading them; newer opens get a new inode.
+ */
+static void object_changed(struct mount *m, fuse_ino_t ino, const struct fobj *o)
+{
+	ns_stale(m->ns, ino, o->id);
+}
+
+static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int err);
+static void *move_thread(void *arg);
+
+/* Read again for @rr, with @o (a ref, taken over). */
+static void read_again(struct read_req *rr, struct fobj *o)
+{
+	struct cache_obj co = cobj(o);
+	struct fobj *hold = o;
+
+	fobj_put(rr->o);
+	rr->o = o;
+	fobj_get(hold);
+	cache_read(rr->m->c, &co, &rr->fh->s, rr->off, rr->size, rr->ticket, reply_read_logged,
+		   rr);
+	fobj_put(hold);
+}
+
+/* Answer @rr with an error and free it. */
+static void fail_read(struct read_req *rr, int err)
+{
+	__atomic_fetch_add(&rr->m->reads, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&rr->m->read_errors, 1, __ATOMIC_RELAXED);
+	log_read_error(rr->m, rr->o, err);
+	if (err == -ESTALE)
+		object_changed(rr->m, rr->ino, rr->o);
+	fuse_reply_err(rr->req, -err);
+	fobj_put(rr->o);
+	free(rr);
+}
+
+/* A helper thread: move @rr's file to the object's new version, or wait for the move another
+ * read of the file started, then read again; or fail the read with ESTALE. */
+static void *move_thread(void *arg)
+{
+	struct read_req *rr = arg;
+	struct mount *m = rr->m;
+	struct fh *fh = rr->fh;
+	struct fobj *now = NULL, *old;
+	uint64_t serves;
+	int r;
+
+	pthread_mutex_lock(&fh->lock);
+	while (fh->moving)
+		pthread_cond_wait(&fh->moved, &fh->lock);
+	if (fh->obj != rr->o) {
+		now = fh->obj; /* moved already: read the new version */
+		fobj_get(now);
+		pthread_mutex_unlock(&fh->lock);
+		read_again(rr, now);
+		goto out;
 	}
-	pthread_attr_destroy(&attr);
+	if (!fh->movable || __atomic_load_n(&fh->obj->serves, __ATOMIC_ACQUIRE) != fh->serves0) {
+		pthread_mutex_unlock(&fh->lock);
+		fail_read(rr, -ESTALE);
+		goto out;
+	}
+	fh->moving = true;
+	old = fh->obj;
+	serves = fh->serves0;
+	pthread_mutex_unlock(&fh->lock);
+
+	r = ns_move(m->ns, rr->ino, old, serves, &now);
+	if (r == 0) {
+		/* the kernel still has the old size: have it ask again before the reply lands,
+		 * without touching pages (the locked ones of this very read would deadlock) */
+		fuse_lowlevel_notify_inval_inode(m->se, rr->ino, -1, 0);
+	}
+	pthread_mutex_lock(&fh->lock);
+	if (r == 0) {
+		fh->obj = now;
+		fh->serves0 = __atomic_load_n(&now->serves, __ATOMIC_ACQUIRE);
+		fobj_get(now);
+	}
+	fh->moving = false;
+	pthread_cond_broadcast(&fh->moved);
+	pthread_mutex_unlock(&fh->lock);
+	if (r == 0) {
+		fobj_put(old); /* the file's reference to the old version */
+		read_again(rr, now);
+	} else {
+		fail_read(rr, r == -ESTALE ? -ESTALE : r);
+	}
+out:
+	helper_done(m);
+	return NULL;
+}
+
+/* A drop_behind handle reads [off, off + size): note it, and drop what lies further than
+ * DROP_KEEP from it once the range read so far spans more than 3 x DROP_KEEP. */
+static void drop_behind(struct mount *m, fuse_ino_t ino, struct fh *fh, uint64_t off,
+			uint64_t size)
+{
+	uint64_t keep_lo = off > DROP_KEEP ? off - DROP_KEEP : 0, keep_hi = off + size + DROP_KEEP;
+	uint64_t lo, hi;
+	bool below = false, above = false;
+
+	pthread_mutex_lock(&m->log_lock);
+	if (fh->seen_hi == fh->seen_lo) {
+		fh->seen_lo = off;
+		fh->seen_hi = off + size;
+	} else {
+		fh->seen_lo = off < fh->seen_lo ? off : fh->seen_lo;
+		fh->seen_hi = off + size > fh->seen_hi ? off + size : fh->seen_hi;
+	}
+	lo = fh->seen_lo;
+	hi = fh->seen_hi;
+	if (hi - lo > 3 * (uint64_t)DROP_KEEP) {
+		below = lo < keep_lo;
+		above = hi > keep_hi;
+		fh->seen_lo = below ? keep_lo : lo;
+		fh->seen_hi = above ? keep_hi : hi;
+	}
+	pthread_mutex_unlock(&m->log_lock);
+	if (below)
+		inval_pages(m, ino, (off_t)lo, (off_t)(keep_lo - lo));
+	if (above)
+		inval_pages(m, ino, (off_t)keep_hi, (off_t)(hi - keep_hi));
 }
 
 static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int err)
 {
 	struct read_req *rr = arg;
+	struct fh *fh = rr->fh;
+	bool retry = false;
+
+	/* Bytes of a version the file is leaving, or an ESTALE a move may cure, go to the mover
+	 * instead of the kernel. Otherwise count the serve before the reply: ns_move relies on
+	 * seeing it. */
+	pthread_mutex_lock(&fh->lock);
+	if (fh->moving || fh->obj != rr->o)
+		retry = err == 0 || err == -ESTALE;
+	else if (err == -ESTALE)
+		retry = fh->movable &&
+			__atomic_load_n(&rr->o->serves, __ATOMIC_ACQUIRE) == fh->serves0;
+	else if (!err && n)
+		__atomic_fetch_add(&rr->o->serves, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_unlock(&fh->lock);
+	if (retry && helper(rr->m, move_thread, rr) == 0)
+		return;
 
 	__atomic_fetch_add(&rr->m->reads, 1, __ATOMIC_RELAXED);
 	if (err) {
@@ -604,13 +834,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (!fh->obj) {
+	if (!fh->ino) { /* a control file (fh->obj may be changing under a move) */
 		size_t n = (uint64_t)off >= fh->text_len ? 0 : fh->text_len - (size_t)off;
 
 		fuse_reply_buf(req, n ? fh->text + off : NULL, n < size ? n : size);
 		return;
 	}
-	struct cache_obj co = cobj(fh->obj);
 	rr = malloc(sizeof(*rr));
 	if (!rr) {
 		fuse_reply_err(req, ENOMEM);
@@ -618,18 +847,27 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	rr->req = req;
 	rr->m = m;
-	rr->o = fh->obj;
 	rr->ino = ino;
+	rr->fh = fh;
+	rr->off = (uint64_t)off;
+	rr->size = size;
+	pthread_mutex_lock(&fh->lock);
+	rr->o = fh->obj; /* a move may change it: take the version under the lock */
 	fobj_get(rr->o);
+	pthread_mutex_unlock(&fh->lock);
+	struct cache_obj co = cobj(rr->o);
 	/* A reader killed while its read waits (for the limiter, a slow store) must not stay a
 	 * zombie until the data comes: the kernel's interrupt cancels the read if the reader is
 	 * dying (other signals leave it alone). */
 	uint64_t ticket = cache_ticket(m->c);
+	rr->ticket = ticket;
 	fuse_req_interrupt_func(req, on_interrupt, (void *)(uintptr_t)ticket);
 	/* once the reply is out the file may be released (fh freed) while cache_read still
 	 * runs: the object stays held until it returns */
-	struct fobj *hold = fh->obj;
+	struct fobj *hold = rr->o;
 
+	if (fh->drop_behind)
+		drop_behind(m, ino, fh, (uint64_t)off, size);
 	fobj_get(hold);
 	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, ticket, reply_read_logged, rr);
 	fobj_put(hold);
@@ -637,7 +875,21 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	fh_free(M(req), (struct fh *)(uintptr_t)fi->fh);
+	struct mount *m = M(req);
+	struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
+	uint64_t lo, hi;
+
+	/* the last of a lagging handle's pages (no other reference to this file remains, maps
+	 * included, so nobody is reading through it) */
+	if (fh->drop_behind) {
+		pthread_mutex_lock(&m->log_lock);
+		lo = fh->seen_lo;
+		hi = fh->seen_hi;
+		pthread_mutex_unlock(&m->log_lock);
+		if (hi > lo)
+			inval_pages(m, ino, (off_t)lo, (off_t)(hi - lo));
+	}
+	fh_free(m, fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -926,6 +1178,25 @@ static char *fsname_opt(const char *url)
 	return out;
 }
 
+/* The store's name in object ids: the URL without user:password@, so that ids (which a
+ * shared tier will store) carry no secret and do not change with a password. */
+static char *store_name(const char *url)
+{
+	const char *sch = strstr(url, "://"), *at, *slash;
+	char *out;
+
+	if (!sch)
+		return strdup(url);
+	at = strchr(sch + 3, '@');
+	slash = strchr(sch + 3, '/');
+	if (!at || (slash && slash < at))
+		return strdup(url);
+	out = malloc(strlen(url) + 1);
+	if (out)
+		sprintf(out, "%.*s%s", (int)(sch + 3 - url), url, at + 1);
+	return out;
+}
+
 int fs_main(struct fs_opts *o)
 {
 	struct mount m = {.o = o};
@@ -956,10 +1227,11 @@ int fs_main(struct fs_opts *o)
 		.lagging_burst = o->lagging_burst,
 		.lagging_ops = o->lagging_ops,
 		.readahead = (uint32_t)o->readahead,
+		.prefault = o->prefault,
 	};
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *lc = NULL;
-	char err[512] = "", *fsname = NULL;
+	char err[512] = "", *fsname = NULL, *store = NULL;
 	int r, status = 1;
 	bool mounted = false, handlers = false;
 
@@ -996,9 +1268,12 @@ int fs_main(struct fs_opts *o)
 			strerror(-r));
 		goto out;
 	}
+	store = store_name(o->url);
 	struct ns_cfg nc = {
 		.backend = m.b,
+		.store = store,
 		.metadata_ttl = o->metadata_ttl,
+		.negative_ttl = o->negative_ttl,
 		.immutable = o->immutable,
 		.uid = (uid_t)o->uid,
 		.gid = (gid_t)o->gid,
@@ -1006,7 +1281,7 @@ int fs_main(struct fs_opts *o)
 		.dir_mode = (mode_t)o->dir_mode,
 		.block_size = (uint32_t)o->block_size,
 	};
-	m.ns = ns_new(&nc);
+	m.ns = store ? ns_new(&nc) : NULL;
 	fsname = fsname_opt(o->url);
 	/* default_permissions always: the kernel enforces uid, gid and the modes, so another
 	 * user of an allow_other mount gets only what the modes give (and no setxattr on the
@@ -1091,6 +1366,7 @@ out:
 		fuse_loop_cfg_destroy(lc);
 	fuse_opt_free_args(&args);
 	free(fsname);
+	free(store);
 	pthread_mutex_destroy(&m.log_lock);
 	pthread_mutex_destroy(&m.opts_lock);
 	pthread_cond_destroy(&m.inval_done);

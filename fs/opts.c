@@ -8,6 +8,7 @@
  *     opt_table[] ──► opts_init()       defaults into a struct fs_opts
  *          │      ──► set_one()         parse + check one name=value (-o, fs_opts_set)
  *          │      ──► fs_opts_help()    one help line per row, grouped
+ *          │      ──► fs_opts_man()     the same rows as roff: the tierfs(8) man page
  *          └────────► fs_opts_format()  one name=value line per row
  *
  * Around it sit three short lists of names that are not settings:
@@ -156,8 +157,14 @@ static const struct opt opt_table[] = {
 	{.name = "metadata_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(metadata_ttl),
 	 .min = 0, .max = SECONDS_MAX, .def = 60,
 	 .help = "how long attributes and listings are cached"},
+	{.name = "negative_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(negative_ttl),
+	 .min = 0, .max = SECONDS_MAX, .def = 1,
+	 .help = "how long a name the store lacks stays missing"},
 	{.name = "immutable", .kind = OPT_FLAG, .group = GROUP_CACHE, .off = OFF(immutable),
 	 .help = "objects never change: never revalidate"},
+	{.name = "prefault", .kind = OPT_BOOL, .group = GROUP_CACHE, .off = OFF(prefault),
+	 .def = 0,
+	 .help = "take the cache memory at mount, not on use"},
 	{.name = "cache_dir", .kind = OPT_PATH, .group = GROUP_CACHE, .off = OFF(cache_dir),
 	 .meta = "DIR", .help = "directory for the persistent tier (reserved)"},
 
@@ -1194,76 +1201,264 @@ done:
 	return 0;
 }
 
+/* The lines of --help (and OPTIONS of the man page) that are not rows of opt_table[]: the
+ * command's own flags and the FUSE options. @left NULL: a line of prose. */
+static const struct {
+	const char *left; /* "-f", "-o allow_other" */
+	const char *text;
+} mount_lines[] = {
+    {"-f", "stay in the foreground"},
+    {"-d", "log every FUSE request (implies -f)"},
+    {"-s", "single-threaded"},
+    {"-h, --help", "print this help and exit"},
+    {"-V, --version", "print the version and exit"},
+    {"-o allow_other", "let other users in (needs user_allow_other)"},
+    {"-o allow_root", "let root in too"},
+    {"-o default_permissions", "accepted: always on, the kernel checks the modes"},
+    {"-o auto_unmount", "unmount when tierfs exits"},
+    {"-o fsname=NAME", "source name shown in /proc/mounts"},
+    {"-o subtype=NAME", "type shown as fuse.NAME"},
+    {"-o ro", "accepted: tierfs is always read-only"},
+    {NULL, "max_read is not an option: tierfs derives it from block_size."},
+    {NULL, "From /etc/fstab, these are accepted and ignored: rw, defaults, auto,"},
+    {NULL, "noauto, user, users, nouser, owner, group, _netdev, nofail, [no]atime,"},
+    {NULL, "[no]relatime, strictatime, [no]diratime, [no]lazytime, [no]dev, [no]suid,"},
+    {NULL, "[no]exec, sync, async, dirsync, x-*, comment=*; and the flags -n, -v."},
+};
+
+/* The paragraph under the usage line, in --help and in the man page's DESCRIPTION. */
+static const char *const intro_lines[] = {
+    "URL is s3://BUCKET[/PREFIX], http(s)://HOST[/PATH] or file:///PATH.",
+    "Options may come anywhere and -o may repeat; when an option is given",
+    "twice, the last one wins. SIZE takes K, M, G or T, powers of 1024 (4M,",
+    "4MB and 4MiB are the same). SECS is whole seconds (60 or 60s).",
+};
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* One row of opt_table[] as --help shows it: "-o name=META" and "help (default)". */
+static void opt_row(const struct opt *d, char *left, size_t leftlen, char *text, size_t textlen)
+{
+	char def[48] = "", num[32];
+	const char *meta = d->meta;
+
+	if (!meta)
+		meta = d->kind == OPT_SIZE	? "SIZE"
+		       : d->kind == OPT_SECONDS ? "SECS"
+		       : d->kind == OPT_COUNT	? "N"
+		       : d->kind == OPT_BOOL	? "on|off"
+		       : d->kind == OPT_MODE	? "MODE"
+						: "VALUE";
+	if (d->kind == OPT_FLAG)
+		snprintf(left, leftlen, "-o %s", d->name);
+	else
+		snprintf(left, leftlen, "-o %s=%s", d->name, meta);
+
+	if (d->def_help)
+		snprintf(def, sizeof(def), " (%s)", d->def_help);
+	else if (d->kind == OPT_SIZE)
+		snprintf(def, sizeof(def), " (%s)", human(d->def, num, sizeof(num)));
+	else if (d->kind == OPT_MODE)
+		snprintf(def, sizeof(def), " (0%" PRIo64 ")", d->def);
+	else if (d->kind == OPT_SECONDS || d->kind == OPT_COUNT)
+		snprintf(def, sizeof(def), " (%" PRIu64 ")", d->def);
+	else if (d->kind == OPT_FLAG || d->kind == OPT_BOOL)
+		snprintf(def, sizeof(def), " (%s)", d->def ? "on" : "off");
+	else if (d->def_str)
+		snprintf(def, sizeof(def), " (%s)", d->def_str);
+	snprintf(text, textlen, "%s%s", d->help, def);
+}
+
 static void help_build(char *buf, size_t len)
 {
-	static const char *const mount_lines[] = {
-	    "    -f                      stay in the foreground",
-	    "    -d                      log every FUSE request (implies -f)",
-	    "    -s                      single-threaded",
-	    "    -h, --help              print this help and exit",
-	    "    -V, --version           print the version and exit",
-	    "    -o allow_other          let other users in (needs user_allow_other)",
-	    "    -o allow_root           let root in too",
-	    "    -o default_permissions  accepted: always on, the kernel checks the modes",
-	    "    -o auto_unmount         unmount when tierfs exits",
-	    "    -o fsname=NAME          source name shown in /proc/mounts",
-	    "    -o subtype=NAME         type shown as fuse.NAME",
-	    "    -o ro                   accepted: tierfs is always read-only",
-	    "    max_read is not an option: tierfs derives it from block_size.",
-	    "    From /etc/fstab, these are accepted and ignored: rw, defaults, auto,",
-	    "    noauto, user, users, nouser, owner, group, _netdev, nofail, [no]atime,",
-	    "    [no]relatime, strictatime, [no]diratime, [no]lazytime, [no]dev, [no]suid,",
-	    "    [no]exec, sync, async, dirsync, x-*, comment=*; and the flags -n, -v.",
-	};
 	struct out w = {buf, len, 0};
 
 	out_printf(&w, "%s [-f] [-d] [-s]\n", USAGE);
 	out_printf(&w, "       tierfs -h | -V\n\n");
-	out_printf(&w, "URL is s3://BUCKET[/PREFIX], http(s)://HOST[/PATH] or file:///PATH.\n");
-	out_printf(&w, "Options may come anywhere and -o may repeat; when an option is given\n");
-	out_printf(&w, "twice, the last one wins. SIZE takes K, M, G or T, powers of 1024 (4M,\n");
-	out_printf(&w, "4MB and 4MiB are the same). SECS is whole seconds (60 or 60s).\n");
+	for (size_t i = 0; i < N_OF(intro_lines); i++)
+		out_printf(&w, "%s\n", intro_lines[i]);
 
 	for (int g = 0; g < N_GROUPS; g++) {
 		out_printf(&w, "\n%s\n", group_title[g]);
 		for (size_t i = 0; i < N_OPTS; i++) {
-			const struct opt *d = &opt_table[i];
-			char left[48], def[48] = "", num[32];
-			const char *meta = d->meta;
+			char left[48], text[160];
 
-			if (d->group != (enum opt_group)g)
+			if (opt_table[i].group != (enum opt_group)g)
 				continue;
-			if (!meta)
-				meta = d->kind == OPT_SIZE	? "SIZE"
-				       : d->kind == OPT_SECONDS ? "SECS"
-				       : d->kind == OPT_COUNT	? "N"
-				       : d->kind == OPT_BOOL	? "on|off"
-				       : d->kind == OPT_MODE	? "MODE"
-								: "VALUE";
-			if (d->kind == OPT_FLAG)
-				snprintf(left, sizeof(left), "%s", d->name);
-			else
-				snprintf(left, sizeof(left), "%s=%s", d->name, meta);
-
-			if (d->def_help)
-				snprintf(def, sizeof(def), " (%s)", d->def_help);
-			else if (d->kind == OPT_SIZE)
-				snprintf(def, sizeof(def), " (%s)",
-					 human(d->def, num, sizeof(num)));
-			else if (d->kind == OPT_MODE)
-				snprintf(def, sizeof(def), " (0%" PRIo64 ")", d->def);
-			else if (d->kind == OPT_SECONDS || d->kind == OPT_COUNT)
-				snprintf(def, sizeof(def), " (%" PRIu64 ")", d->def);
-			else if (d->kind == OPT_FLAG || d->kind == OPT_BOOL)
-				snprintf(def, sizeof(def), " (%s)", d->def ? "on" : "off");
-			else if (d->def_str)
-				snprintf(def, sizeof(def), " (%s)", d->def_str);
-			out_printf(&w, "    -o %-20s %s%s\n", left, d->help, def);
+			opt_row(&opt_table[i], left, sizeof(left), text, sizeof(text));
+			out_printf(&w, "    %-23s %s\n", left, text);
 		}
-		if (g == GROUP_MOUNT)
-			for (size_t i = 0; i < sizeof(mount_lines) / sizeof(mount_lines[0]); i++)
-				out_printf(&w, "%s\n", mount_lines[i]);
+		if (g != GROUP_MOUNT)
+			continue;
+		for (size_t i = 0; i < N_OF(mount_lines); i++) {
+			if (mount_lines[i].left)
+				out_printf(&w, "    %-23s %s\n", mount_lines[i].left,
+					   mount_lines[i].text);
+			else
+				out_printf(&w, "    %s\n", mount_lines[i].text);
+		}
 	}
+}
+
+/* @s as roff text: backslashes and minus signs escaped, a leading '.' or '\'' made literal. */
+static void roff(struct out *w, const char *s)
+{
+	if (*s == '.' || *s == '\'')
+		out_printf(w, "\\&");
+	for (; *s; s++) {
+		if (*s == '\\')
+			out_printf(w, "\\e");
+		else if (*s == '-')
+			out_printf(w, "\\-");
+		else
+			out_printf(w, "%c", *s);
+	}
+}
+
+/* A .TP item: the option in bold, its meta-variable (after '=') in italics. */
+static void roff_item(struct out *w, const char *left, const char *text)
+{
+	const char *eq = strchr(left, '=');
+
+	out_printf(w, ".TP\n\\fB");
+	if (eq) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - left + 1), left);
+		roff(w, name);
+		out_printf(w, "\\fI");
+		roff(w, eq + 1);
+	} else {
+		roff(w, left);
+	}
+	out_printf(w, "\\fR\n");
+	roff(w, text);
+	out_printf(w, "\n");
+}
+
+/* Man-page prose: one line per entry, roff fills them into paragraphs; "" starts a new one. */
+static const char *const man_description[] = {
+    "tierfs mounts the objects of an object store (an S3-compatible bucket, plain HTTP(S) "
+    "URLs with a JSON directory index or a manifest, or a local directory) as a read-only "
+    "filesystem, for message brokers that keep log segments in object storage.",
+    "",
+    "Every read goes through caches of aligned blocks of block_size bytes, in two tiers in "
+    "memory. The hot tier serves objects modified within the last hot_ttl seconds (tail "
+    "readers). The lagging tier serves older objects (consumers replaying old data): it is "
+    "smaller, its blocks live lagging_ttl seconds, and its misses are fetched under a token "
+    "bucket (lagging_rate, lagging_burst, lagging_ops), so a replay neither evicts the tail's "
+    "blocks nor floods the store.",
+    "",
+    "Files of hot objects keep the kernel page cache across opens while their version is "
+    "unchanged. Files of lagging objects use the page cache too (so shared memory maps work), "
+    "but tierfs drops their pages behind the reader and at close, so a replay does not push the "
+    "tail's pages out of the kernel; lagging_page_cache keeps them instead.",
+};
+
+static const char *const man_tail[] = {
+    ".SH FSTAB",
+    "mount(8) runs",
+    ".B mount.tierfs",
+    "(a link to tierfs) for entries of type",
+    ".BR tierfs ,",
+    "and mount.fuse3(8) runs tierfs for entries of type",
+    ".BR fuse.tierfs :",
+    ".PP",
+    ".nf",
+    "s3://segments/prod  /mnt/segments  tierfs  endpoint=http://10.0.0.5:9000,path_style,"
+    "allow_other,_netdev,nofail  0 0",
+    "https://objects.internal/seg/  /mnt/objects  fuse.tierfs  immutable,_netdev  0 0",
+    ".fi",
+    ".PP",
+    "Secrets are refused as options (they would show in /proc/PID/cmdline): S3 credentials come "
+    "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, else from the shared "
+    "credentials file (credentials=FILE, profile=NAME).",
+    ".SH CONTROL",
+    "MOUNTPOINT/.tierfs/stats holds counters in the Prometheus text format, every metric "
+    "labelled by tier; MOUNTPOINT/.tierfs/config the effective settings. The extended "
+    "attributes user.tierfs.tier, user.tierfs.etag and user.tierfs.cached describe a file; "
+    "setfattr -n user.tierfs.lagging_rate -v 100M MOUNTPOINT changes a limit live (also "
+    "lagging_burst, lagging_ops, hot_ttl).",
+    ".SH EXIT STATUS",
+    "0 after a clean unmount (also on SIGTERM, SIGINT and SIGHUP); 1 when the mount fails or "
+    "the store cannot be reached at mount; 2 for a wrong command line.",
+    ".SH SEE ALSO",
+    ".BR mount (8),",
+    ".BR fstab (5),",
+    ".BR fusermount3 (1),",
+    ".BR mount.fuse3 (8)",
+};
+
+size_t fs_opts_man(char *buf, size_t len)
+{
+	struct out w = {buf, len, 0};
+
+	if (buf && len)
+		buf[0] = '\0';
+	out_printf(&w, ".\\\" Generated by tierfs-mkman from the option table of fs/opts.c.\n");
+	out_printf(&w, ".TH TIERFS 8 \"\" \"tierfs %s\" \"System Administration\"\n",
+		   TIERFS_VERSION);
+	out_printf(&w, ".nh\n.ad l\n"); /* no hyphenation: option names stay whole */
+	out_printf(&w, ".SH NAME\ntierfs, mount.tierfs \\- mount an object store read-only "
+		       "through tiered block caches\n");
+	out_printf(&w, ".SH SYNOPSIS\n.B tierfs\n.I URL MOUNTPOINT\n"
+		       "[\\fB\\-o\\fR \\fIoptions\\fR] [\\fB\\-f\\fR] [\\fB\\-d\\fR] "
+		       "[\\fB\\-s\\fR]\n.br\n.B tierfs \\-h\\fR | \\fB\\-V\n.br\n"
+		       ".B mount \\-t tierfs\n.I URL MOUNTPOINT\n[\\fB\\-o\\fR \\fIoptions\\fR]\n");
+	out_printf(&w, ".SH DESCRIPTION\n");
+	for (size_t i = 0; i < N_OF(man_description); i++) {
+		if (!man_description[i][0]) {
+			out_printf(&w, ".PP\n");
+			continue;
+		}
+		roff(&w, man_description[i]);
+		out_printf(&w, "\n");
+	}
+	out_printf(&w, ".PP\n");
+	for (size_t i = 0; i < N_OF(intro_lines); i++) {
+		roff(&w, intro_lines[i]);
+		out_printf(&w, "\n");
+	}
+	out_printf(&w, ".SH OPTIONS\n");
+	for (int g = 0; g < N_GROUPS; g++) {
+		char title[96];
+
+		/* "cache:" -> "cache" */
+		snprintf(title, sizeof(title), "%.*s", (int)strcspn(group_title[g], ":"),
+			 group_title[g]);
+		out_printf(&w, ".SS ");
+		roff(&w, title);
+		out_printf(&w, "\n");
+		for (size_t i = 0; i < N_OPTS; i++) {
+			char left[48], text[160];
+
+			if (opt_table[i].group != (enum opt_group)g)
+				continue;
+			opt_row(&opt_table[i], left, sizeof(left), text, sizeof(text));
+			roff_item(&w, left, text);
+		}
+		if (g != GROUP_MOUNT)
+			continue;
+		for (size_t i = 0; i < N_OF(mount_lines); i++) {
+			if (mount_lines[i].left) {
+				roff_item(&w, mount_lines[i].left, mount_lines[i].text);
+				continue;
+			}
+			if (i == 0 || mount_lines[i - 1].left)
+				out_printf(&w, ".PP\n");
+			roff(&w, mount_lines[i].text);
+			out_printf(&w, "\n");
+		}
+	}
+	for (size_t i = 0; i < N_OF(man_tail); i++) {
+		if (man_tail[i][0] == '.')
+			out_printf(&w, "%s\n", man_tail[i]);
+		else {
+			roff(&w, man_tail[i]);
+			out_printf(&w, "\n");
+		}
+	}
+	return w.need;
 }
 
 static char help_text[8192];

@@ -30,15 +30,15 @@ struct seen {
 	bool stop;  /* return -ECANCELED on the second call */
 };
 
-static int on_entry(void *arg, const char *key, bool is_prefix, uint64_t size, int64_t mtime,
-		    const char *etag)
+static int on_entry(void *arg, const char *key, size_t keylen, bool is_prefix, uint64_t size,
+		    int64_t mtime, const char *etag)
 {
 	struct seen *s = arg;
 
 	FUZZ_CHECK(key);
 	FUZZ_CHECK(etag);
-	FUZZ_CHECK(key[0] != '\0');
-	FUZZ_CHECK(strnlen(key, VALUE_MAX + 1) <= VALUE_MAX);
+	FUZZ_CHECK(keylen > 0 && keylen <= VALUE_MAX);
+	FUZZ_CHECK(key[keylen] == '\0' && strlen(key) <= keylen); /* a decoded NUL may cut it */
 	FUZZ_CHECK(strnlen(etag, VALUE_MAX + 1) <= VALUE_MAX);
 	if (is_prefix) {
 		FUZZ_CHECK(size == 0);

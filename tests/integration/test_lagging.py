@@ -8,7 +8,8 @@
 - a reader killed while throttled goes away promptly;
 - lagging_rate, hot_ttl change live through setxattr; bad values are refused with EINVAL;
 - the stats file agrees with what the server sent; the xattrs and the control directory;
-- lagging files bypass the page cache (direct_io), hot files keep it; lagging blocks expire.
+- lagging files do not keep the page cache (each open reaches tierfs), hot files keep it;
+  lagging blocks expire.
 
 Every mount uses hot_ttl = HOT_TTL (days), so the "new" objects written when the module starts
 stay hot however long the run takes, and "old" objects are OLD_AGE (weeks) old.
@@ -673,7 +674,7 @@ def test_live_hot_ttl_moves_objects_between_tiers(mount, store):
     assert lu.xattr(m.path(store.old[0]), "tier") == "lagging"
 
     s0 = lu.stats(m.mnt)
-    assert lu.sha256_read(a) == store.sha["ttl/a.bin"]  # lagging now: direct_io, to tierfs
+    assert lu.sha256_read(a) == store.sha["ttl/a.bin"]  # lagging now: to tierfs
     s1 = lu.stats(m.mnt)
     assert s1.d(s0, "cache_hits_total", "hot") >= 2, "a.bin's hot blocks were not served"
     assert s1.d(s0, "backend_received_bytes_total") == 0, "a.bin's hot blocks were fetched again"
@@ -845,7 +846,8 @@ def test_real_object_named_like_control_dir_wins(mount, tmp_path):
 
 
 def test_lagging_files_bypass_the_page_cache(mount, store):
-    """An old object read twice reaches tierfs both times (direct_io): reads_total grows on
+    """An old object read twice reaches tierfs both times (its pages are dropped behind the
+    reader and at close, and a lagging open starts without them): reads_total grows on
     the second read too, served from the lagging tier without a fetch while its blocks are
     valid. A new object read twice is served by the page cache the second time: reads_total
     does not grow, nothing is fetched."""

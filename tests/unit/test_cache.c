@@ -35,6 +35,7 @@
 #include <cmocka.h>
 
 #include "cache.h"
+#include "cache_i.h" /* cache_sha256 */
 
 #define NS	 1000000000ull
 #define KIB	 1024ull
@@ -367,14 +368,14 @@ static struct cache_obj mkobj(struct fobj *fo, uint64_t id, uint64_t size, int64
 	fo->id = id;
 	fo->size = size;
 	fo->holds = 0;
-	return (struct cache_obj){.id = id, .size = size, .mtime = mtime, .ctx = fo};
+	return (struct cache_obj){.id = {.lo = id}, .size = size, .mtime = mtime, .ctx = fo};
 }
 
 static void rep_init(struct rep *r, const struct cache_obj *o, uint64_t off, size_t len)
 {
 	free(r->buf);
 	memset(r, 0, sizeof(*r));
-	r->id = o->id;
+	r->id = o->id.lo;
 	r->off = off;
 	r->want = off >= o->size ? 0 : (len < o->size - off ? len : (size_t)(o->size - off));
 	r->buf = malloc(r->want + 1);
@@ -1658,12 +1659,12 @@ static struct cache_obj race_obj;
 
 static void race_complete_ok(void)
 {
-	complete_blk(race_obj.id, 0, 0);
+	complete_blk(race_obj.id.lo, 0, 0);
 }
 
 static void race_complete_eio(void)
 {
-	complete_blk(race_obj.id, 0, -EIO);
+	complete_blk(race_obj.id.lo, 0, -EIO);
 }
 
 static void test_commit_race(void **state)
@@ -2106,7 +2107,7 @@ static void sim_check_hot_started(struct cache *c, const struct rver *v, const s
 		return; /* (a block that failed at once is neither resident nor being fetched) */
 	cache_residency(c, &v->o, res, sizeof(res));
 	for (uint64_t b = x->first; b <= x->last; b++)
-		SIM_CHECK(res[b] != '-' || find_open(v->o.id, b) != NO_FETCH);
+		SIM_CHECK(res[b] != '-' || find_open(v->o.id.lo, b) != NO_FETCH);
 }
 
 static void sim_run(uint64_t seed, int which)
@@ -2467,7 +2468,7 @@ static void *t_reader(void *arg)
 		size_t len = (size_t)(next_rand(&rng) % (3 * T_BS));
 
 		memset(r, 0, sizeof(*r));
-		r->id = o->id;
+		r->id = o->id.lo;
 		r->off = off;
 		r->want =
 		    off >= o->size ? 0 : (len < o->size - off ? len : (size_t)(o->size - off));
@@ -2574,6 +2575,164 @@ static int group_teardown(void **state)
 	return 0;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Block keys: (object version, block), built from bytes only (key.c)
+ * ------------------------------------------------------------------------------------------ */
+
+static void hex32(const unsigned char d[32], char out[65])
+{
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void test_key_sha256(void **state)
+{
+	static const char *million_a_digest =
+	    "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
+	unsigned char d[32];
+	char hex[65];
+	struct cache_sha256_part abc = {"abc", 3}, empty = {"", 0};
+	struct cache_sha256_part split[] = {{"a", 1}, {"", 0}, {"bc", 2}};
+	/* 56 bytes: the padding needs a second block */
+	const char *m56 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+	struct cache_sha256_part p56 = {m56, 56};
+	char *ma = malloc(1000000);
+
+	(void)state;
+	cache_sha256(&abc, 1, d);
+	hex32(d, hex);
+	assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	cache_sha256(split, 3, d);
+	hex32(d, hex);
+	assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	cache_sha256(&empty, 1, d);
+	hex32(d, hex);
+	assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	cache_sha256(&p56, 1, d);
+	hex32(d, hex);
+	assert_string_equal(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+	assert_non_null(ma);
+	memset(ma, 'a', 1000000);
+	struct cache_sha256_part pa = {ma, 1000000};
+	cache_sha256(&pa, 1, d);
+	hex32(d, hex);
+	assert_string_equal(hex, million_a_digest);
+	free(ma);
+}
+
+static void test_key_oid(void **state)
+{
+	struct cache_oid a = cache_oid_make("s3://b/p/", "seg/0001.log", "\"e1\"");
+	struct cache_oid b = cache_oid_make("s3://b/p/", "seg/0001.log", "\"e1\"");
+
+	(void)state;
+	/* the same bytes make the same id, every time, in any process */
+	assert_true(cache_oid_eq(a, b));
+	assert_false(a.hi == 0 && a.lo == 0);
+	/* any field changing changes it, and the NUL separators keep fields apart */
+	assert_false(cache_oid_eq(a, cache_oid_make("s3://b/p/", "seg/0001.log", "\"e2\"")));
+	assert_false(cache_oid_eq(a, cache_oid_make("s3://b/p/", "seg/0002.log", "\"e1\"")));
+	assert_false(cache_oid_eq(a, cache_oid_make("s3://b/q/", "seg/0001.log", "\"e1\"")));
+	assert_false(cache_oid_eq(cache_oid_make("s", "ab", "c"), cache_oid_make("s", "a", "bc")));
+	assert_false(cache_oid_eq(cache_oid_make("sa", "b", "c"), cache_oid_make("s", "ab", "c")));
+	/* pinned: a change of the encoding would orphan every persistent tier's blocks */
+	struct cache_oid pin = cache_oid_make("file:///srv/store", "a/b.bin", "\"1-2-3-4\"");
+	char got[40];
+	snprintf(got, sizeof(got), "%016llx%016llx", (unsigned long long)pin.hi,
+		 (unsigned long long)pin.lo);
+	/* python3: hashlib.sha256(b'tierfs-oid-1\0file:///srv/store\0a/b.bin\0"1-2-3-4"') */
+	assert_string_equal(got, "aef526fa4687ba46b2e5e2394b5fc457");
+}
+
+/* A cache_obj for version @version of @path: its id from cache_oid_make, a fresh fetch
+ * context whose pattern id is the oid's low half (what the fake fetcher writes). */
+static struct cache_obj verobj(struct fobj *fo, const char *path, const char *version,
+			       uint64_t size)
+{
+	struct cache_oid id = cache_oid_make("http://127.0.0.1/", path, version);
+
+	fo->id = id.lo;
+	fo->size = size;
+	fo->holds = 0;
+	return (struct cache_obj){.id = id, .size = size, .mtime = WALL0, .ctx = fo};
+}
+
+/* The kernel forgot the inode, so the fs layer made a new object struct for the same version:
+ * every block must still hit, with no fetch. */
+static void test_key_recreated_object_hits(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj f1, f2;
+	struct cache_obj o1 = verobj(&f1, "seg/0001.log", "\"v1\"", 3ull * BS + 5);
+	struct rep r = {0};
+	struct cache_stats st;
+	char res[8];
+
+	(void)state;
+	assert_false(rd(c, &o1, NULL, 0, SIZE_MAX, &r));
+	assert_int_equal(W.nf, 4);
+	complete_all(0);
+	check_ok(&r);
+
+	/* a new struct, a new ctx, an id made again from the same bytes */
+	struct cache_obj o2 = verobj(&f2, "seg/0001.log", "\"v1\"", 3ull * BS + 5);
+	assert_ptr_not_equal(o2.ctx, o1.ctx);
+	assert_true(rd(c, &o2, NULL, 0, SIZE_MAX, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 4);
+	assert_int_equal(W.attempts, 4);
+	assert_int_equal(cache_residency(c, &o2, res, sizeof(res)), 4);
+	assert_string_equal(res, "hhhh");
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].fetches, 4);
+	assert_int_equal(st.tier[CACHE_HOT].hits, 4);
+	assert_int_equal(st.tier[CACHE_HOT].blocks, 4); /* no duplicate copies */
+	assert_int_equal(f2.holds, 0);
+	rep_done(&r);
+	shut(c);
+}
+
+/* A new version of the same path is another key: it misses, is fetched, and is never answered
+ * with the old version's bytes; the old version's blocks stay for readers of the old version
+ * until they age out. */
+static void test_key_new_version_misses(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj f1, f2;
+	struct cache_obj v1 = verobj(&f1, "seg/0001.log", "\"v1\"", 2ull * BS);
+	struct cache_obj v2 = verobj(&f2, "seg/0001.log", "\"v2\"", 2ull * BS + 100);
+	struct rep r = {0};
+	struct cache_stats st;
+	char res[8];
+
+	(void)state;
+	assert_false(rd(c, &v1, NULL, 0, SIZE_MAX, &r));
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(W.nf, 2);
+
+	assert_int_equal(cache_residency(c, &v2, res, sizeof(res)), 3);
+	assert_string_equal(res, "---");
+	assert_false(rd(c, &v2, NULL, 0, SIZE_MAX, &r)); /* every block misses */
+	assert_int_equal(W.nf, 5);
+	for (size_t i = 2; i < 5; i++)
+		assert_ptr_equal(W.f[i].o, &f2);
+	complete_all(0);
+	check_ok(&r); /* the bytes are v2's pattern, not v1's */
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].misses, 5);
+	assert_int_equal(st.tier[CACHE_HOT].hits, 0);
+
+	/* the old version is still answered from the cache to its own readers */
+	assert_true(rd(c, &v1, NULL, 0, SIZE_MAX, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 5);
+	rep_done(&r);
+	shut(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2604,6 +2763,10 @@ int main(void)
 	    cmocka_unit_test(test_cancel),
 	    cmocka_unit_test(test_random),
 	    cmocka_unit_test(test_threads),
+	    cmocka_unit_test(test_key_sha256),
+	    cmocka_unit_test(test_key_oid),
+	    cmocka_unit_test(test_key_recreated_object_hits),
+	    cmocka_unit_test(test_key_new_version_misses),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, group_teardown);

@@ -37,6 +37,7 @@ static const char *const all_options[] = {
     "block_size",   "hot_size",
     "hot_ttl",	    "readahead",
     "metadata_ttl", "immutable",
+    "negative_ttl", "prefault",
     "cache_dir",    "lagging",
     "lagging_size", "lagging_ttl",
     "lagging_rate", "lagging_burst",
@@ -916,6 +917,7 @@ static void assert_same(const struct fs_opts *a, const struct fs_opts *b)
 	assert_true(a->lagging_ops == b->lagging_ops);
 	assert_true(a->readahead == b->readahead);
 	assert_true(a->metadata_ttl == b->metadata_ttl);
+	assert_true(a->negative_ttl == b->negative_ttl);
 	assert_true(a->immutable == b->immutable);
 	assert_true(a->lagging_page_cache == b->lagging_page_cache);
 	SAME_STR(endpoint);
@@ -1002,6 +1004,8 @@ static void test_format(void **state)
 		 "hot_ttl=60\n"
 		 "readahead=2\n"
 		 "metadata_ttl=60\n"
+		 "negative_ttl=1\n"
+		 "prefault=off\n"
 		 "lagging=on\n"
 		 "lagging_size=134217728\n"
 		 "lagging_ttl=5\n"
@@ -1025,14 +1029,14 @@ static void test_format(void **state)
 	assert_int_equal(fs_opts_format(&o, NULL, 0), need);
 	fs_opts_done(&o);
 
-	round_trip("", 19);
+	round_trip("", 21);
 	/* a mode round-trips as octal, whatever its digits */
-	round_trip("file_mode=0,dir_mode=7", 19);
-	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 19);
+	round_trip("file_mode=0,dir_mode=7", 21);
+	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 21);
 	/* every option set to something other than its default */
 	round_trip("block_size=64K,hot_size=512K,hot_ttl=1,lagging=off,lagging_size=0,"
 		   "lagging_ttl=100000,lagging_rate=0,lagging_burst=1T,lagging_ops=7,"
-		   "lagging_page_cache,readahead=64,metadata_ttl=0,immutable,"
+		   "lagging_page_cache,readahead=64,metadata_ttl=0,negative_ttl=5,immutable,prefault=on,"
 		   "endpoint=http://127.0.0.1:9000/,region=us-east-1,path_style,profile=p r,"
 		   "credentials=c,manifest=/m.json,ca_file=/ca.pem,insecure,max_conns=256,"
 		   "timeout=3600,retries=20,cache_dir=/var/cache/x,control_dir=..x,uid=1234,"

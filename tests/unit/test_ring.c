@@ -26,7 +26,7 @@
 #include "cache_i.h"
 
 #define ALIGN64(x) (((uint64_t)(x) + 63) & ~(uint64_t)63)
-#define KEY(o, b)  ((struct ring_key){.obj = (o), .blk = (b)})
+#define KEY(o, b)  ((struct cache_key){.oid = {.lo = (o)}, .blk = (b)})
 
 static uint64_t mix(uint64_t z)
 {
@@ -80,7 +80,7 @@ static bool pat_check(const void *p, uint32_t len, uint64_t seed)
 }
 
 /* Reserve, fill with pattern @seed, commit, unpin. @return reserve's result; *ret_ref if 0. */
-static int put(struct ring *r, struct ring_key k, uint32_t len, uint64_t now, uint64_t seed,
+static int put(struct ring *r, struct cache_key k, uint32_t len, uint64_t now, uint64_t seed,
 	       struct ring_ref *ret_ref)
 {
 	struct ring_ref ref;
@@ -97,7 +97,7 @@ static int put(struct ring *r, struct ring_key k, uint32_t len, uint64_t now, ui
 }
 
 /* Assert @k is visible at @now with @len bytes of pattern @seed. */
-static void expect_block(struct ring *r, struct ring_key k, uint64_t now, uint32_t len,
+static void expect_block(struct ring *r, struct cache_key k, uint64_t now, uint32_t len,
 			 uint64_t seed)
 {
 	struct ring_ref ref;
@@ -109,7 +109,7 @@ static void expect_block(struct ring *r, struct ring_key k, uint64_t now, uint32
 	assert_true(ring_contains(r, k, now));
 }
 
-static void expect_gone(struct ring *r, struct ring_key k, uint64_t now)
+static void expect_gone(struct ring *r, struct cache_key k, uint64_t now)
 {
 	struct ring_ref ref;
 
@@ -517,7 +517,7 @@ static void test_duplicates(void **state)
 {
 	struct ring *r = ring_new(4 * 65536, 4, 4096, 0);
 	struct ring_ref old, a, b, ref;
-	const struct ring_key k = KEY(12, 34);
+	const struct cache_key k = KEY(12, 34);
 
 	(void)state;
 	assert_non_null(r);
@@ -658,7 +658,7 @@ enum { M_RESERVED = 1, M_COMMITTED, M_DEAD };
 
 /* One insert, as the model remembers it. */
 struct mrec {
-	struct ring_key key; /* its key */
+	struct cache_key key; /* its key */
 	uint32_t len;	     /* its length */
 	uint64_t off;	     /* where the ring must have put it inside the segment */
 	int state;	     /* M_RESERVED, M_COMMITTED, M_DEAD */
@@ -687,7 +687,7 @@ static bool mseg_visible(const struct model *m, const struct mseg *s, uint64_t n
 	return m->ttl == 0 || now < s->t0 || now - s->t0 < m->ttl;
 }
 
-static int model_reserve(struct model *m, struct ring_key k, uint32_t len, uint64_t now,
+static int model_reserve(struct model *m, struct cache_key k, uint32_t len, uint64_t now,
 			 uint64_t seed, uint32_t *ret_seg, uint32_t *ret_idx)
 {
 	struct mseg *s = &m->segs[m->cur];
@@ -721,7 +721,7 @@ static int model_reserve(struct model *m, struct ring_key k, uint32_t len, uint6
 }
 
 /* The newest committed record for @k in a visible segment, newest segment first. */
-static struct mrec *model_lookup(struct model *m, struct ring_key k, uint64_t now,
+static struct mrec *model_lookup(struct model *m, struct cache_key k, uint64_t now,
 				 uint32_t *ret_seg)
 {
 	for (uint32_t n = 0; n < m->nseg; n++) {
@@ -733,7 +733,7 @@ static struct mrec *model_lookup(struct model *m, struct ring_key k, uint64_t no
 		for (uint32_t i = s->n; i-- > 0;) {
 			struct mrec *e = &s->recs[i];
 
-			if (e->state == M_COMMITTED && e->key.obj == k.obj && e->key.blk == k.blk) {
+			if (e->state == M_COMMITTED && cache_key_eq(e->key, k)) {
 				*ret_seg = si;
 				return e;
 			}
@@ -743,7 +743,7 @@ static struct mrec *model_lookup(struct model *m, struct ring_key k, uint64_t no
 }
 
 /* Is @k committed in a segment that has expired? (coverage counting) */
-static bool model_has_expired(const struct model *m, struct ring_key k, uint64_t now)
+static bool model_has_expired(const struct model *m, struct cache_key k, uint64_t now)
 {
 	for (uint32_t si = 0; si < m->nseg; si++) {
 		const struct mseg *s = &m->segs[si];
@@ -751,7 +751,7 @@ static bool model_has_expired(const struct model *m, struct ring_key k, uint64_t
 		if (s->n == 0 || mseg_visible(m, s, now))
 			continue;
 		for (uint32_t i = 0; i < s->n; i++)
-			if (s->recs[i].state == M_COMMITTED && s->recs[i].key.obj == k.obj &&
+			if (s->recs[i].state == M_COMMITTED && s->recs[i].key.oid.lo == k.oid.lo &&
 			    s->recs[i].key.blk == k.blk)
 				return true;
 	}
@@ -759,7 +759,7 @@ static bool model_has_expired(const struct model *m, struct ring_key k, uint64_t
 }
 
 /* How many committed copies of @k visible segments hold (coverage counting). */
-static unsigned model_copies(const struct model *m, struct ring_key k, uint64_t now)
+static unsigned model_copies(const struct model *m, struct cache_key k, uint64_t now)
 {
 	unsigned n = 0;
 
@@ -769,7 +769,7 @@ static unsigned model_copies(const struct model *m, struct ring_key k, uint64_t 
 		if (!mseg_visible(m, s, now))
 			continue;
 		for (uint32_t i = 0; i < s->n; i++)
-			n += s->recs[i].state == M_COMMITTED && s->recs[i].key.obj == k.obj &&
+			n += s->recs[i].state == M_COMMITTED && s->recs[i].key.oid.lo == k.oid.lo &&
 			     s->recs[i].key.blk == k.blk;
 	}
 	return n;
@@ -883,7 +883,7 @@ static void sim_finish(struct sim *sim, unsigned i, bool commit)
 	sim->pend[i] = sim->pend[--sim->npend];
 }
 
-static struct ring_key sim_key(struct sim *sim, uint32_t nkeys)
+static struct cache_key sim_key(struct sim *sim, uint32_t nkeys)
 {
 	uint32_t k = rnd(sim, nkeys);
 
@@ -892,7 +892,7 @@ static struct ring_key sim_key(struct sim *sim, uint32_t nkeys)
 
 static void sim_reserve(struct sim *sim, uint32_t nkeys)
 {
-	struct ring_key k = sim_key(sim, nkeys);
+	struct cache_key k = sim_key(sim, nkeys);
 	uint32_t mb = sim->m.max_block, len, ms = 0, mi = 0;
 	uint32_t pick = rnd(sim, 10);
 	uint64_t seed = ++sim->seq;
@@ -921,7 +921,7 @@ static void sim_reserve(struct sim *sim, uint32_t nkeys)
 
 static void sim_lookup(struct sim *sim, uint32_t nkeys)
 {
-	struct ring_key k = sim_key(sim, nkeys);
+	struct cache_key k = sim_key(sim, nkeys);
 	struct ring_ref ref;
 	uint32_t ms = 0;
 	struct mrec *e = model_lookup(&sim->m, k, sim->now, &ms);
@@ -975,7 +975,7 @@ static void sim_step(struct sim *sim, uint32_t nkeys, uint64_t ttl0)
 	} else if (op < 800) {
 		sim_lookup(sim, nkeys);
 	} else if (op < 850) {
-		struct ring_key k = sim_key(sim, nkeys);
+		struct cache_key k = sim_key(sim, nkeys);
 		uint32_t ms;
 
 		SIM_CHECK(sim, ring_contains(sim->r, k, sim->now) ==
@@ -1009,7 +1009,7 @@ static void sim_step(struct sim *sim, uint32_t nkeys, uint64_t ttl0)
 		/* the naive model's stats are quadratic: check them sparingly */
 		sim_check_stats(sim);
 	} else if (op < 998) {
-		struct ring_key k = sim_key(sim, nkeys);
+		struct cache_key k = sim_key(sim, nkeys);
 		uint32_t ms;
 
 		SIM_CHECK(sim, ring_contains(sim->r, k, sim->now) ==
@@ -1154,14 +1154,14 @@ struct thr {
 	unsigned hits;	   /* lookups that found something */
 };
 
-static bool blk_ok(const struct ring_ref *ref, struct ring_key k)
+static bool blk_ok(const struct ring_ref *ref, struct cache_key k)
 {
 	struct blkhdr h;
 
 	if (ref->len < sizeof(h))
 		return false;
 	memcpy(&h, ref->data, sizeof(h));
-	return h.obj == k.obj && h.blk == k.blk && h.len == ref->len &&
+	return h.obj == k.oid.lo && h.blk == k.blk && h.len == ref->len &&
 	       pat_check((char *)ref->data + sizeof(h), ref->len - (uint32_t)sizeof(h), h.seed);
 }
 
@@ -1169,18 +1169,18 @@ static void *thr_main(void *arg)
 {
 	struct thr *t = arg;
 	struct ring_ref held[4];
-	struct ring_key held_key[4];
+	struct cache_key held_key[4];
 	unsigned nheld = 0;
 
 	for (unsigned i = 0; i < THR_OPS; i++) {
 		uint64_t x = next_rand(&t->rng);
-		struct ring_key k = KEY(x % 4, (x >> 8) % 64);
+		struct cache_key k = KEY(x % 4, (x >> 8) % 64);
 		struct ring_ref ref;
 
 		if ((x >> 20) % 2 == 0) {
 			uint32_t len =
 			    (uint32_t)sizeof(struct blkhdr) + (uint32_t)((x >> 24) % 1000);
-			struct blkhdr h = {.seed = x, .obj = k.obj, .blk = k.blk, .len = len};
+			struct blkhdr h = {.seed = x, .obj = k.oid.lo, .blk = k.blk, .len = len};
 
 			if (ring_reserve(t->r, k, len, i, &ref) < 0)
 				continue;

@@ -1,0 +1,368 @@
+/*
+ * test_ns.c - the namespace (fs/ns.c) against a fake store and a fake clock.
+ *
+ * The store is a table of objects in memory behind a struct backend with our own ops; it counts
+ * the stats (HEAD) and listings it is asked for. The clock only moves when a test moves it (or
+ * when the fake listing does, to play a slow listing). Nothing here sleeps or mounts.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "scheme.h"
+#include "fs_i.h"
+
+#define SEC 1000000000ULL
+#define MAXOBJ 32
+
+static struct {
+	uint64_t now;
+	struct {
+		char path[128];
+		struct bk_meta m;
+		bool present;
+		bool no_meta; /* listed without metadata (an index that names files only) */
+	} o[MAXOBJ];
+	int stats, lists;
+	int stat_err;        /* nonzero: stat fails with it */
+	uint64_t list_takes; /* a listing advances the clock this much */
+} S;
+
+static uint64_t fake_now(void *arg)
+{
+	(void)arg;
+	return S.now;
+}
+
+static void put(const char *path, uint64_t size, const char *etag)
+{
+	int i;
+
+	for (i = 0; i < MAXOBJ && S.o[i].present && strcmp(S.o[i].path, path); i++)
+		;
+	if (i == MAXOBJ || !S.o[i].present)
+		for (i = 0; i < MAXOBJ && S.o[i].present; i++)
+			;
+	assert_true(i < MAXOBJ);
+	snprintf(S.o[i].path, sizeof(S.o[i].path), "%s", path);
+	S.o[i].m.size = size;
+	S.o[i].m.mtime = 1000;
+	snprintf(S.o[i].m.etag, sizeof(S.o[i].m.etag), "%s", etag);
+	S.o[i].present = true;
+}
+
+static int f_stat(struct backend *b, const char *path, struct bk_meta *ret)
+{
+	(void)b;
+	S.stats++;
+	if (S.stat_err)
+		return S.stat_err;
+	for (int i = 0; i < MAXOBJ; i++) {
+		if (S.o[i].present && strcmp(S.o[i].path, path) == 0) {
+			*ret = S.o[i].m;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* Direct children of @dir ("" = root): files, and the first segment of deeper paths. */
+static int f_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
+{
+	size_t dl = strlen(dir);
+
+	(void)b;
+	S.lists++;
+	S.now += S.list_takes;
+	for (int i = 0; i < MAXOBJ; i++) {
+		const char *p = S.o[i].path, *rest, *slash;
+		char name[128];
+		int e;
+
+		if (!S.o[i].present)
+			continue;
+		if (dl && (strncmp(p, dir, dl) != 0 || p[dl] != '/'))
+			continue;
+		rest = dl ? p + dl + 1 : p;
+		slash = strchr(rest, '/');
+		if (slash) {
+			snprintf(name, sizeof(name), "%.*s", (int)(slash - rest), rest);
+			e = fn(arg, name, true, NULL);
+		} else {
+			e = fn(arg, rest, false, S.o[i].no_meta ? NULL : &S.o[i].m);
+		}
+		if (e < 0)
+			return e;
+	}
+	return 0;
+}
+
+static const struct bk_ops fake_ops = {.stat = f_stat, .list = f_list};
+static struct backend fake_backend = {.ops = &fake_ops, .scheme = "fake"};
+
+static struct ns *mk(uint64_t metadata_ttl, uint64_t negative_ttl)
+{
+	struct ns_cfg cfg = {
+	    .backend = &fake_backend,
+	    .store = "fake://store",
+	    .metadata_ttl = metadata_ttl,
+	    .negative_ttl = negative_ttl,
+	    .block_size = 65536,
+	    .now_ns = fake_now,
+	};
+	struct ns *ns;
+
+	memset(&S, 0, sizeof(S));
+	S.now = 1 * SEC; /* well below any TTL: "uptime" shorter than metadata_ttl */
+	ns = ns_new(&cfg);
+	assert_non_null(ns);
+	return ns;
+}
+
+static uint64_t lookup_ok(struct ns *ns, uint64_t parent, const char *name, struct stat *st)
+{
+	struct stat tmp;
+
+	assert_int_equal(ns_lookup(ns, parent, name, st ? st : &tmp), 0);
+	return (st ? st : &tmp)->st_ino;
+}
+
+static struct cache_oid oid_of(struct ns *ns, uint64_t ino)
+{
+	struct fobj *o;
+	struct cache_oid id;
+
+	assert_int_equal(ns_peek(ns, ino, &o), 0);
+	id = o->id;
+	fobj_put(o);
+	return id;
+}
+
+/* Forgetting an inode loses nothing: the name's next node has the same object id. */
+static void test_identity_survives_forget(void **state)
+{
+	struct ns *ns = mk(60, 1);
+	uint64_t a, b;
+	struct cache_oid ida, idb;
+
+	(void)state;
+	put("seg/0001.log", 100, "\"e1\"");
+	uint64_t seg = lookup_ok(ns, 1, "seg", NULL);
+	a = lookup_ok(ns, seg, "0001.log", NULL);
+	ida = oid_of(ns, a);
+	ns_forget(ns, a, 1);
+	assert_int_equal(ns_peek(ns, a, &(struct fobj *){NULL}), -ENOENT);
+	b = lookup_ok(ns, seg, "0001.log", NULL);
+	assert_true(b != a);
+	idb = oid_of(ns, b);
+	assert_true(cache_oid_eq(ida, idb));
+	assert_true(cache_oid_eq(ida, cache_oid_make("fake://store", "seg/0001.log", "\"e1\"")));
+	ns_free(ns);
+}
+
+/* A name missing from a fresh listing is asked of the store once per negative_ttl, and a new
+ * object is found without relisting. */
+static void test_negative_lookup(void **state)
+{
+	struct ns *ns = mk(60, 1);
+	struct stat st;
+	struct ns_dir *d;
+
+	(void)state;
+	put("seg-001.log", 10, "\"a\"");
+	lookup_ok(ns, 1, "seg-001.log", NULL);
+	assert_int_equal(S.lists, 1);
+	assert_int_equal(ns_lookup(ns, 1, "seg-002.log", &st), -ENOENT);
+	assert_int_equal(S.stats, 1);
+	S.now += SEC / 2;
+	assert_int_equal(ns_lookup(ns, 1, "seg-002.log", &st), -ENOENT);
+	assert_int_equal(S.stats, 1); /* believed for negative_ttl */
+	put("seg-002.log", 20, "\"b\"");
+	S.now += SEC / 2 + 1;
+	lookup_ok(ns, 1, "seg-002.log", &st);
+	assert_int_equal(st.st_size, 20);
+	assert_int_equal(S.stats, 2);
+	assert_int_equal(S.lists, 1); /* no relisting */
+	/* it joined the listing: readdir shows it, and the next lookup asks nothing */
+	assert_int_equal(ns_opendir(ns, 1, &d), 0);
+	assert_int_equal(d->n, 2);
+	assert_string_equal(d->e[1].name, "seg-002.log");
+	ns_dir_put(d);
+	lookup_ok(ns, 1, "seg-002.log", NULL);
+	assert_int_equal(S.stats, 2);
+
+	/* negative_ttl=0: every lookup of a missing name asks */
+	ns_free(ns);
+	ns = mk(60, 0);
+	put("x", 1, "\"x\"");
+	assert_int_equal(ns_lookup(ns, 1, "y", &st), -ENOENT);
+	assert_int_equal(S.stats, 0); /* 0 = never ask: the listing decides */
+	ns_free(ns);
+}
+
+/* A listing is as old as its start: one that took 5 s is 11 s old 6 s after it ended. */
+static void test_listing_stamped_at_start(void **state)
+{
+	struct ns *ns = mk(10, 1);
+
+	(void)state;
+	put("a", 1, "\"a\"");
+	S.list_takes = 5 * SEC;
+	lookup_ok(ns, 1, "a", NULL);
+	assert_int_equal(S.lists, 1);
+	S.list_takes = 0;
+	S.now += 6 * SEC;
+	lookup_ok(ns, 1, "a", NULL);
+	assert_int_equal(S.lists, 2);
+	ns_free(ns);
+}
+
+/* ns_stale forces a relist even while the clock reads less than metadata_ttl. */
+static void test_stale_marker_early(void **state)
+{
+	struct ns *ns = mk(60, 1);
+	struct fobj *o;
+	bool same, changed;
+	uint64_t a;
+
+	(void)state;
+	put("a", 1, "\"a\"");
+	a = lookup_ok(ns, 1, "a", NULL);
+	assert_int_equal(ns_open(ns, a, &o, &same, &changed), 0);
+	ns_stale(ns, a, o->id);
+	fobj_put(o);
+	ns_release(ns, a);
+	assert_int_equal(S.lists, 1);
+	lookup_ok(ns, 1, "a", NULL);
+	assert_int_equal(S.lists, 2);
+	ns_free(ns);
+}
+
+/* A node made by a lookup that then failed is freed. */
+static void test_failed_lookup_frees_node(void **state)
+{
+	struct ns *ns = mk(60, 1);
+	struct stat st;
+	uint64_t a;
+
+	(void)state;
+	put("a", 1, "\"a\"");
+	put("b", 1, "\"b\"");
+	S.o[1].no_meta = true; /* b must be stat'ed at lookup */
+	a = lookup_ok(ns, 1, "a", NULL);
+	S.stat_err = -EIO;
+	assert_int_equal(ns_lookup(ns, 1, "b", &st), -EIO);
+	/* inodes are handed out in order: b's would have been a + 1 */
+	assert_int_equal(ns_getattr(ns, a + 1, &st), -ENOENT);
+	S.stat_err = 0;
+	uint64_t b = lookup_ok(ns, 1, "b", NULL);
+	assert_true(b > a + 1);
+	ns_free(ns);
+}
+
+/* Versions and inodes: no open file, in place; open files keep the old inode and version. */
+static void test_new_version_new_inode(void **state)
+{
+	struct ns *ns = mk(1, 1);
+	struct fobj *o, *o2;
+	struct stat st;
+	bool same, changed;
+	uint64_t a, b;
+
+	(void)state;
+	put("f", 100, "\"v1\"");
+	a = lookup_ok(ns, 1, "f", NULL);
+	struct cache_oid v1 = oid_of(ns, a);
+
+	/* nothing open: the same inode takes the new version */
+	put("f", 200, "\"v2\"");
+	S.now += 2 * SEC;
+	assert_int_equal(lookup_ok(ns, 1, "f", &st), a);
+	assert_int_equal(st.st_size, 200);
+	assert_false(cache_oid_eq(v1, oid_of(ns, a)));
+
+	/* open on v2; v3 appears: a lookup gives a new inode, the old one keeps v2 */
+	assert_int_equal(ns_open(ns, a, &o, &same, &changed), 0);
+	assert_false(changed);
+	put("f", 300, "\"v3\"");
+	S.now += 2 * SEC;
+	b = lookup_ok(ns, 1, "f", &st);
+	assert_true(b != a);
+	assert_int_equal(st.st_size, 300);
+	assert_int_equal(ns_getattr(ns, a, &st), 0);
+	assert_int_equal(st.st_size, 200);
+	/* an open of the old inode that sees the change: ESTALE (the kernel looks up again) */
+	assert_int_equal(ns_open(ns, a, &o2, &same, &changed), -ESTALE);
+	fobj_put(o);
+	ns_release(ns, a);
+	ns_free(ns);
+}
+
+/* ns_move: the only open file, having served nothing, moves; with a second open it cannot. */
+static void test_move(void **state)
+{
+	struct ns *ns = mk(60, 1);
+	struct fobj *o, *o2, *moved;
+	struct stat st;
+	bool same, changed;
+	uint64_t a, b;
+
+	(void)state;
+	put("f", 100, "\"v1\"");
+	a = lookup_ok(ns, 1, "f", NULL);
+	assert_int_equal(ns_open(ns, a, &o, &same, &changed), 0);
+	assert_false(same);
+	/* the store has nothing newer: no move */
+	assert_int_equal(ns_move(ns, a, o, 0, &moved), -ESTALE);
+	put("f", 150, "\"v2\"");
+	/* someone served bytes of v1 on this inode: no move */
+	assert_int_equal(ns_move(ns, a, o, 1, &moved), -ESTALE);
+	fobj_put(o);
+	ns_release(ns, a);
+	ns_forget(ns, a, 1);
+
+	put("g", 100, "\"g1\"");
+	a = lookup_ok(ns, 1, "g", NULL);
+	assert_int_equal(ns_open(ns, a, &o, &same, &changed), 0);
+	put("g", 150, "\"g2\"");
+	assert_int_equal(ns_move(ns, a, o, 0, &moved), 0);
+	assert_int_equal(moved->size, 150);
+	assert_int_equal(ns_getattr(ns, a, &st), 0);
+	assert_int_equal(st.st_size, 150);
+	fobj_put(o);
+
+	/* two files open: the move is refused and the name gets a new inode */
+	assert_int_equal(ns_open(ns, a, &o2, &same, &changed), 0);
+	assert_true(same);
+	put("g", 190, "\"g3\"");
+	assert_int_equal(ns_move(ns, a, moved, 0, &o), -ESTALE);
+	b = lookup_ok(ns, 1, "g", &st);
+	assert_true(b != a);
+	assert_int_equal(st.st_size, 190);
+	fobj_put(moved);
+	fobj_put(o2);
+	ns_release(ns, a);
+	ns_release(ns, a);
+	ns_free(ns);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_identity_survives_forget),
+	    cmocka_unit_test(test_negative_lookup),
+	    cmocka_unit_test(test_listing_stamped_at_start),
+	    cmocka_unit_test(test_stale_marker_early),
+	    cmocka_unit_test(test_failed_lookup_frees_node),
+	    cmocka_unit_test(test_new_version_new_inode),
+	    cmocka_unit_test(test_move),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
