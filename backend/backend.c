@@ -1,18 +1,50 @@
 /*
- * backend.c - the scheme-independent half of the backend: picks the implementation from the
- * URL, forwards the interface calls, and holds what s3:// and http(s):// share (range reads
- * through the I/O loop, URL path encoding).
+ * backend.c - the front of backend/: the one table of schemes (which URL prefix each scheme
+ * serves and who sets it up), and the interface calls forwarded to the scheme's operations.
+ *
+ *   fs/ ──► backend.c ──table──► s3.c, http.c, file.c ──► io.c (the I/O thread)
+ *                                                      sigv4.c, s3xml.c, creds.c,
+ *                                                      jsonidx.c, httphdr.c
+ *
+ * Nothing below calls back up into this file: what the schemes share lives in io.c.
+ * Locking: none here; see io.c.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "backend_i.h"
+#include "io.h"
+#include "scheme.h"
+
+/* The schemes a URL may start with, compared ignoring case, and who sets each up. */
+static const struct {
+	const char *prefix;
+	int (*init)(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen);
+} schemes[] = {
+    {"s3://", s3_init},
+    {"http://", http_init},
+    {"https://", http_init},
+    {"file://", file_init},
+};
+
+static int scheme_find(const char *url)
+{
+	for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+		if (strncasecmp(url, schemes[i].prefix, strlen(schemes[i].prefix)) == 0)
+			return (int)i;
+	return -1;
+}
+
+bool backend_scheme_known(const char *url)
+{
+	return scheme_find(url) >= 0;
+}
 
 int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, size_t errlen)
 {
 	static bool curl_ready;
+	int i = scheme_find(cfg->url);
 	struct backend *b;
 	int r;
 
@@ -26,17 +58,11 @@ int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, 
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	b->timeout_s = cfg->timeout_s;
 	b->log = cfg->log;
 	b->log_arg = cfg->log_arg;
-	if (strncasecmp(cfg->url, "s3://", 5) == 0)
-		r = s3_init(b, cfg, err, errlen);
-	else if (strncasecmp(cfg->url, "http://", 7) == 0 ||
-		 strncasecmp(cfg->url, "https://", 8) == 0)
-		r = http_init(b, cfg, err, errlen);
-	else if (strncasecmp(cfg->url, "file://", 7) == 0)
-		r = file_init(b, cfg, err, errlen);
-	else {
+	if (i >= 0) {
+		r = schemes[i].init(b, cfg, err, errlen);
+	} else {
 		snprintf(err, errlen,
 			 "URL %s: unsupported scheme (use s3://, http://, https:// or file://)",
 			 cfg->url);
@@ -92,9 +118,9 @@ int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 }
 
 int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off, uint32_t len,
-		 void *dst, bool lagging, bk_done_fn done, void *arg)
+		 void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
-	return b->ops->read(b, path, etag, off, len, dst, lagging, done, arg);
+	return b->ops->read(b, path, etag, off, len, dst, prio, done, arg);
 }
 
 int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), void *arg)
@@ -112,82 +138,4 @@ void backend_get_stats(struct backend *b, struct bk_stats *ret)
 const char *backend_scheme(const struct backend *b)
 {
 	return b->scheme;
-}
-
-struct io_cfg backend_io_cfg(const struct backend_cfg *cfg)
-{
-	return (struct io_cfg){
-	    .max_conns = cfg->max_conns,
-	    .timeout_s = cfg->timeout_s,
-	    .retries = cfg->retries,
-	    .ca_file = cfg->ca_file,
-	    .insecure = cfg->insecure,
-	    .log = cfg->log,
-	    .log_arg = cfg->log_arg,
-	};
-}
-
-struct read_ctx {
-	bk_done_fn done;
-	void *arg;
-};
-
-static void read_done(struct io_req *r)
-{
-	struct read_ctx *rc = r->arg;
-	int err = r->err;
-
-	io_req_free(r);
-	rc->done(rc->arg, err);
-	free(rc);
-}
-
-int backend_io_read(struct backend *b, struct io_req *r, const char *etag, uint64_t off,
-		    uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
-{
-	struct read_ctx *rc = malloc(sizeof(*rc));
-	int e;
-
-	if (!rc) {
-		io_req_free(r);
-		return -ENOMEM;
-	}
-	rc->done = done;
-	rc->arg = arg;
-	r->off = off;
-	r->len = len;
-	r->dst = dst;
-	r->etag = etag && etag[0] ? strdup(etag) : NULL;
-	r->lagging = lagging;
-	r->done = read_done;
-	r->arg = rc;
-	if (etag && etag[0] && (e = io_req_header(r, "If-Match", etag)) < 0)
-		goto fail;
-	e = io_submit(b->io, r);
-	if (e == 0)
-		return 0;
-fail:
-	free(rc);
-	io_req_free(r);
-	return e;
-}
-
-char *backend_url_path(const char *path)
-{
-	return sigv4_uri_encode(path, true);
-}
-
-int backend_io_head(struct backend *b, struct io_req *r, struct bk_meta *ret)
-{
-	int e;
-
-	r->head = true;
-	e = io_run(b->io, r);
-	if (e == 0) {
-		ret->size = r->length == UINT64_MAX ? 0 : r->length;
-		ret->mtime = r->mtime;
-		snprintf(ret->etag, sizeof(ret->etag), "%s", r->etag_got);
-	}
-	io_req_free(r);
-	return e;
 }

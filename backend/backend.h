@@ -52,6 +52,10 @@ struct backend;
 int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, size_t errlen);
 void backend_free(struct backend *b);
 
+/* Does @url start with a scheme this backend serves (s3://, http://, https://, file://, in any
+ * case)? The one list of schemes, asked by option parsing too. */
+bool backend_scheme_known(const char *url);
+
 /* Start / stop the I/O thread. Metadata calls and reads need it running. Stopping fails every
  * queued or running read with -ESHUTDOWN. @return 0 or -errno. */
 int backend_start(struct backend *b);
@@ -82,14 +86,21 @@ int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg);
  * (-ESTALE: the object is no longer the version @etag named). */
 typedef void (*bk_done_fn)(void *arg, int err);
 
+/* How soon a read is wanted. Background reads use only part of the connection slots, so urgent
+ * reads always have some; urgent ones start first. */
+enum bk_prio {
+	BK_URGENT = 0,
+	BK_BACKGROUND = 1,
+};
+
 /*
- * Read @len bytes at @off of @path into @dst, asynchronously. If @etag is non-empty the
- * request is conditional on it. Lagging reads use only part of the connection slots, so hot
- * reads always have some. @done runs exactly once, on the I/O thread, also on failure; until
- * then @dst must stay valid. @return 0 (queued) or -errno (not queued, @done not called).
+ * Read @len bytes at @off of @path into @dst, asynchronously, with priority @prio. If @etag is
+ * non-empty the request is conditional on it. @done runs exactly once, on the I/O thread, also
+ * on failure; until then @dst must stay valid.
+ * @return 0 (queued) or -errno (not queued, @done not called).
  */
 int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		 uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg);
+		 uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg);
 
 /* Run @cb(@arg) on the I/O thread after @delay_ns. @return 0 or -errno. */
 int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), void *arg);
@@ -106,7 +117,7 @@ struct bk_stats {
 };
 void backend_get_stats(struct backend *b, struct bk_stats *ret);
 
-/* "s3", "http" or "file", and the URL with any secret removed, for the config file. */
+/* The scheme @b serves: "s3", "http" or "file" (https:// is "http"). */
 const char *backend_scheme(const struct backend *b);
 
 #endif

@@ -46,7 +46,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "backend_i.h"
+#include "io.h"
+#include "scheme.h"
 
 struct file {
 	char *root; /* absolute directory, no trailing slash (for messages) */
@@ -345,7 +346,7 @@ out:
 }
 
 static int file_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		     uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+		     uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
 	struct job *j = calloc(1, sizeof(*j));
 	int e;
@@ -450,7 +451,7 @@ int file_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_
 		close(e);
 	f->walk = (e < 0 && errno == ENOSYS) || (getenv("TIERFS_FILE_NO_OPENAT2") &&
 						 !strcmp(getenv("TIERFS_FILE_NO_OPENAT2"), "1"));
-	ioc = backend_io_cfg(cfg);
+	ioc = io_cfg_from(cfg);
 	b->io = io_new(&ioc);
 	if (!b->io) {
 		e = -ENOMEM;

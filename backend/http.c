@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_i.h"
+#include "jsonidx.h"
+#include "io.h"
+#include "scheme.h"
 
 struct http {
 	char *base;	 /* URL of the root, with a trailing slash */
@@ -36,10 +38,46 @@ static void http_free(struct backend *b)
 	free(h);
 }
 
+/* RFC 3986's unreserved characters, and the '/' between path segments: kept as they are. */
+static bool url_keep(unsigned char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '.' || c == '_' || c == '~' || c == '/';
+}
+
+/*
+ * A path ("a/b c") as URL path segments ("a/b%20c"): every byte but those url_keep() names
+ * percent-encoded, upper-case hex. @return a malloc'd string, or NULL if out of memory.
+ */
+static char *url_path(const char *path)
+{
+	static const char digits[] = "0123456789ABCDEF";
+	size_t n = 0;
+	char *ret, *o;
+
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+		n += url_keep(*p) ? 1 : 3;
+	ret = malloc(n + 1);
+	if (!ret)
+		return NULL;
+	o = ret;
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+		if (url_keep(*p)) {
+			*o++ = (char)*p;
+		} else {
+			*o++ = '%';
+			*o++ = digits[*p >> 4];
+			*o++ = digits[*p & 15];
+		}
+	}
+	*o = '\0';
+	return ret;
+}
+
 static struct io_req *new_req(struct http *h, const char *path, bool dir)
 {
 	struct io_req *r = io_req_new();
-	char *enc = backend_url_path(path);
+	char *enc = url_path(path);
 
 	if (!r || !enc)
 		goto fail;
@@ -122,7 +160,7 @@ static int http_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct io_req *r = new_req(b->priv, path, false);
 
-	return r ? backend_io_head(b, r, ret) : -ENOMEM;
+	return r ? io_head(b->io, r, ret) : -ENOMEM;
 }
 
 static int ignore(void *arg, const char *name, bool is_dir, uint64_t size, int64_t mtime)
@@ -161,13 +199,13 @@ static int http_check(struct backend *b, char *err, size_t errlen)
 }
 
 static int http_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		     uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+		     uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
 	struct io_req *r = new_req(b->priv, path, false);
 
 	if (!r)
 		return -ENOMEM;
-	return backend_io_read(b, r, etag, off, len, dst, lagging, done, arg);
+	return io_read(b->io, r, etag, off, len, dst, prio, done, arg);
 }
 
 static const struct bk_ops http_ops = {
@@ -251,7 +289,7 @@ int http_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_
 	}
 	if (cfg->manifest && (e = load_manifest(h, cfg->manifest, err, errlen)) < 0)
 		goto fail;
-	ioc = backend_io_cfg(cfg);
+	ioc = io_cfg_from(cfg);
 	b->io = io_new(&ioc);
 	if (!b->io) {
 		e = -ENOMEM;

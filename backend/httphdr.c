@@ -21,12 +21,13 @@
  * timestamp that only feeds st_mtime. No state, no locks, no allocation.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 
 #include <curl/curl.h>
 
-#include "backend_i.h"
+#include "httphdr.h"
 
 #define DATE_MAX 64
 

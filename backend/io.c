@@ -5,15 +5,16 @@
  * kept alive and shared, and no FUSE worker waits on a socket for a block (metadata calls wait
  * on a condition variable for their own request; see io_run).
  *
- *   submitters (any thread)                     I/O thread
- *   io_submit ──► incoming list ──wakeup──►  hot queue ─┐      ┌─► curl multi (≤ max_conns)
- *   io_defer  ──► incoming timers           lag queue ─┴─slots─┘        │ done
- *                                           timers (sorted) ◄── retries ◄┤ retryable failure
- *                                                                        └► r->done(r)
+ *   submitters (any thread)                 I/O thread
+ *   io_submit ──► incoming list ──wakeup──► urgent queue ─────┐      ┌─► curl multi (≤ max_conns)
+ *   io_defer  ──► incoming timers           background queue ─┴slots─┘        │ done
+ *                                           timers (sorted) ◄──── retries ◄───┤ retryable failure
+ *                                                                             └► r->done(r)
  *
- * Slots: at most max_conns transfers run; lagging ones at most max_conns - reserve, with
- * reserve = max(1, max_conns / 4), so a burst of lagging fetches never takes the connections
- * tail readers need. Hot requests always start first.
+ * Slots: at most max_conns transfers run; BK_BACKGROUND ones at most max_conns - reserve, with
+ * reserve = max(1, max_conns / 4), so a burst of background fetches never takes the
+ * connections urgent ones need. Urgent requests always start first. Which reads are urgent is
+ * the caller's business: io knows priorities, not the cache tiers behind them.
  *
  * A range read is trusted only after checking: a 206 must carry a Content-Range naming exactly
  * the bytes asked for; a 200 (a server that ignores Range) is accepted by skipping to the
@@ -34,6 +35,15 @@
  * store is back. A request that merely timed out says nothing about the others and trips
  * nothing.
  *
+ * Time and randomness come in through io_cfg (the monotonic clock and rand() unless a test
+ * passes its own), and the rules above are pure functions (io_window_feedback, io_backoff_ns,
+ * io_range_check) that tests/unit/test_io.c drives directly.
+ *
+ * A request (struct io_req, io.h) shows the submitter what it asks and what came back; io's
+ * own state of it (struct io_xfer: the curl handle, the queue link, the attempt's progress) is
+ * allocated with it and hidden here. The schemes share io_read (a range GET, If-Match) and
+ * io_head (size, mtime, ETag) at the end of this file.
+ *
  * Locking: io->lock guards the incoming lists and the stopping flag; everything else belongs
  * to the I/O thread alone. Stats are relaxed atomics.
  */
@@ -46,10 +56,34 @@
 #include <strings.h>
 #include <time.h>
 
-#include "backend_i.h"
+#include "httphdr.h"
+#include "io.h"
 
 #define BODY_MAX (64u << 20) /* listings and error documents larger than this are refused */
 #define POOL_MAX 64	     /* idle easy handles kept for reuse */
+
+/* io's own state of a request, hidden from the submitter. The I/O thread's alone, but for
+ * next, which io->lock guards while the request is on the incoming list, and sync_done, which
+ * io->lock guards. */
+struct io_xfer {
+	CURL *easy;			/* while running */
+	struct curl_slist *att_headers; /* headers of the current attempt (copy + auth) */
+	struct io_req *next;		/* queue link */
+	unsigned attempt;		/* 0 for the first */
+	uint64_t got;			/* body bytes received this attempt */
+	uint64_t skip;			/* 200 answer to a range: bytes to drop before off */
+	bool whole;			/* this attempt got a 200 for a range request */
+	bool complete;			/* range satisfied, the rest of a 200 body dropped */
+	bool have_cr;			/* Content-Range seen */
+	uint64_t cr_first, cr_last, cr_total;
+	bool sync_done; /* io_run's wait flag */
+};
+
+/* A request and its io_xfer, in one allocation. */
+struct req_block {
+	struct io_req r;
+	struct io_xfer x;
+};
 
 struct timer {
 	uint64_t due; /* CLOCK_MONOTONIC ns */
@@ -73,13 +107,11 @@ struct io {
 	bool stopping;			  /* lock */
 
 	/* I/O thread only */
-	struct io_req *hot_head, *hot_tail;
-	struct io_req *lag_head, *lag_tail;
-	struct timer *timers; /* sorted by due */
-	unsigned active, active_lag;
-	double window;           /* AIMD: transfers allowed at once, 1..max_conns */
-	uint64_t last_cut_ns;    /* when the window was last halved */
-	struct io_req *running; /* transfers in the multi handle, linked by next */
+	struct io_req *head[2], *tail[2]; /* a queue per priority, indexed by enum bk_prio */
+	struct timer *timers;		  /* sorted by due */
+	unsigned active, active_bg;	  /* transfers running, of which BK_BACKGROUND */
+	struct io_window win;		  /* AIMD: transfers allowed at once, 1..max_conns */
+	struct io_req *running;		  /* transfers in the multi handle, linked by next */
 	CURL *pool[POOL_MAX];
 	unsigned npool;
 
@@ -89,12 +121,23 @@ struct io {
 #define STAT_ADD(io, f, v) __atomic_fetch_add(&(io)->st.f, (v), __ATOMIC_RELAXED)
 #define STAT_SUB(io, f, v) __atomic_fetch_sub(&(io)->st.f, (v), __ATOMIC_RELAXED)
 
-static uint64_t mono_ns(void)
+/* The clock and the randomness io uses unless io_cfg names others. */
+static uint64_t sys_mono_ns(void *env_arg)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static double sys_random(void *env_arg)
+{
+	return (double)rand() / ((double)RAND_MAX + 1);
+}
+
+static uint64_t now_ns(struct io *io)
+{
+	return io->cfg.mono_ns(io->cfg.env_arg);
 }
 
 static void logf_(struct io *io, int level, const char *fmt, ...)
@@ -188,13 +231,14 @@ static int curl_errno(CURLcode code, bool *ret_retry)
 
 struct io_req *io_req_new(void)
 {
-	struct io_req *r = calloc(1, sizeof(*r));
+	struct req_block *b = calloc(1, sizeof(*b));
 
-	if (r) {
-		r->mtime = INT64_MIN;
-		r->length = UINT64_MAX;
-	}
-	return r;
+	if (!b)
+		return NULL;
+	b->r.xfer = &b->x;
+	b->r.mtime = INT64_MIN;
+	b->r.length = UINT64_MAX;
+	return &b->r;
 }
 
 /* Free a list of an attempt's headers. The signer put credentials in it (Authorization,
@@ -214,7 +258,7 @@ void io_req_free(struct io_req *r)
 	free(r->url);
 	free(r->etag);
 	curl_slist_free_all(r->headers);
-	slist_free_wiped(r->att_headers);
+	slist_free_wiped(r->xfer->att_headers);
 	free(r->body);
 	free(r);
 }
@@ -247,11 +291,11 @@ static void reset_attempt(struct io_req *r)
 	r->mtime = INT64_MIN;
 	r->length = UINT64_MAX;
 	r->errmsg[0] = '\0';
-	r->got = 0;
-	r->skip = 0;
-	r->whole = false;
-	r->complete = false;
-	r->have_cr = false;
+	r->xfer->got = 0;
+	r->xfer->skip = 0;
+	r->xfer->whole = false;
+	r->xfer->complete = false;
+	r->xfer->have_cr = false;
 }
 
 /* Does header line @h (length @n) start with @name (lower-case, with the colon)? Then return
@@ -288,7 +332,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg)
 		r->etag_got[0] = '\0';
 		r->mtime = INT64_MIN;
 		r->length = UINT64_MAX;
-		r->have_cr = false;
+		r->xfer->have_cr = false;
 		if (sp && (size_t)(sp - buf) + 4 <= n)
 			r->status = strtol(sp + 1, NULL, 10);
 		return n;
@@ -309,8 +353,10 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg)
 		if (httphdr_content_length(v, vlen, &len) == 0)
 			r->length = len;
 	} else if ((v = header_value(buf, n, "content-range:", &vlen))) {
-		r->have_cr =
-		    httphdr_content_range(v, vlen, &r->cr_first, &r->cr_last, &r->cr_total) == 0;
+		struct io_xfer *x = r->xfer;
+
+		x->have_cr =
+		    httphdr_content_range(v, vlen, &x->cr_first, &x->cr_last, &x->cr_total) == 0;
 	}
 	return n;
 }
@@ -337,42 +383,61 @@ static size_t body_append(struct io_req *r, const char *data, size_t n)
 	return n;
 }
 
-/* First body bytes of a range read: is this answer what we asked for? */
-static int check_range_answer(struct io_req *r)
+int io_range_check(const struct io_range_answer *a, const char *etag, uint64_t off, uint32_t len,
+		   char *errmsg, size_t errlen)
 {
-	uint64_t last = r->off + r->len - 1;
+	uint64_t last = off + len - 1;
 
-	if (r->etag && r->etag[0] && r->etag_got[0] && strcmp(r->etag, r->etag_got) != 0) {
-		snprintf(r->errmsg, sizeof(r->errmsg), "object changed (ETag %s, expected %s)",
-			 r->etag_got, r->etag);
+	if (etag && etag[0] && a->etag[0] && strcmp(etag, a->etag) != 0) {
+		snprintf(errmsg, errlen, "object changed (ETag %s, expected %s)", a->etag, etag);
 		return -ESTALE;
 	}
-	if (r->status == 200) {
-		if (r->length != UINT64_MAX && r->length <= last) {
-			snprintf(r->errmsg, sizeof(r->errmsg), "object is now %llu bytes",
-				 (unsigned long long)r->length);
+	if (a->status == 200) {
+		if (a->length != UINT64_MAX && a->length <= last) {
+			snprintf(errmsg, errlen, "object is now %llu bytes",
+				 (unsigned long long)a->length);
 			return -ESTALE;
 		}
-		r->whole = true;
-		r->skip = r->off;
-		return 0;
+		return 1;
 	}
-	if (!r->have_cr) {
-		snprintf(r->errmsg, sizeof(r->errmsg), "206 answer without a valid Content-Range");
+	if (!a->have_cr) {
+		snprintf(errmsg, errlen, "206 answer without a valid Content-Range");
 		return -EIO;
 	}
-	if (r->cr_total != UINT64_MAX && r->cr_total <= last) {
-		snprintf(r->errmsg, sizeof(r->errmsg), "object is now %llu bytes",
-			 (unsigned long long)r->cr_total);
+	if (a->cr_total != UINT64_MAX && a->cr_total <= last) {
+		snprintf(errmsg, errlen, "object is now %llu bytes",
+			 (unsigned long long)a->cr_total);
 		return -ESTALE;
 	}
-	if (r->cr_first != r->off || r->cr_last != last) {
-		snprintf(r->errmsg, sizeof(r->errmsg), "Content-Range %llu-%llu, asked %llu-%llu",
-			 (unsigned long long)r->cr_first, (unsigned long long)r->cr_last,
-			 (unsigned long long)r->off, (unsigned long long)last);
+	if (a->cr_first != off || a->cr_last != last) {
+		snprintf(errmsg, errlen, "Content-Range %llu-%llu, asked %llu-%llu",
+			 (unsigned long long)a->cr_first, (unsigned long long)a->cr_last,
+			 (unsigned long long)off, (unsigned long long)last);
 		return -EIO;
 	}
 	return 0;
+}
+
+/* First body bytes of a range read: is this answer what we asked for? */
+static int check_range_answer(struct io_req *r)
+{
+	struct io_xfer *x = r->xfer;
+	struct io_range_answer a = {
+	    .status = r->status,
+	    .etag = r->etag_got,
+	    .length = r->length,
+	    .have_cr = x->have_cr,
+	    .cr_first = x->cr_first,
+	    .cr_last = x->cr_last,
+	    .cr_total = x->cr_total,
+	};
+	int e = io_range_check(&a, r->etag, r->off, r->len, r->errmsg, sizeof(r->errmsg));
+
+	if (e == 1) {
+		x->whole = true;
+		x->skip = r->off;
+	}
+	return e < 0 ? e : 0;
 }
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
@@ -383,7 +448,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 	if (!r->len || (r->status != 200 && r->status != 206))
 		return body_append(r, data, n > 65536 ? 65536 : n) ? n : 0;
 
-	if (r->got == 0 && !r->whole && r->skip == 0) {
+	if (r->xfer->got == 0 && !r->xfer->whole && r->xfer->skip == 0) {
 		int e = check_range_answer(r);
 
 		if (e < 0) {
@@ -391,27 +456,28 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
 			return 0;
 		}
 	}
-	if (r->skip) {
-		size_t drop = r->skip < n ? (size_t)r->skip : n;
+	if (r->xfer->skip) {
+		size_t drop = r->xfer->skip < n ? (size_t)r->xfer->skip : n;
 
-		r->skip -= drop;
+		r->xfer->skip -= drop;
 		data += drop;
 		n -= drop;
 		if (!n)
 			return size * nmemb;
 	}
-	take = r->len - r->got;
-	if (n > take && !r->whole) {
+	take = r->len - r->xfer->got;
+	if (n > take && !r->xfer->whole) {
 		snprintf(r->errmsg, sizeof(r->errmsg), "more bytes than asked for");
 		r->err = -EIO;
 		return 0;
 	}
 	if (take > n)
 		take = n;
-	memcpy((char *)r->dst + r->got, data, take);
-	r->got += take;
-	if (r->whole && r->got == r->len) {
-		r->complete = true; /* stop the transfer: the rest of the object is not wanted */
+	memcpy((char *)r->dst + r->xfer->got, data, take);
+	r->xfer->got += take;
+	if (r->xfer->whole && r->xfer->got == r->len) {
+		r->xfer->complete =
+		    true; /* stop the transfer: the rest of the object is not wanted */
 		return 0;
 	}
 	return size * nmemb;
@@ -431,29 +497,27 @@ static void timer_insert(struct io *io, struct timer *t)
 
 static void enqueue(struct io *io, struct io_req *r)
 {
-	struct io_req **head = r->lagging ? &io->lag_head : &io->hot_head;
-	struct io_req **tail = r->lagging ? &io->lag_tail : &io->hot_tail;
+	struct io_req **head = &io->head[r->prio], **tail = &io->tail[r->prio];
 
-	r->next = NULL;
+	r->xfer->next = NULL;
 	if (*tail)
-		(*tail)->next = r;
+		(*tail)->xfer->next = r;
 	else
 		*head = r;
 	*tail = r;
 	STAT_ADD(io, queued, 1);
 }
 
-static struct io_req *dequeue(struct io *io, bool lagging)
+static struct io_req *dequeue(struct io *io, enum bk_prio prio)
 {
-	struct io_req **head = lagging ? &io->lag_head : &io->hot_head;
-	struct io_req **tail = lagging ? &io->lag_tail : &io->hot_tail;
+	struct io_req **head = &io->head[prio], **tail = &io->tail[prio];
 	struct io_req *r = *head;
 
 	if (r) {
-		*head = r->next;
+		*head = r->xfer->next;
 		if (!*head)
 			*tail = NULL;
-		r->next = NULL;
+		r->xfer->next = NULL;
 		STAT_SUB(io, queued, 1);
 	}
 	return r;
@@ -481,8 +545,8 @@ static int start_attempt(struct io *io, struct io_req *r)
 	if (!e)
 		return -ENOMEM;
 	reset_attempt(r);
-	slist_free_wiped(r->att_headers);
-	r->att_headers = NULL;
+	slist_free_wiped(r->xfer->att_headers);
+	r->xfer->att_headers = NULL;
 	for (struct curl_slist *h = r->headers; h; h = h->next) {
 		struct curl_slist *n = curl_slist_append(l, h->data);
 
@@ -495,10 +559,10 @@ static int start_attempt(struct io *io, struct io_req *r)
 		io->pool[io->npool++] = e;
 		return err;
 	}
-	r->att_headers = l;
+	r->xfer->att_headers = l;
 
 	curl_easy_setopt(e, CURLOPT_URL, r->url);
-	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->att_headers);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->xfer->att_headers);
 	curl_easy_setopt(e, CURLOPT_NOBODY, r->head ? 1L : 0L);
 	if (!r->head)
 		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
@@ -529,17 +593,17 @@ static int start_attempt(struct io *io, struct io_req *r)
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
 	}
-	r->easy = e;
+	r->xfer->easy = e;
 	if (curl_multi_add_handle(io->multi, e) != CURLM_OK) {
-		r->easy = NULL;
+		r->xfer->easy = NULL;
 		io->pool[io->npool++] = e;
 		return -EIO;
 	}
-	r->next = io->running;
+	r->xfer->next = io->running;
 	io->running = r;
 	io->active++;
-	if (r->lagging)
-		io->active_lag++;
+	if (r->prio == BK_BACKGROUND)
+		io->active_bg++;
 	STAT_ADD(io, requests, 1);
 	STAT_ADD(io, active, 1);
 	return 0;
@@ -549,36 +613,47 @@ nomem:
 	return -ENOMEM;
 }
 
-static void window_set(struct io *io, double w)
+static void window_set(struct io_window *win, double w)
 {
 	if (w < 1)
 		w = 1;
-	if (w > io->cfg.max_conns)
-		w = io->cfg.max_conns;
-	io->window = w;
-	__atomic_store_n(&io->st.window, (uint64_t)w, __ATOMIC_RELAXED);
+	if (w > win->max)
+		w = win->max;
+	win->w = w;
+}
+
+void io_window_init(struct io_window *win, unsigned max)
+{
+	*win = (struct io_window){.max = max};
+	window_set(win, max);
+}
+
+bool io_window_feedback(struct io_window *win, long status, uint64_t now_ns)
+{
+	if (status == 503 || status == 429) {
+		if (now_ns - win->last_cut_ns > 100000000ULL) {
+			win->last_cut_ns = now_ns;
+			window_set(win, win->w / 2);
+		}
+		return true;
+	}
+	if (status >= 200 && status < 500 && win->w < win->max)
+		window_set(win, win->w + 1 / win->w);
+	return false;
 }
 
 /* A store's answer to one request: slow down (503/429), or fine. */
 static void window_feedback(struct io *io, long status)
 {
-	if (status == 503 || status == 429) {
-		uint64_t now = mono_ns();
-
+	if (io_window_feedback(&io->win, status, now_ns(io)))
 		STAT_ADD(io, slowdowns, 1);
-		if (now - io->last_cut_ns > 100000000ULL) {
-			io->last_cut_ns = now;
-			window_set(io, io->window / 2);
-		}
-	} else if (status >= 200 && status < 500 && io->window < io->cfg.max_conns) {
-		window_set(io, io->window + 1 / io->window);
-	}
+	__atomic_store_n(&io->st.window, (uint64_t)io->win.w, __ATOMIC_RELAXED);
 }
 
 static void start_queued(struct io *io)
 {
-	unsigned max = (unsigned)io->window;
-	/* kept for hot requests; none when the store has squeezed us to one connection */
+	unsigned max = (unsigned)io->win.w;
+	/* kept for urgent requests; none when the store has squeezed us to one connection */
 	unsigned reserve = max >= 4 ? max / 4 : max > 1 ? 1 : 0;
 
 	for (;;) {
@@ -586,10 +661,10 @@ static void start_queued(struct io *io)
 
 		if (io->active >= max)
 			return;
-		if (io->hot_head)
-			r = dequeue(io, false);
-		else if (io->lag_head && io->active_lag + reserve < max)
-			r = dequeue(io, true);
+		if (io->head[BK_URGENT])
+			r = dequeue(io, BK_URGENT);
+		else if (io->head[BK_BACKGROUND] && io->active_bg + reserve < max)
+			r = dequeue(io, BK_BACKGROUND);
 		if (!r)
 			return;
 		int e = start_attempt(io, r);
@@ -600,13 +675,12 @@ static void start_queued(struct io *io)
 	}
 }
 
-static uint64_t backoff_ns(unsigned attempt)
+uint64_t io_backoff_ns(unsigned attempt, double u)
 {
 	uint64_t base = 100000000ULL << (attempt < 6 ? attempt : 6); /* 100 ms .. 6.4 s */
 
 	/* full jitter in [base/2, base) */
-	return base / 2 +
-	       (uint64_t)((double)(base / 2) * ((double)rand() / ((double)RAND_MAX + 1)));
+	return base / 2 + (uint64_t)((double)(base / 2) * u);
 }
 
 static void running_unlink(struct io *io, struct io_req *r)
@@ -614,10 +688,10 @@ static void running_unlink(struct io *io, struct io_req *r)
 	struct io_req **pp = &io->running;
 
 	while (*pp && *pp != r)
-		pp = &(*pp)->next;
+		pp = &(*pp)->xfer->next;
 	if (*pp)
-		*pp = r->next;
-	r->next = NULL;
+		*pp = r->xfer->next;
+	r->xfer->next = NULL;
 }
 
 /* Fail every request waiting for a slot (not the running ones), with EIO and @why. */
@@ -625,8 +699,8 @@ static void fail_queued(struct io *io, const char *why)
 {
 	struct io_req *r;
 
-	for (int lag = 0; lag < 2; lag++) {
-		while ((r = dequeue(io, lag))) {
+	for (enum bk_prio prio = BK_URGENT; prio <= BK_BACKGROUND; prio++) {
+		while ((r = dequeue(io, prio))) {
 			r->err = -EIO;
 			snprintf(r->errmsg, sizeof(r->errmsg), "%s", why);
 			STAT_ADD(io, errors, 1);
@@ -648,13 +722,13 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		io->pool[io->npool++] = e;
 	else
 		curl_easy_cleanup(e);
-	r->easy = NULL;
+	r->xfer->easy = NULL;
 	io->active--;
-	if (r->lagging)
-		io->active_lag--;
+	if (r->prio == BK_BACKGROUND)
+		io->active_bg--;
 	STAT_SUB(io, active, 1);
 
-	if (r->complete) {
+	if (r->xfer->complete) {
 		r->err = 0; /* a 200 answer cut short on purpose */
 	} else if (r->err) {
 		retry = r->err == -EIO; /* a corrupt answer may be a passing fault */
@@ -666,24 +740,27 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		retry = status_retryable(r->status);
 		if (!r->errmsg[0])
 			snprintf(r->errmsg, sizeof(r->errmsg), "HTTP %ld", r->status);
-	} else if (r->len && r->got != r->len) {
+	} else if (r->len && r->xfer->got != r->len) {
 		r->err = -EIO;
 		retry = true;
 		snprintf(r->errmsg, sizeof(r->errmsg), "short body: %llu of %u bytes",
-			 (unsigned long long)r->got, r->len);
+			 (unsigned long long)r->xfer->got, r->len);
 	}
 	if (r->len && !r->err)
 		STAT_ADD(io, bytes, r->len);
 	if (r->status)
 		window_feedback(io, r->status);
 
-	if (r->err && retry && r->attempt < io->cfg.retries) {
+	if (r->err && retry && r->xfer->attempt < io->cfg.retries) {
 		struct timer *t = calloc(1, sizeof(*t));
 
 		if (t) {
-			r->attempt++;
+			uint64_t now = now_ns(io);
+
+			r->xfer->attempt++;
 			STAT_ADD(io, retries, 1);
-			t->due = mono_ns() + backoff_ns(r->attempt - 1);
+			t->due = now + io_backoff_ns(r->xfer->attempt - 1,
+						     io->cfg.random(io->cfg.env_arg));
 			t->retry = r;
 			timer_insert(io, t);
 			return;
@@ -710,7 +787,7 @@ static void take_incoming(struct io *io, bool *ret_stopping)
 	pthread_mutex_unlock(&io->lock);
 
 	while (in) {
-		struct io_req *next = in->next;
+		struct io_req *next = in->xfer->next;
 
 		enqueue(io, in);
 		in = next;
@@ -742,11 +819,11 @@ static int run_timers(struct io *io, uint64_t now)
 	return ms > 1000 ? 1000 : (int)ms;
 }
 
-static void fail_queue(struct io *io, bool lagging)
+static void fail_queue(struct io *io, enum bk_prio prio)
 {
 	struct io_req *r;
 
-	while ((r = dequeue(io, lagging))) {
+	while ((r = dequeue(io, prio))) {
 		r->err = -ESHUTDOWN;
 		finish(io, r);
 	}
@@ -761,14 +838,14 @@ static void shutdown_all(struct io *io)
 	while (io->running) {
 		struct io_req *r = io->running;
 
-		io->running = r->next;
-		r->next = NULL;
-		e = r->easy;
+		io->running = r->xfer->next;
+		r->xfer->next = NULL;
+		e = r->xfer->easy;
 		curl_multi_remove_handle(io->multi, e);
 		curl_easy_cleanup(e);
 		io->active--;
 		STAT_SUB(io, active, 1);
-		r->easy = NULL;
+		r->xfer->easy = NULL;
 		r->err = -ESHUTDOWN;
 		finish(io, r);
 	}
@@ -788,8 +865,8 @@ static void shutdown_all(struct io *io)
 			}
 			free(t);
 		}
-		fail_queue(io, false);
-		fail_queue(io, true);
+		fail_queue(io, BK_URGENT);
+		fail_queue(io, BK_BACKGROUND);
 		pthread_mutex_lock(&io->lock);
 		stopping = io->in_head || io->tin;
 		pthread_mutex_unlock(&io->lock);
@@ -813,7 +890,7 @@ static void *loop(void *arg)
 		while ((m = curl_multi_info_read(io->multi, &nmsg)))
 			if (m->msg == CURLMSG_DONE)
 				transfer_done(io, m->easy_handle, m->data.result);
-		timeout = run_timers(io, mono_ns());
+		timeout = run_timers(io, now_ns(io));
 		start_queued(io);
 		/* a submission meanwhile wakes the poll (curl_multi_wakeup) */
 		curl_multi_poll(io->multi, NULL, 0, timeout, NULL);
@@ -839,7 +916,12 @@ struct io *io_new(const struct io_cfg *cfg)
 	io->multi = curl_multi_init();
 	if (!io->multi)
 		goto fail;
-	window_set(io, io->cfg.max_conns);
+	if (!io->cfg.mono_ns)
+		io->cfg.mono_ns = sys_mono_ns;
+	if (!io->cfg.random)
+		io->cfg.random = sys_random;
+	io_window_init(&io->win, io->cfg.max_conns);
+	io->st.window = io->cfg.max_conns;
 	curl_multi_setopt(io->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)io->cfg.max_conns);
 	curl_multi_setopt(io->multi, CURLMOPT_MAXCONNECTS, (long)io->cfg.max_conns);
 	pthread_mutex_init(&io->lock, NULL);
@@ -900,10 +982,10 @@ int io_submit(struct io *io, struct io_req *r)
 		pthread_mutex_unlock(&io->lock);
 		return -ESHUTDOWN;
 	}
-	r->next = NULL;
-	r->attempt = 0;
+	r->xfer->next = NULL;
+	r->xfer->attempt = 0;
 	if (io->in_tail)
-		io->in_tail->next = r;
+		io->in_tail->xfer->next = r;
 	else
 		io->in_head = r;
 	io->in_tail = r;
@@ -917,7 +999,7 @@ static void sync_done(struct io_req *r)
 	struct io *io = r->arg;
 
 	pthread_mutex_lock(&io->lock);
-	r->sync_done = true;
+	r->xfer->sync_done = true;
 	pthread_cond_broadcast(&io->cond);
 	pthread_mutex_unlock(&io->lock);
 }
@@ -928,12 +1010,12 @@ int io_run(struct io *io, struct io_req *r)
 
 	r->done = sync_done;
 	r->arg = io;
-	r->sync_done = false;
+	r->xfer->sync_done = false;
 	e = io_submit(io, r);
 	if (e < 0)
 		return e;
 	pthread_mutex_lock(&io->lock);
-	while (!r->sync_done)
+	while (!r->xfer->sync_done)
 		pthread_cond_wait(&io->cond, &io->lock);
 	pthread_mutex_unlock(&io->lock);
 	return r->err;
@@ -945,7 +1027,7 @@ int io_defer(struct io *io, uint64_t delay_ns, void (*fn)(void *), void *arg)
 
 	if (!t)
 		return -ENOMEM;
-	t->due = mono_ns() + delay_ns;
+	t->due = now_ns(io) + delay_ns;
 	t->fn = fn;
 	t->arg = arg;
 	pthread_mutex_lock(&io->lock);
@@ -980,4 +1062,79 @@ void io_account(struct io *io, uint64_t bytes, bool error)
 		STAT_ADD(io, errors, 1);
 	else
 		STAT_ADD(io, bytes, bytes);
+}
+
+/* ---- for the schemes ------------------------------------------------------------------------ */
+
+struct io_cfg io_cfg_from(const struct backend_cfg *cfg)
+{
+	return (struct io_cfg){
+	    .max_conns = cfg->max_conns,
+	    .timeout_s = cfg->timeout_s,
+	    .retries = cfg->retries,
+	    .ca_file = cfg->ca_file,
+	    .insecure = cfg->insecure,
+	    .log = cfg->log,
+	    .log_arg = cfg->log_arg,
+	};
+}
+
+struct read_ctx {
+	bk_done_fn done;
+	void *arg;
+};
+
+static void read_done(struct io_req *r)
+{
+	struct read_ctx *rc = r->arg;
+	int err = r->err;
+
+	io_req_free(r);
+	rc->done(rc->arg, err);
+	free(rc);
+}
+
+int io_read(struct io *io, struct io_req *r, const char *etag, uint64_t off, uint32_t len,
+	    void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
+{
+	struct read_ctx *rc = malloc(sizeof(*rc));
+	int e;
+
+	if (!rc) {
+		io_req_free(r);
+		return -ENOMEM;
+	}
+	rc->done = done;
+	rc->arg = arg;
+	r->off = off;
+	r->len = len;
+	r->dst = dst;
+	r->etag = etag && etag[0] ? strdup(etag) : NULL;
+	r->prio = prio;
+	r->done = read_done;
+	r->arg = rc;
+	if (etag && etag[0] && (e = io_req_header(r, "If-Match", etag)) < 0)
+		goto fail;
+	e = io_submit(io, r);
+	if (e == 0)
+		return 0;
+fail:
+	free(rc);
+	io_req_free(r);
+	return e;
+}
+
+int io_head(struct io *io, struct io_req *r, struct bk_meta *ret)
+{
+	int e;
+
+	r->head = true;
+	e = io_run(io, r);
+	if (e == 0) {
+		ret->size = r->length == UINT64_MAX ? 0 : r->length;
+		ret->mtime = r->mtime;
+		snprintf(ret->etag, sizeof(ret->etag), "%s", r->etag_got);
+	}
+	io_req_free(r);
+	return e;
 }

@@ -29,7 +29,8 @@
 
 #include <json-c/json.h>
 
-#include "backend_i.h"
+#include "httphdr.h"
+#include "jsonidx.h"
 
 /* @return true if the json string @o is one path segment. */
 static bool segment_ok(json_object *o)

@@ -21,7 +21,11 @@
 #include <strings.h>
 #include <time.h>
 
-#include "backend_i.h"
+#include "creds.h"
+#include "s3xml.h"
+#include "io.h"
+#include "scheme.h"
+#include "sigv4.h"
 
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -343,17 +347,17 @@ static int s3_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct io_req *r = new_req(b->priv, path, NULL);
 
-	return r ? backend_io_head(b, r, ret) : -ENOMEM;
+	return r ? io_head(b->io, r, ret) : -ENOMEM;
 }
 
 static int s3_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		   uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg)
+		   uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
 	struct io_req *r = new_req(b->priv, path, NULL);
 
 	if (!r)
 		return -ENOMEM;
-	return backend_io_read(b, r, etag, off, len, dst, lagging, done, arg);
+	return io_read(b->io, r, etag, off, len, dst, prio, done, arg);
 }
 
 static const struct bk_ops s3_ops = {
@@ -457,7 +461,7 @@ int s3_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t 
 	e = creds_load(cfg->credentials, cfg->profile, &s->creds, err, errlen);
 	if (e < 0)
 		goto fail;
-	ioc = backend_io_cfg(cfg);
+	ioc = io_cfg_from(cfg);
 	b->io = io_new(&ioc);
 	if (!b->io) {
 		e = -ENOMEM;

@@ -43,10 +43,11 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <expat.h>
 
-#include "backend_i.h"
+#include "s3xml.h"
 
 #define TEXT_MAX  (64 * 1024)
 #define STACK_MAX 8

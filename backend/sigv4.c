@@ -42,7 +42,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "backend_i.h"
+#include "sigv4.h"
 
 #define SHA256_LEN 32
 #define AUTH_FMT                                                                                   \

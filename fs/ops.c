@@ -98,7 +98,8 @@ static int env_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst
 {
 	struct fobj *o = ctx;
 
-	return backend_read(o->backend, o->path, o->etag, off, len, dst, lagging, done, done_arg);
+	return backend_read(o->backend, o->path, o->etag, off, len, dst,
+			    lagging ? BK_BACKGROUND : BK_URGENT, done, done_arg);
 }
 
 static int env_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg)

@@ -57,6 +57,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend.h"
+
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
 #define GIB (UINT64_C(1) << 30)
@@ -1063,8 +1065,7 @@ static int check_url(char *url, char *err, size_t errlen)
 	if (!a || a == url + 3)
 		return fail(err, errlen, -EINVAL, "URL %s: no scheme %s", url, hint);
 	lower_scheme(url);
-	if (strncmp(url, "s3://", 5) && strncmp(url, "http://", 7) && strncmp(url, "https://", 8) &&
-	    strncmp(url, "file://", 7))
+	if (!backend_scheme_known(url))
 		return fail(err, errlen, -EINVAL, "URL %s: unsupported scheme %s", url, hint);
 	n = authority_len(a);
 	if (has_password(a, n))

@@ -17,7 +17,7 @@
 #include <inttypes.h>
 #include <stdbool.h>
 
-#include "backend_i.h"
+#include "httphdr.h"
 #include "fuzz.h"
 
 #define POISON UINT64_C(0xdeadbeefdeadbeef)

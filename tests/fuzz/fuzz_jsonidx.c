@@ -14,7 +14,7 @@
 #include <errno.h>
 #include <stdbool.h>
 
-#include "backend_i.h"
+#include "jsonidx.h"
 #include "fuzz.h"
 
 struct seen {

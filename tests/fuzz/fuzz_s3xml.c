@@ -20,7 +20,7 @@
 #include <errno.h>
 #include <stdbool.h>
 
-#include "backend_i.h"
+#include "s3xml.h"
 #include "fuzz.h"
 
 #define VALUE_MAX (64 * 1024) /* s3xml.c's TEXT_MAX: no value it reports is longer */

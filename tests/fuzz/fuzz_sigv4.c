@@ -30,7 +30,7 @@
 #include <errno.h>
 #include <stdbool.h>
 
-#include "backend_i.h"
+#include "sigv4.h"
 #include "fuzz.h"
 
 #define GUARD	   16

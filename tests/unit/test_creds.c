@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "backend_i.h"
+#include "creds.h"
 
 struct env {
 	char home[256];

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "backend_i.h"
+#include "httphdr.h"
 
 static char *copy(const char *s, size_t len)
 {

@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "backend_i.h"
+#include "jsonidx.h"
 
 #define MAXE 32
 

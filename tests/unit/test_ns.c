@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "backend_i.h"
+#include "scheme.h"
 #include "fs_i.h"
 
 #define SEC 1000000000ULL

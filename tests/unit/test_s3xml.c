@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "backend_i.h"
+#include "s3xml.h"
 
 #define MAXE 16
 

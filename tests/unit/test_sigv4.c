@@ -27,7 +27,7 @@
 
 #include <cmocka.h>
 
-#include "backend_i.h"
+#include "sigv4.h"
 
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 

@@ -1,0 +1,41 @@
+/*
+ * s3xml.h - S3 ListObjectsV2 and error documents, parsed with expat.
+ */
+#ifndef TIERFS_S3XML_H
+#define TIERFS_S3XML_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Called once per <Contents> (is_prefix false: key, size, mtime (seconds since epoch, or
+ * INT64_MIN if absent or unparsable), etag as sent, with quotes) and once per
+ * <CommonPrefixes><Prefix> (is_prefix true: key is the prefix including its trailing
+ * delimiter; size 0, mtime INT64_MIN, etag ""). The key is url-decoded when the page says
+ * EncodingType url; @keylen is its length, which differs from strlen(key) when it holds a NUL.
+ * Return 0 to go on, negative to stop.
+ */
+typedef int (*s3xml_list_fn)(void *arg, const char *key, size_t keylen, bool is_prefix,
+			     uint64_t size, int64_t mtime, const char *etag);
+
+/*
+ * Parse one ListObjectsV2 result page. If the page says IsTruncated=true, *ret_token is the
+ * malloc'd NextContinuationToken (caller frees); otherwise NULL.
+ * @return 0, -EIO for malformed XML or a truncated page without a token, -ENOMEM, or the
+ * callback's negative value.
+ */
+int s3xml_parse_list(const char *body, size_t len, s3xml_list_fn fn, void *arg,
+		     char **ret_token);
+
+/*
+ * Parse an S3 <Error> document into @code ("NoSuchBucket") and @msg, both truncated to fit.
+ * @return 0, or -EINVAL if @body is not an error document.
+ */
+int s3xml_parse_error(const char *body, size_t len, char *code, size_t codelen, char *msg,
+		      size_t msglen);
+
+/* "2013-09-17T18:07:53.000Z" -> seconds since epoch. @return 0 or -EINVAL. */
+int s3xml_parse_time(const char *s, int64_t *ret);
+
+#endif
