@@ -775,19 +775,51 @@ static void flight_done(void *arg, int err)
 }
 
 /*
+ * The largest readahead window of a stream reading through @tier: an eighth of the tier, so
+ * that a few streams at full window fit in it with their data still unread; never below the
+ * configured initial window.
+ */
+static uint64_t readahead_cap(const struct cache *c, enum cache_tier tier)
+{
+	uint64_t size = tier == CACHE_LAG ? c->cfg.lagging_size : c->cfg.hot_size;
+	uint64_t cap = size / 8 / c->cfg.block_size;
+
+	return cap > c->cfg.readahead ? cap : c->cfg.readahead;
+}
+
+/*
  * Which blocks after @last to prefetch for a sequential reader: [*ret_from, *ret_to], empty
  * when *ret_from > *ret_to. Advances the stream, so it runs before the reply (after it, the
  * file and its stream may be gone). The stream is shared by the readers of one open file
  * without a lock: relaxed atomics, and a race only makes readahead less exact.
+ *
+ * The window is adaptive, as Linux's readahead and mountpoint-s3's prefetcher: it starts at
+ * cfg.readahead blocks when a stream starts (or @restart: it began again at offset 0), and
+ * doubles each time the reader has consumed a whole window since the last change, up to
+ * readahead_cap(). A seek sets it back (cache_read clears ra_win). Lagging streams are also
+ * bounded by what the rate consumes within the lagging TTL.
  */
 static void readahead_plan(struct cache *c, const struct cache_obj *o, struct cache_stream *s,
-			   uint64_t last, enum cache_tier tier, uint64_t *ret_from, uint64_t *ret_to)
+			   uint64_t last, bool restart, enum cache_tier tier, uint64_t *ret_from,
+			   uint64_t *ret_to)
 {
 	uint64_t nblocks = (o->size + c->cfg.block_size - 1) >> c->shift;
-	uint64_t depth = c->cfg.readahead, from = last + 1, to, ra_next;
+	uint64_t from = last + 1, to, ra_next, depth, cap = readahead_cap(c, tier);
+	uint64_t win = __atomic_load_n(&s->ra_win, __ATOMIC_RELAXED);
+	uint64_t grow = __atomic_load_n(&s->ra_grow, __ATOMIC_RELAXED);
 
 	*ret_from = 1;
 	*ret_to = 0;
+	if (restart || !win || win > cap) {
+		win = c->cfg.readahead;
+		grow = last + win;
+	} else if (last >= grow) {
+		win = win > cap / 2 ? cap : 2 * win;
+		grow = last + win;
+	}
+	__atomic_store_n(&s->ra_win, win, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->ra_grow, grow, __ATOMIC_RELAXED);
+	depth = win;
 	if (tier == CACHE_LAG) {
 		/* A throttled reader consumes a block in block_size/rate seconds; blocks fetched
 		 * further ahead than about half the lagging TTL would expire unread and be paid
@@ -815,11 +847,15 @@ static void readahead_plan(struct cache *c, const struct cache_obj *o, struct ca
 	*ret_to = to;
 }
 
-/* Prefetch blocks [from, to] of @o, through the same queue and limiter as reads. */
+/* Prefetch blocks [from, to] of @o, through the same queue and limiter as reads. Stops
+ * early when a quarter of the tier is already being fetched: many streams at full window
+ * would otherwise pin every segment and bounce. */
 static void readahead(struct cache *c, const struct cache_obj *o, uint64_t from, uint64_t to,
 		      enum cache_tier tier, uint64_t now)
 {
 	struct flight *go = NULL, **go_tail = &go;
+	uint64_t inflight_max = (tier == CACHE_LAG ? c->cfg.lagging_size : c->cfg.hot_size) / 4 /
+				c->cfg.block_size, added = 0;
 
 	if (from > to)
 		return;
@@ -829,11 +865,15 @@ static void readahead(struct cache *c, const struct cache_obj *o, uint64_t from,
 
 		if (flight_find(c, k))
 			continue;
+		if (__atomic_load_n(&c->tier[tier].st.inflight, __ATOMIC_RELAXED) + added >=
+		    inflight_max)
+			break;
 		if (ring_contains(c->tier[CACHE_HOT].ring, k, now) ||
 		    (c->tier[CACHE_LAG].ring && ring_contains(c->tier[CACHE_LAG].ring, k, now)))
 			continue;
 		if (!flight_new(c, o, b, tier, now, &go_tail))
 			break;
+		added++;
 		STAT_ADD(c, tier, readaheads, 1);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -866,9 +906,18 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	tier = cache_route(c, o);
 	if (s) {
 		uint64_t prev = __atomic_exchange_n(&s->next_off, off + len, __ATOMIC_RELAXED);
+		/* A stream with a window stays sequential while its reads land between the
+		 * block before the previous read's last block and its readahead frontier: the
+		 * kernel's readahead requests reach the FUSE workers slightly out of order. */
+		bool near = __atomic_load_n(&s->ra_win, __ATOMIC_RELAXED) && prev &&
+			    first + 1 >= (prev - 1) >> c->shift &&
+			    first <= __atomic_load_n(&s->ra_next, __ATOMIC_RELAXED);
 
-		if ((off == prev || off == 0) && c->cfg.readahead)
-			readahead_plan(c, o, s, last, tier, &ra_from, &ra_to);
+		if ((off == prev || off == 0 || near) && c->cfg.readahead)
+			readahead_plan(c, o, s, last, off == 0 && prev != 0, tier, &ra_from,
+				       &ra_to);
+		else
+			__atomic_store_n(&s->ra_win, 0, __ATOMIC_RELAXED); /* a seek */
 	}
 
 	if (n > STACK_PIECES) {

@@ -33,7 +33,9 @@ struct cache_cfg {
 	uint64_t lagging_rate;   /* bytes/s, 0 = unlimited */
 	uint64_t lagging_burst;  /* bytes, 0 = 2 x rate */
 	uint64_t lagging_ops;    /* requests/s, 0 = unlimited */
-	uint32_t readahead;      /* blocks fetched ahead of a sequential reader */
+	uint32_t readahead;      /* initial readahead window in blocks (0 = no readahead): it
+				  * doubles while a reader stays sequential, up to an eighth of
+				  * its tier, and falls back to this on a seek */
 	bool prefault;           /* fault the tiers' memory in at cache_new, not on first use */
 	uint64_t bounce_limit;   /* bytes of bounce buffers at once, both tiers; 0 = unlimited */
 };
@@ -112,12 +114,14 @@ struct cache_iov {
  * answer, possibly short at end of object) and err 0, or with n 0 and err -errno. */
 typedef void (*cache_reply_fn)(void *req, const struct cache_iov *iov, int n, int err);
 
-/* Per open file: where the last read ended, to detect sequential readers. Zero it at open.
- * Unlocked (relaxed atomics): concurrent readers of one handle only make readahead less
- * exact. */
+/* Per open file: where the last read ended, to detect sequential readers, and its adaptive
+ * readahead window. Zero it at open. Unlocked (relaxed atomics): concurrent readers of one
+ * handle only make readahead less exact. */
 struct cache_stream {
 	uint64_t next_off; /* end of the previous read */
 	uint64_t ra_next;  /* first block not yet considered for readahead */
+	uint64_t ra_win;   /* readahead window in blocks; 0: not sequential yet (or after a seek) */
+	uint64_t ra_grow;  /* the window doubles when a read reaches this block */
 };
 
 struct cache_tier_stats {

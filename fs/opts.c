@@ -153,7 +153,7 @@ static const struct opt opt_table[] = {
 	 .help = "objects younger than this are hot, <= 10 years"},
 	{.name = "readahead", .kind = OPT_COUNT, .group = GROUP_CACHE, .off = OFF(readahead),
 	 .min = 0, .max = 64, .def = 2,
-	 .help = "blocks read ahead of a sequential reader, 0..64"},
+	 .help = "first readahead window in blocks (it grows)"},
 	{.name = "metadata_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(metadata_ttl),
 	 .min = 0, .max = SECONDS_MAX, .def = 60,
 	 .help = "how long attributes and listings are cached"},

@@ -1744,18 +1744,19 @@ static void test_readahead(void **state)
 	complete_blk(121, 1, 0);
 	check_ok(&r);
 	complete_blk(121, 2, 0);
-	/* block 2 resident: a hit; 4 ahead */
+	/* block 2 resident: a hit; the reader consumed a whole window, which doubles to 4: 4
+	 * and 5 (the short last block) ahead, at its real length, and nothing past */
 	assert_true(rd(c, &o, &s, 2 * BS, BS, &r));
 	check_ok(&r);
-	assert_int_equal(W.nf, 5);
+	assert_int_equal(W.nf, 6);
 	assert_int_equal(W.f[4].off, 4 * BS);
+	assert_int_equal(W.f[5].off, 5 * BS);
+	assert_int_equal(W.f[5].len, 100);
 	complete_all(0);
-	/* 3 and 4 hits; 5 (the short last block) ahead, at its real length, and nothing past */
+	/* 3 and 4 hits; nothing new */
 	assert_true(rd(c, &o, &s, 3 * BS, 2 * BS, &r));
 	check_ok(&r);
 	assert_int_equal(W.nf, 6);
-	assert_int_equal(W.f[5].off, 5 * BS);
-	assert_int_equal(W.f[5].len, 100);
 	complete_all(0);
 	assert_true(rd(c, &o, &s, 5 * BS, 100, &r));
 	check_ok(&r);
@@ -3115,6 +3116,189 @@ static void test_key_new_version_misses(void **state)
 	shut(c);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Adaptive readahead: the window per stream
+ * ------------------------------------------------------------------------------------------ */
+
+/* The highest block of @o any fetch so far asked for (-1 if none). */
+static int64_t max_fetched(const struct fobj *o)
+{
+	int64_t m = -1;
+
+	for (size_t i = 0; i < W.nf; i++)
+		if (W.f[i].o == o && (int64_t)(W.f[i].off / BS) > m)
+			m = (int64_t)(W.f[i].off / BS);
+	return m;
+}
+
+/* Read block @blk of @o whole through @s, let every fetch finish, check the bytes; @return
+ * how far ahead of the reader the fetches now reach, in blocks. */
+static int64_t seq_step(struct cache *c, const struct cache_obj *o, struct fobj *fo,
+			struct cache_stream *s, uint64_t blk, struct rep *r)
+{
+	rd(c, o, s, blk * BS, BS, r);
+	complete_all(0);
+	check_ok(r);
+	return max_fetched(fo) - (int64_t)blk;
+}
+
+/*
+ * A sequential stream's window starts at readahead, doubles each time the reader has consumed
+ * a whole window, stops at an eighth of the hot tier (64 blocks here: 8), falls back to the
+ * initial window after a seek, and grows again from there.
+ */
+static void test_readahead_window(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o;
+	struct cache_stream s = {0};
+	struct rep r = {0};
+	/* ahead of the reader after reading block i (window 1, 2 at 1, 4 at 3, 8 at 7, capped) */
+	static const int64_t want[] = {1, 2, 2, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8,
+				       8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8};
+	size_t nblk = sizeof(want) / sizeof(want[0]);
+
+	(void)state;
+	cfg.readahead = 1;
+	c = mk(&cfg);
+	o = mkobj(&fo, 141, 200ull * BS, WALL0);
+	for (size_t i = 0; i < nblk; i++) {
+		int64_t ahead = seq_step(c, &o, &fo, &s, i, &r);
+
+		if (ahead != want[i])
+			fail_msg("after block %zu: %" PRId64 " blocks ahead, want %" PRId64, i, ahead,
+				 want[i]);
+	}
+	assert_int_equal(stats(c).tier[CACHE_HOT].misses, 1); /* readahead served all the rest */
+
+	/* a seek (forward, to block 100): no readahead for it... */
+	size_t nf = W.nf;
+
+	rd(c, &o, &s, 100 * BS + 10, 10, &r);
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(W.nf, nf + 1);
+	/* ...and the stream reading on from there starts again at the initial window */
+	rd(c, &o, &s, 100 * BS + 20, BS - 20, &r);
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(max_fetched(&fo), 101);
+	assert_int_equal(seq_step(c, &o, &fo, &s, 101, &r), 2);
+	assert_int_equal(seq_step(c, &o, &fo, &s, 102, &r), 2);
+	assert_int_equal(seq_step(c, &o, &fo, &s, 103, &r), 4);
+
+	/* reads a little out of order (the kernel's readahead requests reach the FUSE workers
+	 * in any order) keep the window: 105 before 104; it doubles at 107 */
+	assert_int_equal(seq_step(c, &o, &fo, &s, 105, &r), 4);
+	assert_int_equal(seq_step(c, &o, &fo, &s, 104, &r), 5);
+	assert_int_equal(s.ra_win, 4);
+	assert_int_equal(seq_step(c, &o, &fo, &s, 106, &r), 4);
+	assert_int_equal(seq_step(c, &o, &fo, &s, 107, &r), 8);
+
+	/* a seek back to the start: a restart at the initial window, not the grown one */
+	rd(c, &o, &s, 0, BS, &r);
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(s.ra_win, 1);
+	rep_done(&r);
+	shut(c);
+}
+
+/*
+ * The window never exceeds its cap (an eighth of the tier the stream reads through), and a
+ * configured initial window above the cap is kept but never grown. The lagging tier's own
+ * cap applies to lagging objects, and the rate bound (a throttled reader must consume what
+ * is fetched before the lagging TTL runs out) still holds as the window grows.
+ */
+static void test_readahead_window_caps(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo, fl, fr;
+	struct cache_obj o, lag, rl;
+	struct cache_stream s = {0}, sl = {0}, sr = {0};
+	struct rep r = {0};
+
+	(void)state;
+	/* initial window 12 over a cap of 8: 12 throughout */
+	cfg.readahead = 12;
+	c = mk(&cfg);
+	o = mkobj(&fo, 151, 100ull * BS, WALL0);
+	for (uint64_t i = 0; i < 40; i++)
+		assert_int_equal(seq_step(c, &o, &fo, &s, i, &r), 12);
+	shut(c);
+
+	/* lagging tier of 64 blocks (cap 8), no rate: the window grows to 8 and stops */
+	cfg = base_cfg();
+	cfg.readahead = 1;
+	cfg.lagging_size = 64ull * BS;
+	cfg.hot_size = 256ull * BS; /* hot cap 32: not the one that applies */
+	c = mk(&cfg);
+	lag = mkobj(&fl, 152, 100ull * BS, OLD);
+	for (uint64_t i = 0; i < 40; i++) {
+		int64_t ahead = seq_step(c, &lag, &fl, &sl, i, &r);
+
+		assert_true(ahead >= 1 && ahead <= 8);
+		if (i >= 7)
+			assert_int_equal(ahead, 8);
+	}
+	for (size_t i = 0; i < W.nf; i++)
+		assert_true(W.f[i].lagging);
+	shut(c);
+
+	/* the same with a rate that lets only 3 blocks be consumed in half the lagging TTL:
+	 * the window may grow, the fetches never reach past 3 ahead */
+	cfg.lagging_ttl = 2;
+	cfg.lagging_rate = 3 * BS;
+	cfg.lagging_burst = 1000ull * BS; /* tokens are not what limits here */
+	c = mk(&cfg);
+	rl = mkobj(&fr, 153, 100ull * BS, OLD);
+	for (uint64_t i = 0; i < 40; i++) {
+		int64_t ahead = seq_step(c, &rl, &fr, &sr, i, &r);
+
+		assert_true(ahead >= 1 && ahead <= 3);
+		if (i >= 3)
+			assert_int_equal(ahead, 3);
+	}
+	assert_true(sr.ra_win > 3); /* the window itself grew: the rate bound is what held */
+	rep_done(&r);
+	shut(c);
+}
+
+/*
+ * Many streams at full window: readahead stops while a quarter of the tier is being fetched
+ * (64 blocks: 16), so they cannot pin every segment; reads themselves still fetch.
+ */
+static void test_readahead_inflight_bound(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo[4];
+	struct cache_obj o[4];
+	struct cache_stream s[4] = {{0}};
+	struct rep r[4] = {{0}};
+
+	(void)state;
+	cfg.readahead = 12;
+	c = mk(&cfg);
+	for (int i = 0; i < 4; i++) {
+		o[i] = mkobj(&fo[i], 161 + (uint64_t)i, 100ull * BS, WALL0);
+		assert_false(rd(c, &o[i], &s[i], 0, 10, &r[i]));
+	}
+	/* 1 + 12 for the first; the second's read makes 14 and its readahead stops at 16; the
+	 * last two reads still fetch, with no readahead */
+	assert_int_equal(W.nopen, 16 + 2);
+	assert_int_equal(stats(c).tier[CACHE_HOT].readaheads, 12 + 2);
+	complete_all(0);
+	for (int i = 0; i < 4; i++) {
+		check_ok(&r[i]);
+		rep_done(&r[i]);
+	}
+	shut(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3153,6 +3337,9 @@ int main(void)
 	    cmocka_unit_test(test_mem_progress),
 	    cmocka_unit_test(test_mem_cancel_and_free),
 	    cmocka_unit_test(test_threads_mem_limit),
+	    cmocka_unit_test(test_readahead_window),
+	    cmocka_unit_test(test_readahead_window_caps),
+	    cmocka_unit_test(test_readahead_inflight_bound),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, group_teardown);
