@@ -1,6 +1,6 @@
 /*
- * fs_i.h - declarations shared only inside fs/: the namespace (ns.c) and the mount's state
- * (ops.c, control.c).
+ * fs_i.h - declarations shared only inside fs/: the namespace (ns.c), the mount's state
+ * (ops.c, control.c, mount.c) and what mount.c asks of ops.c.
  */
 #ifndef TIERFS_FS_I_H
 #define TIERFS_FS_I_H
@@ -134,8 +134,10 @@ void ns_stale(struct ns *ns, uint64_t ino, struct cache_oid id);
 int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret);
 
 /* ---------------------------------------------------------------------------------------------
- * ops.c / control.c: the mount.
+ * ops.c / control.c / mount.c: the mount.
  * ------------------------------------------------------------------------------------------ */
+
+#define FS_MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
 
 /* One (object, cause) key fs_log_once saw lately. */
 struct fs_log_slot {
@@ -233,5 +235,26 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 #define FS_LOG_LINE_MAX	  400
 bool fs_log_once(struct mount *m, enum fuse_log_level level, const char *obj, const char *cause,
 		 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+
+/* ---------------------------------------------------------------------------------------------
+ * ops.c for mount.c: the operations and what the mount's setup and teardown ask of them.
+ * ------------------------------------------------------------------------------------------ */
+
+extern const struct fuse_lowlevel_ops fs_ops;
+
+/* What the cache is given (cache_new): the clocks, fetches of fobj blocks through @b at the
+ * priority of their tier, and references on the fobjs. */
+struct cache_env fs_cache_env(struct backend *b);
+
+/* The backend's log callback (backend_cfg.log); @arg is the mount. Silent until m->live. */
+void fs_backend_log(void *arg, int level, const char *line);
+
+/* Fill the log bucket of a new mount (after log_lock is initialised). */
+void fs_log_init(struct mount *m);
+
+/* After the session and the I/O thread stopped: wait for helper threads, and free the
+ * watches and the handles the kernel never released. Before cache_free. */
+void fs_ops_drain(struct mount *m);
 
 #endif

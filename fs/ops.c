@@ -1,5 +1,5 @@
 /*
- * ops.c - the FUSE low-level operations and the mount's life.
+ * ops.c - the FUSE low-level operations (the mount's setup and teardown are in mount.c).
  *
  *   kernel ─► fuse worker ─► op_read ─► cache_read ──hit──► reply_read (same thread)
  *                                          └─miss─► parked; the backend's I/O thread
@@ -60,7 +60,6 @@
 #include <string.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
-#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,7 +67,6 @@
 
 #include "fs_i.h"
 
-#define MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
 #define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
 #define MAX_BACKGROUND 1024    /* outstanding readahead requests the kernel may send */
 #define WATCH_PERIOD_NS (200 * 1000000ULL) /* how often interrupted readers are looked at */
@@ -120,6 +118,19 @@ static void env_release(void *ctx)
 static struct cache_obj cobj(const struct fobj *o)
 {
 	return (struct cache_obj){.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
+}
+
+struct cache_env fs_cache_env(struct backend *b)
+{
+	return (struct cache_env){
+		.arg = b,
+		.mono_ns = env_mono,
+		.wall_s = env_wall,
+		.fetch = env_fetch,
+		.defer = env_defer,
+		.hold = env_hold,
+		.release = env_release,
+	};
 }
 
 /* ---- logging --------------------------------------------------------------------------------- */
@@ -192,6 +203,12 @@ static int64_t log_admit(struct mount *m, uint64_t key)
 	return held;
 }
 
+void fs_log_init(struct mount *m)
+{
+	m->log_tokens = FS_LOG_BURST;
+	m->log_refill_ns = env_mono(NULL);
+}
+
 /* Keep printable ASCII, cut at FS_LOG_LINE_MAX with "...". */
 static void log_clean(char *line, size_t need)
 {
@@ -253,7 +270,7 @@ static bool log_fmt(struct mount *m, enum fuse_log_level level, uint64_t key, co
  * one object ("short body: 17 of 65536 bytes", "Content-Range 0-9, asked 65536-131071") count
  * as one cause.
  */
-static void backend_log(void *arg, int level, const char *line)
+void fs_backend_log(void *arg, int level, const char *line)
 {
 	static const enum fuse_log_level map[] = {FUSE_LOG_ERR, FUSE_LOG_WARNING, FUSE_LOG_INFO,
 						  FUSE_LOG_DEBUG};
@@ -290,8 +307,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	/* Let the kernel send 1 MiB reads: max_write also sets max_pages (libfuse derives it),
 	 * which bounds reads too; the bdi read_ahead_kb is raised after mounting. */
-	conn->max_write = MAX_REQUEST;
-	conn->max_readahead = MAX_REQUEST;
+	conn->max_write = FS_MAX_REQUEST;
+	conn->max_readahead = FS_MAX_REQUEST;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
 	/* Readahead through the page cache is sent as background requests, of which the kernel
@@ -1168,7 +1185,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	fuse_reply_err(req, EROFS);
 }
 
-static const struct fuse_lowlevel_ops ops = {
+const struct fuse_lowlevel_ops fs_ops = {
 	.init = op_init,
 	.lookup = op_lookup,
 	.forget = op_forget,
@@ -1197,274 +1214,24 @@ static const struct fuse_lowlevel_ops ops = {
 	.create = op_create,
 };
 
-/* ---- the mount's life ------------------------------------------------------------------------- */
+/* ---- what is left when the session ends -------------------------------------------------------- */
 
-static void syslog_func(enum fuse_log_level level, const char *fmt, va_list ap)
+void fs_ops_drain(struct mount *m)
 {
-	vsyslog((int)level, fmt, ap);
-}
-
-int fs_tune_readahead(const char *mountpoint, unsigned kib)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char line[4096], path[PATH_MAX + 64], dev[32];
-	unsigned maj, min;
-	bool found = false;
-
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f)) {
-		char mnt[PATH_MAX + 64], *w = mnt;
-
-		if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, mnt) != 2)
-			continue;
-		/* mountinfo escapes space, tab, newline and backslash as \ooo */
-		for (char *r = mnt; *r; r++) {
-			if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] && r[3]) {
-				*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
-				r += 3;
-			} else {
-				*w++ = *r;
-			}
-		}
-		*w = '\0';
-		if (strcmp(mnt, mountpoint) == 0 && sscanf(dev, "%u:%u", &maj, &min) == 2)
-			found = true; /* the last match is the newest mount */
-	}
-	fclose(f);
-	if (!found)
-		return -ENOENT;
-	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
-	f = fopen(path, "we");
-	if (!f)
-		return -errno; /* not root: the kernel default stays */
-	fprintf(f, "%u\n", kib);
-	return fclose(f) == 0 ? 0 : -errno;
-}
-
-/* "fsname=URL" for mount(8) output, without user:password@ and with commas escaped. */
-static char *fsname_opt(const char *url)
-{
-	const char *at = strchr(url, '@'), *sch = strstr(url, "://");
-	size_t n = strlen(url);
-	char *out = malloc(2 * n + 16), *w;
-
-	if (!out)
-		return NULL;
-	w = out + sprintf(out, "fsname=");
-	for (const char *p = url; *p; p++) {
-		if (sch && at && p == sch + 3 && at > p && !memchr(p, '/', (size_t)(at - p)))
-			p = at + 1;
-		if (*p == ',' || *p == '\\')
-			*w++ = '\\';
-		*w++ = *p;
-	}
-	strcpy(w, ",subtype=tierfs");
-	return out;
-}
-
-/* The store's name in object ids: the URL without user:password@, so that ids (which a
- * shared tier will store) carry no secret and do not change with a password. */
-static char *store_name(const char *url)
-{
-	const char *sch = strstr(url, "://"), *at, *slash;
-	char *out;
-
-	if (!sch)
-		return strdup(url);
-	at = strchr(sch + 3, '@');
-	slash = strchr(sch + 3, '/');
-	if (!at || (slash && slash < at))
-		return strdup(url);
-	out = malloc(strlen(url) + 1);
-	if (out)
-		sprintf(out, "%.*s%s", (int)(sch + 3 - url), url, at + 1);
-	return out;
-}
-
-int fs_main(struct fs_opts *o)
-{
-	struct mount m = {.o = o};
-	struct backend_cfg bc = {
-		.url = o->url,
-		.endpoint = o->endpoint,
-		.region = o->region,
-		.path_style = o->path_style,
-		.profile = o->profile,
-		.credentials = o->credentials,
-		.manifest = o->manifest,
-		.ca_file = o->ca_file,
-		.insecure = o->insecure,
-		.max_conns = (unsigned)o->max_conns,
-		.timeout_s = (unsigned)o->timeout,
-		.retries = (unsigned)o->retries,
-		.log = backend_log,
-		.log_arg = &m,
-	};
-	struct cache_cfg cc = {
-		.block_size = (uint32_t)o->block_size,
-		.hot_size = o->hot_size,
-		.hot_ttl = o->hot_ttl,
-		.lagging = o->lagging,
-		.lagging_size = o->lagging_size,
-		.lagging_ttl = o->lagging_ttl,
-		.lagging_rate = o->lagging_rate,
-		.lagging_burst = o->lagging_burst,
-		.lagging_ops = o->lagging_ops,
-		.readahead = (uint32_t)o->readahead,
-		.prefault = o->prefault,
-		.bounce_limit = CACHE_BOUNCE_LIMIT,
-	};
-	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct fuse_loop_config *lc = NULL;
-	char err[512] = "", *fsname = NULL, *store = NULL;
-	int r, status = 1;
-	bool mounted = false, handlers = false;
-
-	pthread_mutex_init(&m.log_lock, NULL);
-	m.log_tokens = FS_LOG_BURST;
-	m.log_refill_ns = env_mono(NULL);
-	pthread_mutex_init(&m.opts_lock, NULL);
-	pthread_cond_init(&m.inval_done, NULL);
-	pthread_mutex_init(&m.handles_lock, NULL);
-	pthread_mutex_init(&m.watch_lock, NULL);
-	r = backend_new(&bc, &m.b, err, sizeof(err));
-	if (r < 0) {
-		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
-		goto out;
-	}
-	r = backend_start(m.b);
-	if (r == 0)
-		r = backend_check(m.b, err, sizeof(err));
-	if (r < 0) {
-		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
-		goto out;
-	}
-	struct cache_env env = {
-		.arg = m.b,
-		.mono_ns = env_mono,
-		.wall_s = env_wall,
-		.fetch = env_fetch,
-		.defer = env_defer,
-		.hold = env_hold,
-		.release = env_release,
-	};
-	r = cache_new(&cc, &env, &m.c);
-	if (r < 0) {
-		fprintf(stderr, "tierfs: cannot allocate the cache (hot_size + lagging_size): %s\n",
-			strerror(-r));
-		goto out;
-	}
-	store = store_name(o->url);
-	struct ns_cfg nc = {
-		.backend = m.b,
-		.store = store,
-		.metadata_ttl = o->metadata_ttl,
-		.negative_ttl = o->negative_ttl,
-		.immutable = o->immutable,
-		.uid = (uid_t)o->uid,
-		.gid = (gid_t)o->gid,
-		.file_mode = (mode_t)o->file_mode,
-		.dir_mode = (mode_t)o->dir_mode,
-		.block_size = (uint32_t)o->block_size,
-	};
-	m.ns = store ? ns_new(&nc) : NULL;
-	fsname = fsname_opt(o->url);
-	/* default_permissions always: the kernel enforces uid, gid and the modes, so another
-	 * user of an allow_other mount gets only what the modes give (and no setxattr on the
-	 * root unless dir_mode lets them write it) */
-	if (!m.ns || !fsname || fuse_opt_add_arg(&args, "tierfs") < 0 ||
-	    fuse_opt_add_arg(&args, "-o") < 0 || fuse_opt_add_arg(&args, fsname) < 0 ||
-	    fuse_opt_add_arg(&args, "-o") < 0 ||
-	    fuse_opt_add_arg(&args, "default_permissions") < 0 ||
-	    (o->fuse_opts && (fuse_opt_add_arg(&args, "-o") < 0 ||
-			      fuse_opt_add_arg(&args, o->fuse_opts) < 0)) ||
-	    (o->debug && fuse_opt_add_arg(&args, "-d") < 0)) {
-		fprintf(stderr, "tierfs: out of memory\n");
-		goto out;
-	}
-	m.se = fuse_session_new(&args, &ops, sizeof(ops), &m);
-	if (!m.se) {
-		fprintf(stderr, "tierfs: libfuse refused the FUSE options '%s'\n",
-			o->fuse_opts ? o->fuse_opts : "");
-		goto out;
-	}
-	if (fuse_set_signal_handlers(m.se) < 0) {
-		fprintf(stderr, "tierfs: cannot install signal handlers\n");
-		goto out;
-	}
-	handlers = true;
-	if (fuse_session_mount(m.se, o->mountpoint) < 0) {
-		fprintf(stderr, "tierfs: cannot mount on %s (is /dev/fuse usable, fusermount3 "
-				"installed, and the mountpoint not already mounted?)\n",
-			o->mountpoint);
-		goto out;
-	}
-	mounted = true;
-	fs_tune_readahead(o->mountpoint, MAX_REQUEST / 1024); /* best effort */
-
-	/* the I/O thread must not exist across the fork in fuse_daemonize */
-	backend_stop(m.b);
-	if (!o->foreground) {
-		openlog("tierfs", LOG_PID, LOG_DAEMON);
-		fuse_set_log_func(syslog_func);
-	}
-	if (fuse_daemonize(o->foreground) < 0)
-		goto out;
-	__atomic_store_n(&m.live, true, __ATOMIC_RELAXED);
-	r = backend_start(m.b);
-	if (r < 0) {
-		fuse_log(FUSE_LOG_ERR, "tierfs: cannot start the I/O thread: %s\n", strerror(-r));
-		goto out;
-	}
-	if (o->single_thread) {
-		r = fuse_session_loop(m.se);
-	} else {
-		lc = fuse_loop_cfg_create();
-		if (!lc)
-			goto out;
-		fuse_loop_cfg_set_max_threads(lc, 16);
-		r = fuse_session_loop_mt(m.se, lc);
-	}
-	status = r < 0 ? 1 : 0;
-out:
-	if (mounted)
-		fuse_session_unmount(m.se);
-	if (handlers)
-		fuse_remove_signal_handlers(m.se);
-	/* answer everything still waiting before the cache goes */
-	if (m.b)
-		backend_stop(m.b);
-	pthread_mutex_lock(&m.log_lock);
-	while (m.invals)
-		pthread_cond_wait(&m.inval_done, &m.log_lock);
-	pthread_mutex_unlock(&m.log_lock);
+	pthread_mutex_lock(&m->log_lock);
+	while (m->invals)
+		pthread_cond_wait(&m->inval_done, &m->log_lock);
+	pthread_mutex_unlock(&m->log_lock);
 	/* watches of reads the kernel gave up on (a dead connection answers nothing) */
-	while (m.watches) {
-		struct read_watch *w = m.watches;
+	while (m->watches) {
+		struct read_watch *w = m->watches;
 
-		m.watches = w->next;
+		m->watches = w->next;
 		free(w);
 	}
 	/* the link is the first member of both */
-	while (m.fhs)
-		fh_free(&m, (struct fh *)m.fhs);
-	while (m.dirs)
-		dir_free(&m, (struct ns_dir *)m.dirs);
-	cache_free(m.c);
-	ns_free(m.ns);
-	backend_free(m.b);
-	if (m.se)
-		fuse_session_destroy(m.se);
-	if (lc)
-		fuse_loop_cfg_destroy(lc);
-	fuse_opt_free_args(&args);
-	free(fsname);
-	free(store);
-	pthread_mutex_destroy(&m.log_lock);
-	pthread_mutex_destroy(&m.opts_lock);
-	pthread_cond_destroy(&m.inval_done);
-	pthread_mutex_destroy(&m.handles_lock);
-	pthread_mutex_destroy(&m.watch_lock);
-	return status;
+	while (m->fhs)
+		fh_free(m, (struct fh *)m->fhs);
+	while (m->dirs)
+		dir_free(m, (struct ns_dir *)m->dirs);
 }

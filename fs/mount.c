@@ -1,0 +1,234 @@
+/*
+ * mount.c - a mount's life: settings to configurations, setup, the session loop, teardown.
+ *
+ *   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
+ *           ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, fetches, references)
+ *           ──► ns_cfg      ──► ns_new
+ *           ──► FUSE args   ──► fuse_session_new(fs_ops) ─► mount ─► daemonize ─► loop
+ *
+ * Everything that can fail before mounting fails with one line on stderr and exit status 1.
+ * The backend's I/O thread is stopped across fuse_daemonize (a fork keeps only the calling
+ * thread) and started again in the child. Teardown runs in the opposite order: unmount,
+ * stop the I/O thread (answering everything still waiting), let ops.c free what the kernel
+ * left open (fs_ops_drain), then the cache, the namespace and the backend.
+ *
+ * The FUSE operations themselves are in ops.c, the readahead tuning in tune.c.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+
+#include <fuse_lowlevel.h>
+
+#include "fs_i.h"
+
+static void syslog_func(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	vsyslog((int)level, fmt, ap);
+}
+
+/* "fsname=URL" for mount(8) output, without user:password@ and with commas escaped. */
+static char *fsname_opt(const char *url)
+{
+	const char *at = strchr(url, '@'), *sch = strstr(url, "://");
+	size_t n = strlen(url);
+	char *out = malloc(2 * n + 16), *w;
+
+	if (!out)
+		return NULL;
+	w = out + sprintf(out, "fsname=");
+	for (const char *p = url; *p; p++) {
+		if (sch && at && p == sch + 3 && at > p && !memchr(p, '/', (size_t)(at - p)))
+			p = at + 1;
+		if (*p == ',' || *p == '\\')
+			*w++ = '\\';
+		*w++ = *p;
+	}
+	strcpy(w, ",subtype=tierfs");
+	return out;
+}
+
+/* The store's name in object ids: the URL without user:password@, so that ids (which a
+ * shared tier will store) carry no secret and do not change with a password. */
+static char *store_name(const char *url)
+{
+	const char *sch = strstr(url, "://"), *at, *slash;
+	char *out;
+
+	if (!sch)
+		return strdup(url);
+	at = strchr(sch + 3, '@');
+	slash = strchr(sch + 3, '/');
+	if (!at || (slash && slash < at))
+		return strdup(url);
+	out = malloc(strlen(url) + 1);
+	if (out)
+		sprintf(out, "%.*s%s", (int)(sch + 3 - url), url, at + 1);
+	return out;
+}
+
+int fs_main(struct fs_opts *o)
+{
+	struct mount m = {.o = o};
+	struct backend_cfg bc = {
+		.url = o->url,
+		.endpoint = o->endpoint,
+		.region = o->region,
+		.path_style = o->path_style,
+		.profile = o->profile,
+		.credentials = o->credentials,
+		.manifest = o->manifest,
+		.ca_file = o->ca_file,
+		.insecure = o->insecure,
+		.max_conns = (unsigned)o->max_conns,
+		.timeout_s = (unsigned)o->timeout,
+		.retries = (unsigned)o->retries,
+		.log = fs_backend_log,
+		.log_arg = &m,
+	};
+	struct cache_cfg cc = {
+		.block_size = (uint32_t)o->block_size,
+		.hot_size = o->hot_size,
+		.hot_ttl = o->hot_ttl,
+		.lagging = o->lagging,
+		.lagging_size = o->lagging_size,
+		.lagging_ttl = o->lagging_ttl,
+		.lagging_rate = o->lagging_rate,
+		.lagging_burst = o->lagging_burst,
+		.lagging_ops = o->lagging_ops,
+		.readahead = (uint32_t)o->readahead,
+		.prefault = o->prefault,
+		.bounce_limit = CACHE_BOUNCE_LIMIT,
+	};
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_loop_config *lc = NULL;
+	char err[512] = "", *fsname = NULL, *store = NULL;
+	int r, status = 1;
+	bool mounted = false, handlers = false;
+
+	pthread_mutex_init(&m.log_lock, NULL);
+	fs_log_init(&m);
+	pthread_mutex_init(&m.opts_lock, NULL);
+	pthread_cond_init(&m.inval_done, NULL);
+	pthread_mutex_init(&m.handles_lock, NULL);
+	pthread_mutex_init(&m.watch_lock, NULL);
+	r = backend_new(&bc, &m.b, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
+		goto out;
+	}
+	r = backend_start(m.b);
+	if (r == 0)
+		r = backend_check(m.b, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
+		goto out;
+	}
+	struct cache_env env = fs_cache_env(m.b);
+	r = cache_new(&cc, &env, &m.c);
+	if (r < 0) {
+		fprintf(stderr, "tierfs: cannot allocate the cache (hot_size + lagging_size): %s\n",
+			strerror(-r));
+		goto out;
+	}
+	store = store_name(o->url);
+	struct ns_cfg nc = {
+		.backend = m.b,
+		.store = store,
+		.metadata_ttl = o->metadata_ttl,
+		.negative_ttl = o->negative_ttl,
+		.immutable = o->immutable,
+		.uid = (uid_t)o->uid,
+		.gid = (gid_t)o->gid,
+		.file_mode = (mode_t)o->file_mode,
+		.dir_mode = (mode_t)o->dir_mode,
+		.block_size = (uint32_t)o->block_size,
+	};
+	m.ns = store ? ns_new(&nc) : NULL;
+	fsname = fsname_opt(o->url);
+	/* default_permissions always: the kernel enforces uid, gid and the modes, so another
+	 * user of an allow_other mount gets only what the modes give (and no setxattr on the
+	 * root unless dir_mode lets them write it) */
+	if (!m.ns || !fsname || fuse_opt_add_arg(&args, "tierfs") < 0 ||
+	    fuse_opt_add_arg(&args, "-o") < 0 || fuse_opt_add_arg(&args, fsname) < 0 ||
+	    fuse_opt_add_arg(&args, "-o") < 0 ||
+	    fuse_opt_add_arg(&args, "default_permissions") < 0 ||
+	    (o->fuse_opts && (fuse_opt_add_arg(&args, "-o") < 0 ||
+			      fuse_opt_add_arg(&args, o->fuse_opts) < 0)) ||
+	    (o->debug && fuse_opt_add_arg(&args, "-d") < 0)) {
+		fprintf(stderr, "tierfs: out of memory\n");
+		goto out;
+	}
+	m.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &m);
+	if (!m.se) {
+		fprintf(stderr, "tierfs: libfuse refused the FUSE options '%s'\n",
+			o->fuse_opts ? o->fuse_opts : "");
+		goto out;
+	}
+	if (fuse_set_signal_handlers(m.se) < 0) {
+		fprintf(stderr, "tierfs: cannot install signal handlers\n");
+		goto out;
+	}
+	handlers = true;
+	if (fuse_session_mount(m.se, o->mountpoint) < 0) {
+		fprintf(stderr, "tierfs: cannot mount on %s (is /dev/fuse usable, fusermount3 "
+				"installed, and the mountpoint not already mounted?)\n",
+			o->mountpoint);
+		goto out;
+	}
+	mounted = true;
+	fs_tune_readahead(o->mountpoint, FS_MAX_REQUEST / 1024); /* best effort */
+
+	/* the I/O thread must not exist across the fork in fuse_daemonize */
+	backend_stop(m.b);
+	if (!o->foreground) {
+		openlog("tierfs", LOG_PID, LOG_DAEMON);
+		fuse_set_log_func(syslog_func);
+	}
+	if (fuse_daemonize(o->foreground) < 0)
+		goto out;
+	__atomic_store_n(&m.live, true, __ATOMIC_RELAXED);
+	r = backend_start(m.b);
+	if (r < 0) {
+		fuse_log(FUSE_LOG_ERR, "tierfs: cannot start the I/O thread: %s\n", strerror(-r));
+		goto out;
+	}
+	if (o->single_thread) {
+		r = fuse_session_loop(m.se);
+	} else {
+		lc = fuse_loop_cfg_create();
+		if (!lc)
+			goto out;
+		fuse_loop_cfg_set_max_threads(lc, 16);
+		r = fuse_session_loop_mt(m.se, lc);
+	}
+	status = r < 0 ? 1 : 0;
+out:
+	if (mounted)
+		fuse_session_unmount(m.se);
+	if (handlers)
+		fuse_remove_signal_handlers(m.se);
+	/* answer everything still waiting before the cache goes */
+	if (m.b)
+		backend_stop(m.b);
+	fs_ops_drain(&m);
+	cache_free(m.c);
+	ns_free(m.ns);
+	backend_free(m.b);
+	if (m.se)
+		fuse_session_destroy(m.se);
+	if (lc)
+		fuse_loop_cfg_destroy(lc);
+	fuse_opt_free_args(&args);
+	free(fsname);
+	free(store);
+	pthread_mutex_destroy(&m.log_lock);
+	pthread_mutex_destroy(&m.opts_lock);
+	pthread_cond_destroy(&m.inval_done);
+	pthread_mutex_destroy(&m.handles_lock);
+	pthread_mutex_destroy(&m.watch_lock);
+	return status;
+}
