@@ -5,8 +5,9 @@
  *                        backend totals. `cat` it, or point a node exporter textfile at it.
  *   MNT/.tierfs/config   the effective settings, one name=value per line.
  *   getfattr -n user.tierfs.tier MNT/obj    also .etag, .cached (resident blocks)
- *   setfattr -n user.tierfs.lagging_rate -v 100M MNT     live change (also lagging_burst,
- *                        lagging_ops, hot_ttl); getfattr -n on MNT shows the current values.
+ *   setfattr -n user.tierfs.lagging_rate -v 100M MNT     live change of an option marked
+ *                        .live in opts.c's table (also lagging_burst, lagging_ops, hot_ttl);
+ *                        getfattr -n on MNT shows the current values.
  *
  * Who may do what. Reading (the files, getxattr) is open to everyone who can reach the mount:
  * it holds no secret, and each answer's cost is bounded by the tiers' sizes, never by an
@@ -48,8 +49,6 @@
 #define RESIDENCY_RANGES 64
 
 #define CAP_SYS_ADMIN_BIT 21 /* linux/capability.h */
-
-static const char *const live[] = {"lagging_rate", "lagging_burst", "lagging_ops", "hot_ttl"};
 
 static void fill_ctl_stat(struct mount *m, uint64_t ino, struct stat *st)
 {
@@ -332,17 +331,15 @@ int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, siz
 	if (ino == 1) {
 		char line[64] = "";
 
+		if (!fs_opts_live(name))
+			return -ENODATA;
 		pthread_mutex_lock(&m->opts_lock);
-		if (strcmp(name, "lagging_rate") == 0)
-			snprintf(line, sizeof(line), "%llu", (unsigned long long)m->o->lagging_rate);
-		else if (strcmp(name, "lagging_burst") == 0)
+		if (strcmp(name, "lagging_burst") == 0 && !m->o->lagging_burst)
+			/* the burst in force, not the 0 that asks for the default */
 			snprintf(line, sizeof(line), "%llu",
-				 (unsigned long long)(m->o->lagging_burst ? m->o->lagging_burst
-									  : 2 * m->o->lagging_rate));
-		else if (strcmp(name, "lagging_ops") == 0)
-			snprintf(line, sizeof(line), "%llu", (unsigned long long)m->o->lagging_ops);
-		else if (strcmp(name, "hot_ttl") == 0)
-			snprintf(line, sizeof(line), "%llu", (unsigned long long)m->o->hot_ttl);
+				 (unsigned long long)(2 * m->o->lagging_rate));
+		else if (fs_opts_value(m->o, name, line, sizeof(line)) < 0)
+			line[0] = '\0';
 		pthread_mutex_unlock(&m->opts_lock);
 		if (!line[0])
 			return -ENODATA;
@@ -441,7 +438,6 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 {
 	char val[128], err[256], who[32];
 	struct fs_opts saved;
-	bool known = false;
 	int r;
 
 	if (ino != 1 && ino != CTL_DIR_INO)
@@ -457,9 +453,7 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0)
 		return -ENOTSUP;
 	name += strlen(XATTR_PREFIX);
-	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
-		known |= strcmp(name, live[i]) == 0;
-	if (!known)
+	if (!fs_opts_live(name))
 		return -ENOTSUP;
 	if (size >= sizeof(val))
 		return -EINVAL;

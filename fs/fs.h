@@ -81,6 +81,15 @@ int fs_opts_parse(int argc, char **argv, struct fs_opts *ret, char *err, size_t 
 int fs_opts_set(struct fs_opts *o, const char *name, const char *value, char *err,
 		size_t errlen);
 
+/* @return true if option @name may be changed on a running mount (through setxattr on its
+ * root; the table's .live rows). */
+bool fs_opts_live(const char *name);
+
+/* The value of option @name as fs_opts_format writes it (without "name="), into @buf.
+ * @return 0, -ENOENT (no such option), -ENODATA (a clear flag, an unset string), or -ERANGE
+ * (@buf too short). */
+int fs_opts_value(const struct fs_opts *o, const char *name, char *buf, size_t len);
+
 /* The --help text, listing every option with its default. */
 const char *fs_opts_help(void);
 

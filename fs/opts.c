@@ -9,7 +9,9 @@
  *          │      ──► set_one()         parse + check one name=value (-o, fs_opts_set)
  *          │      ──► fs_opts_help()    one help line per row, grouped
  *          │      ──► fs_opts_man()     the same rows as roff: the tierfs(8) man page
- *          └────────► fs_opts_format()  one name=value line per row
+ *          │      ──► fs_opts_format()  one name=value line per row (fs_opts_value: one value)
+ *          └────────► fs_opts_live()    the rows marked .live: what setxattr may change on a
+ *                                       running mount (control.c)
  *
  * Around it sit three short lists of names that are not settings:
  *
@@ -135,6 +137,7 @@ struct opt {
 	const char *meta;     /* help: what the value looks like, when the kind's word is vague */
 	const char *help;     /* help: one short line, without the default */
 	const char *def_help; /* help: the default as shown, when the bare value would mislead */
+	bool live;	      /* may change on a running mount (setxattr on its root) */
 };
 
 #define OFF(field) offsetof(struct fs_opts, field)
@@ -150,7 +153,7 @@ static const struct opt opt_table[] = {
 	 .help = "hot tier memory, >= 8 x block_size"},
 	{.name = "hot_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(hot_ttl),
 	 .min = 1, .max = HOT_TTL_MAX, .def = 60,
-	 .help = "objects younger than this are hot, <= 10 years"},
+	 .help = "objects younger than this are hot, <= 10 years", .live = true},
 	{.name = "readahead", .kind = OPT_COUNT, .group = GROUP_CACHE, .off = OFF(readahead),
 	 .min = 0, .max = 64, .def = 2,
 	 .help = "first readahead window in blocks (it grows)"},
@@ -180,13 +183,13 @@ static const struct opt opt_table[] = {
 	 .help = "how long a lagging block stays cached"},
 	{.name = "lagging_rate", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_rate),
 	 .min = RATE_MIN, .max = RATE_MAX, .zero_ok = true, .def = 50 * MIB,
-	 .help = "bytes/s for lagging misses (0 or >= 64K)"},
+	 .help = "bytes/s for lagging misses (0 or >= 64K)", .live = true},
 	{.name = "lagging_burst", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_burst),
 	 .min = RATE_MIN, .max = RATE_MAX, .zero_ok = true, .def = 0,
-	 .help = "burst of lagging misses, >= 64K", .def_help = "0 = 2 x rate"},
+	 .help = "burst of lagging misses, >= 64K", .def_help = "0 = 2 x rate", .live = true},
 	{.name = "lagging_ops", .kind = OPT_COUNT, .group = GROUP_LAGGING, .off = OFF(lagging_ops),
 	 .min = OPS_MIN, .max = 1000000, .zero_ok = true, .def = 0,
-	 .help = "fetches/s for lagging misses (0 or >= 4)"},
+	 .help = "fetches/s for lagging misses (0 or >= 4)", .live = true},
 	{.name = "lagging_page_cache", .kind = OPT_FLAG, .group = GROUP_LAGGING,
 	 .off = OFF(lagging_page_cache),
 	 .help = "keep the page cache for lagging files"},
@@ -811,6 +814,45 @@ static int set_one(struct fs_opts *o, const struct opt *d, const char *value, ch
 		return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, range);
 	*u64_at(o, d) = v;
 	return 0;
+}
+
+bool fs_opts_live(const char *name)
+{
+	const struct opt *d = opt_find(name, strlen(name));
+
+	return d && d->live;
+}
+
+int fs_opts_value(const struct fs_opts *o, const char *name, char *buf, size_t len)
+{
+	const struct opt *d = opt_find(name, strlen(name));
+	struct out w = {buf, len, 0};
+
+	if (!d)
+		return -ENOENT;
+	switch (d->kind) {
+	case OPT_FLAG:
+		if (!bool_of(o, d))
+			return -ENODATA;
+		out_printf(&w, "%s", d->name);
+		break;
+	case OPT_BOOL:
+		out_printf(&w, "%s", bool_of(o, d) ? "on" : "off");
+		break;
+	case OPT_STRING:
+	case OPT_PATH:
+		if (!str_of(o, d))
+			return -ENODATA;
+		out_printf(&w, "%s", str_of(o, d));
+		break;
+	case OPT_MODE:
+		out_printf(&w, "0%03" PRIo64, u64_of(o, d));
+		break;
+	default:
+		out_printf(&w, "%" PRIu64, u64_of(o, d));
+		break;
+	}
+	return w.need < len ? 0 : -ERANGE;
 }
 
 int fs_opts_set(struct fs_opts *o, const char *name, const char *value, char *err, size_t errlen)

@@ -1067,6 +1067,37 @@ static void test_format(void **state)
 	fs_opts_done(&o);
 }
 
+/* The .live rows, and one value as the config file shows it. */
+static void test_live(void **state)
+{
+	static const char *const live[] = {"lagging_rate", "lagging_burst", "lagging_ops",
+					   "hot_ttl"};
+	static const char *const fixed[] = {"block_size", "hot_size", "lagging_size", "lagging",
+					    "region", "nonesuch", "lagging_rat"};
+	struct fs_opts o;
+	char v[64];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(live) / sizeof(live[0]); i++)
+		assert_true(fs_opts_live(live[i]));
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		assert_false(fs_opts_live(fixed[i]));
+	expect_ok("hot_ttl=90,lagging=off,file_mode=0600,immutable", &o);
+	assert_int_equal(fs_opts_value(&o, "hot_ttl", v, sizeof(v)), 0);
+	assert_string_equal(v, "90");
+	assert_int_equal(fs_opts_value(&o, "lagging", v, sizeof(v)), 0);
+	assert_string_equal(v, "off");
+	assert_int_equal(fs_opts_value(&o, "file_mode", v, sizeof(v)), 0);
+	assert_string_equal(v, "0600");
+	assert_int_equal(fs_opts_value(&o, "immutable", v, sizeof(v)), 0);
+	assert_string_equal(v, "immutable");
+	assert_int_equal(fs_opts_value(&o, "path_style", v, sizeof(v)), -ENODATA);
+	assert_int_equal(fs_opts_value(&o, "region", v, sizeof(v)), -ENODATA);
+	assert_int_equal(fs_opts_value(&o, "nonesuch", v, sizeof(v)), -ENOENT);
+	assert_int_equal(fs_opts_value(&o, "hot_ttl", v, 2), -ERANGE);
+	fs_opts_done(&o);
+}
+
 static void test_set(void **state)
 {
 	struct fs_opts o, before;
@@ -1222,6 +1253,7 @@ int main(void)
 	    cmocka_unit_test(test_command_line),  cmocka_unit_test(test_positionals),
 	    cmocka_unit_test(test_help_version),  cmocka_unit_test(test_help_text),
 	    cmocka_unit_test(test_format),	  cmocka_unit_test(test_set),
+	    cmocka_unit_test(test_live),
 	    cmocka_unit_test(test_url),		  cmocka_unit_test(test_mountpoint),
 	    cmocka_unit_test(test_ids_and_modes),
 	};
