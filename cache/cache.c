@@ -10,8 +10,11 @@
  *                          └ miss: flight table[key] ── exists: join its waiter list
  *                                                   └─ new flight: fetch into a ring slot
  *
+ * The tiers are a list, c->tier[] (struct tier: name, ring, size, TTL, limiter, admission
+ * rule), walked in order for lookups; adding one means adding its entry in tiers_of().
+ *
  * A flight is one fetch of one block. It reserves its bytes in the ring of the tier chosen by
- * the object's age (ring_reserve pins them; readers cannot see them until commit) and the
+ * the object's age (cache_route; ring_reserve pins them; readers cannot see them until commit) and the
  * fetcher writes straight into them, so a block is copied once from the network into the ring
  * and once from the ring into the kernel. When the ring cannot take it (the next segment is
  * pinned) the flight fetches into a "bounce" buffer instead: the readers are answered, nothing
@@ -104,7 +107,7 @@ struct flight {
 	void *ctx;              /* the object, held with env->hold */
 	uint64_t off;           /* byte offset of the block in the object */
 	uint32_t len;           /* block length (short at end of object) */
-	uint8_t tier;           /* CACHE_HOT or CACHE_LAG: where it is stored and which queue */
+	uint8_t tier;           /* index in c->tier[]: where it is stored and which queue */
 	bool have_ref;          /* ref is a ring reservation */
 	struct ring_ref ref;    /* the reserved slot */
 	struct bounce *bounce;  /* or the bounce buffer */
@@ -146,13 +149,29 @@ struct pread {
 	struct piece p[];
 };
 
+/*
+ * One tier of the list c->tier[], in lookup order (CACHE_HOT first). A block is looked up in
+ * each tier in turn; a miss is fetched into the tier cache_route() picks: the last one, from
+ * the end of the list, that is on and whose admission rule takes the object (the first tier
+ * takes everything). A tier with a limiter sends its misses through the throttle queue and
+ * fetches them at background priority. All fields are set in cache_new and constant after,
+ * except where said.
+ */
 struct tier {
-	struct ring *ring;
+	const char *name;           /* "hot", "lagging": stats labels, residency text */
+	bool on;                    /* configured: it has a ring */
+	struct ring *ring;          /* NULL when the tier is off */
+	uint64_t size;              /* bytes */
+	uint64_t ttl_s;             /* block lifetime; the first tier's changes live (atomic) */
+	struct rl *rl;              /* its rate limiter (guarded by c->lock), or NULL */
+	uint64_t rate;              /* the limiter's rate, bytes/s, 0 = unlimited (atomic) */
+	/* Does a miss of @o belong here? NULL: every object (the first tier). */
+	bool (*admits)(struct cache *c, const struct cache_obj *o);
 	struct cache_tier_stats st; /* counters only, updated with relaxed atomics */
 };
 
 struct cache {
-	struct cache_cfg cfg;    /* hot_ttl and limits change live under lock */
+	struct cache_cfg cfg;    /* as given; the live settings are kept in the tiers */
 	struct cache_env env;
 	uint32_t shift;          /* log2(block_size) */
 	struct tier tier[CACHE_NTIERS];
@@ -166,7 +185,6 @@ struct cache {
 	uint64_t timer_due;      /* earliest armed drain timer, UINT64_MAX if none; c->lock */
 	uint64_t lag_inflight_max; /* lagging fetches at once: half the blocks its ring holds */
 	uint64_t lag_running;    /* lagging flights let out of the queue, not yet done; c->lock */
-	uint64_t hot_ttl;        /* seconds; read without lock (atomic) */
 	struct flight *mhead, *mtail; /* flights waiting for memory, FIFO by qnext; c->lock */
 	unsigned mwaiting;       /* flights in the memory queue; written under c->lock, read
 				  * without it (seq_cst) by whoever frees memory */
@@ -225,13 +243,30 @@ bool cache_is_lagging(int64_t mtime, int64_t now, uint64_t hot_ttl)
 	return (uint64_t)now - (uint64_t)mtime > hot_ttl;
 }
 
+/* The lagging tier's admission rule: objects older than the hot tier's TTL. */
+static bool admits_old(struct cache *c, const struct cache_obj *o)
+{
+	uint64_t ttl = __atomic_load_n(&c->tier[CACHE_HOT].ttl_s, __ATOMIC_RELAXED);
+
+	return cache_is_lagging(o->mtime, c->env.wall_s(c->env.arg), ttl);
+}
+
 enum cache_tier cache_route(struct cache *c, const struct cache_obj *o)
 {
-	uint64_t ttl = __atomic_load_n(&c->hot_ttl, __ATOMIC_RELAXED);
+	for (int t = CACHE_NTIERS - 1; t > CACHE_HOT; t--)
+		if (c->tier[t].ring && c->tier[t].admits(c, o))
+			return (enum cache_tier)t;
+	return CACHE_HOT;
+}
 
-	if (!c->cfg.lagging)
-		return CACHE_HOT;
-	return cache_is_lagging(o->mtime, c->env.wall_s(c->env.arg), ttl) ? CACHE_LAG : CACHE_HOT;
+static const char *const tier_names[CACHE_NTIERS] = {
+	[CACHE_HOT] = "hot",
+	[CACHE_LAG] = "lagging",
+};
+
+const char *cache_tier_name(enum cache_tier t)
+{
+	return (unsigned)t < CACHE_NTIERS ? tier_names[t] : NULL;
 }
 
 static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint64_t blk)
@@ -242,7 +277,7 @@ static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint
 	return (uint32_t)((end > o->size ? o->size : end) - start);
 }
 
-/* Look a block up in the hot tier, then the lagging one. Fills the piece with a pin. */
+/* Look a block up in each tier in list order. Fills the piece with a pin. */
 static bool lookup(struct cache *c, struct cache_key k, uint64_t now, struct piece *p)
 {
 	for (int t = 0; t < CACHE_NTIERS; t++) {
@@ -468,8 +503,8 @@ static void flight_fetch(struct flight *f)
 	}
 	f->bounce_charged = false; /* the buffer, once mapped, carries the charge */
 	STAT_ADD(c, f->tier, fetches, 1);
-	r = c->env.fetch(c->env.arg, f->ctx, f->off, f->len, dst, f->tier == CACHE_LAG, flight_done,
-			 f);
+	r = c->env.fetch(c->env.arg, f->ctx, f->off, f->len, dst, c->tier[f->tier].rl != NULL,
+			 flight_done, f);
 	if (r < 0)
 		flight_done(f, r);
 }
@@ -573,7 +608,7 @@ static struct flight *drain(struct cache *c, uint64_t now)
 		 * completion drains again */
 		if (c->lag_running >= c->lag_inflight_max)
 			break;
-		wait = rl_take(&c->rl, f->len, now);
+		wait = rl_take(c->tier[f->tier].rl, f->len, now);
 
 		if (wait) {
 			uint64_t due = now + wait;
@@ -600,10 +635,10 @@ static struct flight *drain(struct cache *c, uint64_t now)
 		f->queued = false;
 		f->running = true;
 		c->lag_running++;
-		STAT_SUB(c, CACHE_LAG, queued, 1);
+		STAT_SUB(c, f->tier, queued, 1);
 		if (f->queued_ns && now > f->queued_ns) {
-			STAT_ADD(c, CACHE_LAG, throttle_waits, 1);
-			STAT_ADD(c, CACHE_LAG, throttled_ns, now - f->queued_ns);
+			STAT_ADD(c, f->tier, throttle_waits, 1);
+			STAT_ADD(c, f->tier, throttled_ns, now - f->queued_ns);
 		}
 		*tail = f;
 		tail = &f->qnext;
@@ -627,9 +662,9 @@ static void drain_fire(void *arg)
 }
 
 /*
- * Create a flight for block @blk of @o (c->lock held). Hot flights go on @go to be started by
- * the caller; lagging ones join the throttle queue, and whatever the queue lets through goes
- * on @go as well. @return the flight, or NULL if out of memory.
+ * Create a flight for block @blk of @o (c->lock held). Flights of a tier without a limiter go
+ * on @go to be started by the caller; the others join the throttle queue, and whatever the
+ * queue lets through goes on @go as well. @return the flight, or NULL if out of memory.
  */
 static struct flight *flight_new(struct cache *c, const struct cache_obj *o, uint64_t blk,
 				 enum cache_tier tier, uint64_t now, struct flight ***go_tail)
@@ -649,14 +684,14 @@ static struct flight *flight_new(struct cache *c, const struct cache_obj *o, uin
 	f->hnext = c->table[b];
 	c->table[b] = f;
 
-	if (tier == CACHE_HOT) {
+	if (!c->tier[tier].rl) {
 		**go_tail = f;
 		*go_tail = &f->qnext;
 		return f;
 	}
 	f->queued_ns = now;
 	f->queued = true;
-	STAT_ADD(c, CACHE_LAG, queued, 1);
+	STAT_ADD(c, tier, queued, 1);
 	if (c->qtail)
 		c->qtail->qnext = f;
 	else
@@ -781,8 +816,7 @@ static void flight_done(void *arg, int err)
  */
 static uint64_t readahead_cap(const struct cache *c, enum cache_tier tier)
 {
-	uint64_t size = tier == CACHE_LAG ? c->cfg.lagging_size : c->cfg.hot_size;
-	uint64_t cap = size / 8 / c->cfg.block_size;
+	uint64_t cap = c->tier[tier].size / 8 / c->cfg.block_size;
 
 	return cap > c->cfg.readahead ? cap : c->cfg.readahead;
 }
@@ -796,8 +830,8 @@ static uint64_t readahead_cap(const struct cache *c, enum cache_tier tier)
  * The window is adaptive, as Linux's readahead and mountpoint-s3's prefetcher: it starts at
  * cfg.readahead blocks when a stream starts (or @restart: it began again at offset 0), and
  * doubles each time the reader has consumed a whole window since the last change, up to
- * readahead_cap(). A seek sets it back (cache_read clears ra_win). Lagging streams are also
- * bounded by what the rate consumes within the lagging TTL.
+ * readahead_cap(). A seek sets it back (cache_read clears ra_win). Streams of a limited tier
+ * are also bounded by what its rate consumes within its TTL.
  */
 static void readahead_plan(struct cache *c, const struct cache_obj *o, struct cache_stream *s,
 			   uint64_t last, bool restart, enum cache_tier tier, uint64_t *ret_from,
@@ -820,12 +854,12 @@ static void readahead_plan(struct cache *c, const struct cache_obj *o, struct ca
 	__atomic_store_n(&s->ra_win, win, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->ra_grow, grow, __ATOMIC_RELAXED);
 	depth = win;
-	if (tier == CACHE_LAG) {
+	if (c->tier[tier].rl) {
 		/* A throttled reader consumes a block in block_size/rate seconds; blocks fetched
-		 * further ahead than about half the lagging TTL would expire unread and be paid
+		 * further ahead than about half the tier's TTL would expire unread and be paid
 		 * for twice. */
-		uint64_t rate = __atomic_load_n(&c->cfg.lagging_rate, __ATOMIC_RELAXED);
-		uint64_t fit = rate ? rate * c->cfg.lagging_ttl / 2 / c->cfg.block_size : depth;
+		uint64_t rate = __atomic_load_n(&c->tier[tier].rate, __ATOMIC_RELAXED);
+		uint64_t fit = rate ? rate * c->tier[tier].ttl_s / 2 / c->cfg.block_size : depth;
 
 		if (depth > fit)
 			depth = fit;
@@ -847,6 +881,15 @@ static void readahead_plan(struct cache *c, const struct cache_obj *o, struct ca
 	*ret_to = to;
 }
 
+/* Is block @k in any tier? */
+static bool resident(struct cache *c, struct cache_key k, uint64_t now)
+{
+	for (int t = 0; t < CACHE_NTIERS; t++)
+		if (c->tier[t].ring && ring_contains(c->tier[t].ring, k, now))
+			return true;
+	return false;
+}
+
 /* Prefetch blocks [from, to] of @o, through the same queue and limiter as reads. Stops
  * early when a quarter of the tier is already being fetched: many streams at full window
  * would otherwise pin every segment and bounce. */
@@ -854,8 +897,7 @@ static void readahead(struct cache *c, const struct cache_obj *o, uint64_t from,
 		      enum cache_tier tier, uint64_t now)
 {
 	struct flight *go = NULL, **go_tail = &go;
-	uint64_t inflight_max = (tier == CACHE_LAG ? c->cfg.lagging_size : c->cfg.hot_size) / 4 /
-				c->cfg.block_size, added = 0;
+	uint64_t inflight_max = c->tier[tier].size / 4 / c->cfg.block_size, added = 0;
 
 	if (from > to)
 		return;
@@ -868,8 +910,7 @@ static void readahead(struct cache *c, const struct cache_obj *o, uint64_t from,
 		if (__atomic_load_n(&c->tier[tier].st.inflight, __ATOMIC_RELAXED) + added >=
 		    inflight_max)
 			break;
-		if (ring_contains(c->tier[CACHE_HOT].ring, k, now) ||
-		    (c->tier[CACHE_LAG].ring && ring_contains(c->tier[CACHE_LAG].ring, k, now)))
+		if (resident(c, k, now))
 			continue;
 		if (!flight_new(c, o, b, tier, now, &go_tail))
 			break;
@@ -1066,7 +1107,7 @@ void cache_cancel(struct cache *c, uint64_t ticket)
 			if (c->qtail == f)
 				c->qtail = prev;
 			f->queued = false;
-			STAT_SUB(c, CACHE_LAG, queued, 1);
+			STAT_SUB(c, f->tier, queued, 1);
 		} else {
 			mem_unlink(c, f, prev);
 			STAT_SUB(c, f->tier, inflight, 1); /* flight_start counted it */
@@ -1132,37 +1173,58 @@ static struct ring *tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s, boo
 	return r;
 }
 
+/*
+ * The tier list of @cfg, in lookup order: every field but the rings and the counters. @rl is
+ * the lagging tier's limiter. Adding a tier is adding its entry here (and its name above).
+ */
+static void tiers_of(const struct cache_cfg *cfg, struct rl *rl, struct tier *ret)
+{
+	ret[CACHE_HOT] = (struct tier){
+		.on = true,
+		.size = cfg->hot_size,
+		.ttl_s = cfg->hot_ttl,
+	};
+	ret[CACHE_LAG] = (struct tier){
+		.on = cfg->lagging,
+		.size = cfg->lagging ? cfg->lagging_size : 0,
+		.ttl_s = cfg->lagging_ttl,
+		.rl = rl,
+		.rate = cfg->lagging_rate,
+		.admits = admits_old,
+	};
+	for (int t = 0; t < CACHE_NTIERS; t++)
+		ret[t].name = tier_names[t];
+}
+
 int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct cache **ret)
 {
+	struct tier tiers[CACHE_NTIERS];
 	struct cache *c;
 	uint64_t now;
 
 	if (!cfg->block_size || (cfg->block_size & (cfg->block_size - 1)))
 		return -EINVAL;
-	if (!tier_fits(cfg->hot_size, cfg->block_size))
-		return -EINVAL;
-	if (cfg->lagging && !tier_fits(cfg->lagging_size, cfg->block_size))
-		return -EINVAL;
+	tiers_of(cfg, NULL, tiers);
+	for (int t = 0; t < CACHE_NTIERS; t++)
+		if (tiers[t].on && !tier_fits(tiers[t].size, cfg->block_size))
+			return -EINVAL;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	c->cfg = *cfg;
 	c->env = *env;
 	c->shift = (uint32_t)__builtin_ctz(cfg->block_size);
-	c->hot_ttl = cfg->hot_ttl;
 	c->timer_due = UINT64_MAX;
 	pthread_mutex_init(&c->lock, NULL);
-	c->tier[CACHE_HOT].ring = tier_ring(cfg->hot_size, cfg->block_size, cfg->hot_ttl,
-						  cfg->prefault);
-	c->tier[CACHE_HOT].st.size = cfg->hot_size;
-	if (!c->tier[CACHE_HOT].ring)
-		goto fail;
-	if (cfg->lagging) {
-		c->tier[CACHE_LAG].ring =
-			tier_ring(cfg->lagging_size, cfg->block_size, cfg->lagging_ttl,
-				  cfg->prefault);
-		c->tier[CACHE_LAG].st.size = cfg->lagging_size;
-		if (!c->tier[CACHE_LAG].ring)
+	tiers_of(cfg, &c->rl, c->tier);
+	for (int t = 0; t < CACHE_NTIERS; t++) {
+		struct tier *tr = &c->tier[t];
+
+		tr->st.size = tr->size;
+		if (!tr->on)
+			continue;
+		tr->ring = tier_ring(tr->size, cfg->block_size, tr->ttl_s, cfg->prefault);
+		if (!tr->ring)
 			goto fail;
 	}
 	now = now_ns(c);
@@ -1190,7 +1252,7 @@ void cache_free(struct cache *c)
 		struct flight *f = q;
 
 		q = f->qnext;
-		STAT_ADD(c, CACHE_LAG, inflight, 1); /* flight_done counts it down */
+		STAT_ADD(c, f->tier, inflight, 1); /* flight_done counts it down */
 		flight_done(f, -ESHUTDOWN);
 	}
 	/* so are flights still waiting for memory (flight_start counted them in flight) */
@@ -1214,9 +1276,7 @@ int cache_set_limits(struct cache *c, uint64_t rate, uint64_t burst, uint64_t op
 
 	pthread_mutex_lock(&c->lock);
 	rl_set(&c->rl, rate, burst, ops, now);
-	__atomic_store_n(&c->cfg.lagging_rate, rate, __ATOMIC_RELAXED);
-	c->cfg.lagging_burst = burst;
-	c->cfg.lagging_ops = ops;
+	__atomic_store_n(&c->tier[CACHE_LAG].rate, rate, __ATOMIC_RELAXED);
 	c->timer_due = UINT64_MAX; /* the armed timer may be late for the new rate */
 	go = drain(c, now);
 	pthread_mutex_unlock(&c->lock);
@@ -1228,7 +1288,7 @@ int cache_set_hot_ttl(struct cache *c, uint64_t hot_ttl)
 {
 	if (hot_ttl == 0)
 		return -EINVAL;
-	__atomic_store_n(&c->hot_ttl, hot_ttl, __ATOMIC_RELAXED);
+	__atomic_store_n(&c->tier[CACHE_HOT].ttl_s, hot_ttl, __ATOMIC_RELAXED);
 	ring_set_ttl(c->tier[CACHE_HOT].ring, hot_ttl * 1000000000ULL);
 	return 0;
 }
@@ -1237,12 +1297,15 @@ int cache_set_hot_ttl(struct cache *c, uint64_t hot_ttl)
  * Residency walks the rings' index tables for the object's blocks (ring_each_block), never the
  * object's block numbers: a sparse 4 TiB object with 64 KiB blocks has 2^26 of those, and
  * asking each ring for each one cost seconds of CPU. What it finds is at most every block the
- * two rings hold, so the cost and the memory are bounded by the tiers' sizes. Each found block
- * is packed with its tier in the low bit (hot sorts first), sorted, and de-duplicated; a block
- * in both tiers counts as hot, as a lookup would find it there first.
+ * rings hold, so the cost and the memory are bounded by the tiers' sizes. Each found block is
+ * packed with its tier in the low TIER_BITS (the first tier sorts first), sorted, and
+ * de-duplicated; a block in two tiers counts in the first, as a lookup would find it there.
  */
+#define TIER_BITS 2
+_Static_assert(CACHE_NTIERS <= 1 << TIER_BITS, "TIER_BITS too small for the tiers");
+
 struct resident {
-	uint64_t *v;	 /* blk << 1 | (tier == CACHE_LAG) */
+	uint64_t *v;	 /* blk << TIER_BITS | tier */
 	size_t n, cap;
 	unsigned tier;	 /* the tier being walked */
 	bool oom;
@@ -1265,7 +1328,7 @@ static void resident_add(void *arg, uint64_t blk)
 		rs->v = v;
 		rs->cap = cap;
 	}
-	rs->v[rs->n++] = blk << 1 | rs->tier;
+	rs->v[rs->n++] = blk << TIER_BITS | rs->tier;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -1275,7 +1338,7 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The resident blocks of @o, sorted by block, one entry per block (hot wins).
+/* The resident blocks of @o, sorted by block, one entry per block (the first tier wins).
  * @return 0 and *rs, or -ENOMEM. */
 static int resident_collect(struct cache *c, const struct cache_obj *o, struct resident *rs)
 {
@@ -1286,7 +1349,7 @@ static int resident_collect(struct cache *c, const struct cache_obj *o, struct r
 	for (unsigned t = 0; t < CACHE_NTIERS; t++) {
 		if (!c->tier[t].ring)
 			continue;
-		rs->tier = t == CACHE_LAG;
+		rs->tier = t;
 		ring_each_block(c->tier[t].ring, o->id, now, resident_add, rs);
 	}
 	if (rs->oom) {
@@ -1297,7 +1360,7 @@ static int resident_collect(struct cache *c, const struct cache_obj *o, struct r
 	if (rs->n)
 		qsort(rs->v, rs->n, sizeof(*rs->v), cmp_u64);
 	for (size_t i = 0; i < rs->n; i++)
-		if (w == 0 || rs->v[i] >> 1 != rs->v[w - 1] >> 1)
+		if (w == 0 || rs->v[i] >> TIER_BITS != rs->v[w - 1] >> TIER_BITS)
 			rs->v[w++] = rs->v[i];
 	rs->n = w;
 	return 0;
@@ -1315,8 +1378,9 @@ size_t cache_residency(struct cache *c, const struct cache_obj *o, char *buf, si
 	buf[shown] = '\0';
 	if (resident_collect(c, o, &rs) == 0) {
 		for (size_t i = 0; i < rs.n; i++)
-			if (rs.v[i] >> 1 < shown)
-				buf[rs.v[i] >> 1] = rs.v[i] & 1 ? 'l' : 'h';
+			if (rs.v[i] >> TIER_BITS < shown)
+				buf[rs.v[i] >> TIER_BITS] =
+					tier_names[rs.v[i] & ((1 << TIER_BITS) - 1)][0];
 		free(rs.v);
 	}
 	return (size_t)nblocks;
@@ -1339,7 +1403,7 @@ static size_t text_put(char *buf, size_t len, size_t w, const char *fmt, ...)
 /* A range of blocks resident in one tier. */
 struct brange {
 	uint64_t first, last;
-	unsigned lag; /* 1: lagging */
+	unsigned tier;
 };
 
 int cache_residency_text(struct cache *c, const struct cache_obj *o, size_t max_ranges,
@@ -1360,13 +1424,13 @@ int cache_residency_text(struct cache *c, const struct cache_obj *o, size_t max_
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < rs.n; i++) {
-		uint64_t blk = rs.v[i] >> 1;
-		unsigned lag = (unsigned)(rs.v[i] & 1);
+		uint64_t blk = rs.v[i] >> TIER_BITS;
+		unsigned t = (unsigned)(rs.v[i] & ((1 << TIER_BITS) - 1));
 
-		if (nr && rg[nr - 1].lag == lag && rg[nr - 1].last + 1 == blk)
+		if (nr && rg[nr - 1].tier == t && rg[nr - 1].last + 1 == blk)
 			rg[nr - 1].last = blk;
 		else
-			rg[nr++] = (struct brange){blk, blk, lag};
+			rg[nr++] = (struct brange){blk, blk, t};
 	}
 	free(rs.v);
 
@@ -1374,14 +1438,14 @@ int cache_residency_text(struct cache *c, const struct cache_obj *o, size_t max_
 	 * order, shown tier by tier */
 	if (len)
 		buf[0] = '\0';
-	for (unsigned lag = 0; lag < 2; lag++) {
+	for (unsigned t = 0; t < CACHE_NTIERS; t++) {
 		bool first = true;
 
 		for (size_t i = 0; i < nr && i < max_ranges; i++) {
-			if (rg[i].lag != lag)
+			if (rg[i].tier != t)
 				continue;
-			w = text_put(buf, len, w, "%s%s", first ? (any ? " " : "") : ",",
-				     first ? (lag ? "lagging=" : "hot=") : "");
+			w = text_put(buf, len, w, "%s%s%s", first ? (any ? " " : "") : ",",
+				     first ? tier_names[t] : "", first ? "=" : "");
 			if (rg[i].first == rg[i].last)
 				w = text_put(buf, len, w, "%llu", (unsigned long long)rg[i].first);
 			else
@@ -1420,9 +1484,13 @@ void cache_get_stats(struct cache *c, struct cache_stats *ret)
 		s->bytes = rs.bytes;
 		s->mem_queued = 0;
 		s->tokens = 0;
+		s->limited = c->tier[t].rl != NULL;
+		s->rate = c->tier[t].ring ? __atomic_load_n(&c->tier[t].rate, __ATOMIC_RELAXED) : 0;
 	}
 	pthread_mutex_lock(&c->lock);
-	ret->tier[CACHE_LAG].tokens = rl_tokens(&c->rl, now);
+	for (int t = 0; t < CACHE_NTIERS; t++)
+		if (c->tier[t].rl)
+			ret->tier[t].tokens = rl_tokens(c->tier[t].rl, now);
 	for (struct flight *f = c->mhead; f; f = f->qnext)
 		ret->tier[f->tier].mem_queued++;
 	ret->bounce_bytes = c->bounce_bytes;

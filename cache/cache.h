@@ -16,11 +16,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The tiers, in lookup order: indexes into cache_stats.tier[] and the cache's tier list. */
 enum cache_tier {
 	CACHE_HOT = 0,
 	CACHE_LAG = 1,
 	CACHE_NTIERS = 2,
 };
+
+/* The name of tier @t ("hot", "lagging"), as stats labels and residency text show it; NULL
+ * past the last. */
+const char *cache_tier_name(enum cache_tier t);
 
 struct cache_cfg {
 	uint32_t block_size;     /* power of two */
@@ -144,7 +149,9 @@ struct cache_tier_stats {
 	uint64_t bounces;         /* fetches served but not stored: every segment was pinned */
 	uint64_t mem_waits;       /* fetches that waited for memory (ring slot or bounce room) */
 	uint64_t mem_queued;      /* fetches waiting for memory now */
-	double tokens;            /* limiter tokens now (lagging only) */
+	double tokens;            /* limiter tokens now (a tier with a limiter only) */
+	bool limited;             /* the tier has a rate limiter */
+	uint64_t rate;            /* its rate now, bytes/s; 0: unlimited, or the tier is off */
 };
 
 struct cache_stats {

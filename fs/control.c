@@ -142,8 +142,6 @@ static void put(struct text *t, const char *fmt, ...)
 	}
 }
 
-static const char *const tier_name[CACHE_NTIERS] = {"hot", "lagging"};
-
 /* One metric family with a value per tier. */
 static void tier_metric(struct text *t, const struct cache_stats *cs, const char *name,
 			const char *type, const char *help, size_t field)
@@ -152,7 +150,8 @@ static void tier_metric(struct text *t, const struct cache_stats *cs, const char
 	for (int i = 0; i < CACHE_NTIERS; i++) {
 		const uint64_t *v = (const uint64_t *)((const char *)&cs->tier[i] + field);
 
-		put(t, "tierfs_%s{tier=\"%s\"} %llu\n", name, tier_name[i], (unsigned long long)*v);
+		put(t, "tierfs_%s{tier=\"%s\"} %llu\n", name, cache_tier_name(i),
+		    (unsigned long long)*v);
 	}
 }
 
@@ -169,7 +168,6 @@ static void stats_text(struct mount *m, struct text *t)
 {
 	struct cache_stats cs;
 	struct bk_stats bs;
-	uint64_t rate;
 
 	cache_get_stats(m->c, &cs);
 	backend_get_stats(m->b, &bs);
@@ -216,21 +214,22 @@ static void stats_text(struct mount *m, struct text *t)
 	put(t, "# HELP tierfs_throttled_seconds_total Time fetches waited for the rate limiter.\n"
 	       "# TYPE tierfs_throttled_seconds_total counter\n");
 	for (int i = 0; i < CACHE_NTIERS; i++)
-		put(t, "tierfs_throttled_seconds_total{tier=\"%s\"} %.6f\n", tier_name[i],
+		put(t, "tierfs_throttled_seconds_total{tier=\"%s\"} %.6f\n", cache_tier_name(i),
 		    (double)cs.tier[i].throttled_ns / 1e9);
 	tier_metric(t, &cs, "throttle_queued_fetches", "gauge",
 		    "Fetches waiting for the rate limiter now.", F(queued));
-	pthread_mutex_lock(&m->opts_lock);
-	rate = m->o->lagging ? m->o->lagging_rate : 0;
-	pthread_mutex_unlock(&m->opts_lock);
 	put(t, "# HELP tierfs_limiter_tokens Rate limiter tokens (bytes) now; negative is debt.\n"
-	       "# TYPE tierfs_limiter_tokens gauge\n"
-	       "tierfs_limiter_tokens{tier=\"lagging\"} %.0f\n",
-	    rate ? cs.tier[CACHE_LAG].tokens : 0.0);
+	       "# TYPE tierfs_limiter_tokens gauge\n");
+	for (int i = 0; i < CACHE_NTIERS; i++)
+		if (cs.tier[i].limited)
+			put(t, "tierfs_limiter_tokens{tier=\"%s\"} %.0f\n", cache_tier_name(i),
+			    cs.tier[i].rate ? cs.tier[i].tokens : 0.0);
 	put(t, "# HELP tierfs_limiter_rate_bytes Rate limit in bytes per second (0: unlimited).\n"
-	       "# TYPE tierfs_limiter_rate_bytes gauge\n"
-	       "tierfs_limiter_rate_bytes{tier=\"lagging\"} %llu\n",
-	    (unsigned long long)rate);
+	       "# TYPE tierfs_limiter_rate_bytes gauge\n");
+	for (int i = 0; i < CACHE_NTIERS; i++)
+		if (cs.tier[i].limited)
+			put(t, "tierfs_limiter_rate_bytes{tier=\"%s\"} %llu\n", cache_tier_name(i),
+			    (unsigned long long)cs.tier[i].rate);
 	mount_metric(t, "log_suppressed_total", "counter",
 		     "Log lines held back: repeats of an (object, cause) within a minute, or "
 		     "beyond the mount's line budget.",
@@ -353,7 +352,7 @@ int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, siz
 	if (strcmp(name, "tier") == 0) {
 		struct cache_obj co = {.id = o->id, .size = o->size, .mtime = o->mtime};
 
-		put(&t, "%s", cache_route(m->c, &co) == CACHE_LAG ? "lagging" : "hot");
+		put(&t, "%s", cache_tier_name(cache_route(m->c, &co)));
 	} else if (strcmp(name, "etag") == 0 && o->etag[0]) {
 		put(&t, "%s", o->etag);
 	} else if (strcmp(name, "cached") == 0) {
