@@ -1155,21 +1155,20 @@ static uint32_t tier_nseg(uint64_t size, uint32_t block)
 	return (uint32_t)nseg;
 }
 
-/* Can ring_new() cut @size into tier_nseg() segments (64-byte multiples) that hold two blocks
- * each, the second at a 64-byte boundary? Tiers under 8 blocks cannot. */
-static bool tier_fits(uint64_t size, uint32_t block)
+int cache_tier_check(uint64_t size, uint32_t block_size)
 {
-	uint64_t seg = (size / tier_nseg(size, block)) & ~(uint64_t)63;
-
-	return seg >= (((uint64_t)block + 63) & ~(uint64_t)63) + block;
+	if (!block_size || (block_size & (block_size - 1)))
+		return -EINVAL;
+	return ring_geometry(size, tier_nseg(size, block_size), block_size);
 }
 
-static struct ring *tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s, bool prefault)
+static int tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s, bool prefault,
+		     struct ring **ret)
 {
-	struct ring *r = ring_new(size, tier_nseg(size, block), block, ttl_s * 1000000000ULL);
+	int r = ring_new(size, tier_nseg(size, block), block, ttl_s * 1000000000ULL, ret);
 
-	if (r && prefault)
-		ring_prefault(r);
+	if (r == 0 && prefault)
+		ring_prefault(*ret);
 	return r;
 }
 
@@ -1201,13 +1200,16 @@ int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct c
 	struct tier tiers[CACHE_NTIERS];
 	struct cache *c;
 	uint64_t now;
+	int r;
 
 	if (!cfg->block_size || (cfg->block_size & (cfg->block_size - 1)))
 		return -EINVAL;
 	tiers_of(cfg, NULL, tiers);
-	for (int t = 0; t < CACHE_NTIERS; t++)
-		if (tiers[t].on && !tier_fits(tiers[t].size, cfg->block_size))
-			return -EINVAL;
+	for (int t = 0; t < CACHE_NTIERS; t++) {
+		r = tiers[t].on ? cache_tier_check(tiers[t].size, cfg->block_size) : 0;
+		if (r < 0)
+			return r;
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -1223,8 +1225,8 @@ int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct c
 		tr->st.size = tr->size;
 		if (!tr->on)
 			continue;
-		tr->ring = tier_ring(tr->size, cfg->block_size, tr->ttl_s, cfg->prefault);
-		if (!tr->ring)
+		r = tier_ring(tr->size, cfg->block_size, tr->ttl_s, cfg->prefault, &tr->ring);
+		if (r < 0)
 			goto fail;
 	}
 	now = now_ns(c);
@@ -1234,7 +1236,7 @@ int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct c
 	return 0;
 fail:
 	cache_free(c);
-	return -ENOMEM;
+	return r;
 }
 
 void cache_free(struct cache *c)

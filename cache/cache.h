@@ -163,7 +163,14 @@ struct cache_stats {
 
 struct cache;
 
-/* @return 0 and *ret, -EINVAL for impossible sizes, -ENOMEM. */
+/* Can a tier of @size bytes hold blocks of @block_size? The rule is the ring's (ring_new): at
+ * least 4 segments of two blocks each, so at least 8 x block_size; and not so large that the
+ * ring's index cannot address it. @return 0, -EINVAL (too small, or @block_size not a power of
+ * two), or -EFBIG (too large). */
+int cache_tier_check(uint64_t size, uint32_t block_size);
+
+/* @return 0 and *ret, -EINVAL or -EFBIG for impossible sizes (cache_tier_check of each tier
+ * that is on), -ENOMEM. */
 int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct cache **ret);
 
 /* Free everything. No read may be in flight (stop the fetcher first); reads still waiting for

@@ -51,10 +51,16 @@ struct ring;
  * Allocate a ring of @size bytes (rounded down to a whole number of segments) in @nseg
  * segments (at least 4). A segment's blocks count as gone @ttl_ns after the first insert into
  * that segment (0 = never). @max_block is the largest block ever inserted; a segment must hold
- * at least two of them.
- * @return the ring, or NULL if out of memory or the sizes are impossible.
+ * at least two of them, the second at a 64-byte boundary (ring_geometry).
+ * @return 0 and *ret; -EINVAL when a segment cannot hold two blocks (or nseg < 4, max_block
+ * 0); -EFBIG when segments are too large for the index; -ENOMEM.
  */
-struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t ttl_ns);
+int ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t ttl_ns,
+	     struct ring **ret);
+
+/* Could ring_new make a ring of these sizes? The same check, without allocating.
+ * @return 0, -EINVAL or -EFBIG as ring_new. */
+int ring_geometry(uint64_t size, uint32_t nseg, uint32_t max_block);
 void ring_free(struct ring *r);
 
 /* Fault the whole arena in now (prefault=on), rather than page by page as blocks are first

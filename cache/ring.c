@@ -5,7 +5,8 @@
  * appended into the current segment; when it is full (bytes or index entries) or expired, the
  * next segment in ring order becomes current and its index is cleared. That is the whole
  * eviction policy: rotating one segment forgets everything in it, in O(1), with no per-block
- * allocation and no LRU list. Nothing is allocated after ring_new().
+ * allocation and no LRU list. Nothing is allocated after ring_new(), which refuses (-EINVAL) a
+ * size that cannot make segments of two blocks each: the tiers' geometry rule lives here.
  *
  *   arena (mmap, page aligned, nseg * seg_size bytes; seg_size is a multiple of 64)
  *   +---------------------+---------------------+---------------------+---------------------+
@@ -218,32 +219,57 @@ static void fill_ref(const struct ring *r, uint32_t seg, uint32_t idx, struct ri
 	ret->slot = idx;
 }
 
-struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t ttl_ns)
+/* The shape of a ring of @size bytes in @nseg segments: 0 and *ret_seg_size, *ret_max_entries
+ * and *ret_tsize; -EINVAL when a segment cannot hold two blocks; -EFBIG when the segments are
+ * too large for the index. The one home of the geometry rule (ring_geometry, ring_new). */
+static int geometry(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t *ret_seg_size,
+		    uint64_t *ret_max_entries, uint64_t *ret_tsize)
 {
-	struct ring *r = NULL;
 	uint64_t seg_size, max_entries, tsize;
-	void *arena;
 
 	if (nseg < 4 || max_block == 0)
-		return NULL;
+		return -EINVAL;
 	seg_size = (size / nseg) & ~(uint64_t)63;
 	/* two max_block blocks, the second at the next 64-byte boundary */
 	if (seg_size < align64(max_block) + max_block)
-		return NULL;
+		return -EINVAL;
 	/* offsets are stored divided by 64 in 32 bits: segments up to 256 GiB */
 	if (seg_size / 64 > UINT32_MAX)
-		return NULL;
+		return -EFBIG;
 	max_entries = seg_size / 65536;
 	if (max_entries < 64)
 		max_entries = 64;
 	for (tsize = 1; tsize < 2 * max_entries; tsize <<= 1)
 		;
 	if (tsize > (uint64_t)1 << 31 || tsize > SIZE_MAX / sizeof(struct slot) / nseg)
-		return NULL;
+		return -EFBIG;
+	*ret_seg_size = seg_size;
+	*ret_max_entries = max_entries;
+	*ret_tsize = tsize;
+	return 0;
+}
 
+int ring_geometry(uint64_t size, uint32_t nseg, uint32_t max_block)
+{
+	uint64_t seg_size, max_entries, tsize;
+
+	return geometry(size, nseg, max_block, &seg_size, &max_entries, &tsize);
+}
+
+int ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t ttl_ns,
+	     struct ring **ret)
+{
+	struct ring *r = NULL;
+	uint64_t seg_size, max_entries, tsize;
+	void *arena;
+	int err;
+
+	err = geometry(size, nseg, max_block, &seg_size, &max_entries, &tsize);
+	if (err < 0)
+		return err;
 	r = calloc(1, sizeof(*r));
 	if (!r)
-		return NULL;
+		return -ENOMEM;
 	r->segs = calloc(nseg, sizeof(*r->segs));
 	r->slots = calloc((size_t)nseg * tsize, sizeof(*r->slots));
 	if (!r->segs || !r->slots)
@@ -271,7 +297,8 @@ struct ring *ring_new(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t
 		r->segs[i].gen = 1;
 		r->segs[i].table = r->slots + (size_t)i * tsize;
 	}
-	return r;
+	*ret = r;
+	return 0;
 
 fail:
 	if (r->arena)
@@ -279,7 +306,7 @@ fail:
 	free(r->slots);
 	free(r->segs);
 	free(r);
-	return NULL;
+	return -ENOMEM;
 }
 
 void ring_prefault(struct ring *r)

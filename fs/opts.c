@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cache.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
@@ -1128,12 +1129,13 @@ static int check_cross(const struct parse *p, char *err, size_t errlen)
 	const struct fs_opts *o = &p->o;
 	char a[32], b[32], c[32];
 
-	if (o->hot_size / 8 < o->block_size)
+	/* the rule is the ring's (cache_tier_check); a tier too large for it fails at mount */
+	if (cache_tier_check(o->hot_size, (uint32_t)o->block_size) == -EINVAL)
 		return fail(err, errlen, -EINVAL,
 			    "hot_size=%s: must be at least 8 x block_size=%s (%s)",
 			    human(o->hot_size, a, sizeof(a)), human(o->block_size, b, sizeof(b)),
 			    human(8 * o->block_size, c, sizeof(c)));
-	if (o->lagging && o->lagging_size / 8 < o->block_size)
+	if (o->lagging && cache_tier_check(o->lagging_size, (uint32_t)o->block_size) == -EINVAL)
 		return fail(err, errlen, -EINVAL,
 			    "lagging_size=%s: must be at least 8 x block_size=%s (%s) when lagging "
 			    "is on",

@@ -126,32 +126,44 @@ static void expect_stats(struct ring *r, uint64_t now, uint64_t blocks, uint64_t
 	assert_int_equal(st.bytes, bytes);
 }
 
+/* ring_new for the tests that only want a ring: NULL on failure. */
+static struct ring *ring_make(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t ttl_ns)
+{
+	struct ring *r = NULL;
+
+	return ring_new(size, nseg, max_block, ttl_ns, &r) == 0 ? r : NULL;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 
 static void test_new_refuses(void **state)
 {
-	struct ring *r;
+	struct ring *r = NULL;
 
 	(void)state;
-	assert_null(ring_new(1 << 20, 0, 4096, 0));
-	assert_null(ring_new(1 << 20, 1, 4096, 0));
-	assert_null(ring_new(1 << 20, 3, 4096, 0));
-	assert_null(ring_new(1 << 20, 4, 0, 0));
-	assert_null(ring_new(0, 4, 64, 0));
+	assert_int_equal(ring_new(1 << 20, 0, 4096, 0, &r), -EINVAL);
+	assert_int_equal(ring_new(1 << 20, 1, 4096, 0, &r), -EINVAL);
+	assert_int_equal(ring_new(1 << 20, 3, 4096, 0, &r), -EINVAL);
+	assert_int_equal(ring_new(1 << 20, 4, 0, 0, &r), -EINVAL);
+	assert_int_equal(ring_new(0, 4, 64, 0, &r), -EINVAL);
+	assert_null(r); /* written only on success */
 	/* seg_size 128 holds exactly two 64-byte blocks */
-	r = ring_new(4 * 128, 4, 64, 0);
+	assert_int_equal(ring_geometry(4 * 128, 4, 64), 0);
+	assert_int_equal(ring_new(4 * 128, 4, 64, 0, &r), 0);
 	assert_non_null(r);
 	assert_int_equal(ring_seg_size(r), 128);
 	ring_free(r);
 	/* 127 rounds down to 64 */
-	assert_null(ring_new(4 * 128 - 1, 4, 64, 0));
+	assert_int_equal(ring_geometry(4 * 128 - 1, 4, 64), -EINVAL);
+	assert_int_equal(ring_new(4 * 128 - 1, 4, 64, 0, &r), -EINVAL);
 	/* 65-byte blocks: the second starts at 128, so a segment needs 193 -> 256 */
-	assert_null(ring_new(4 * 255, 4, 65, 0));
-	r = ring_new(4 * 256, 4, 65, 0);
+	assert_int_equal(ring_new(4 * 255, 4, 65, 0, &r), -EINVAL);
+	r = ring_make(4 * 256, 4, 65, 0);
 	assert_non_null(r);
 	ring_free(r);
 	/* a segment may not exceed 256 GiB (offsets are stored / 64 in 32 bits) */
-	assert_null(ring_new((uint64_t)4 << 40, 4, 4096, 0));
+	assert_int_equal(ring_geometry((uint64_t)4 << 40, 4, 4096), -EFBIG);
+	assert_int_equal(ring_new((uint64_t)4 << 40, 4, 4096, 0, &r), -EFBIG);
 	ring_free(NULL);
 }
 
@@ -168,7 +180,7 @@ static void test_geometry(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) {
-		struct ring *r = ring_new(g[i].size, g[i].nseg, 1000, 0);
+		struct ring *r = ring_make(g[i].size, g[i].nseg, 1000, 0);
 
 		assert_non_null(r);
 		assert_int_equal(ring_nseg(r), g[i].nseg);
@@ -179,7 +191,7 @@ static void test_geometry(void **state)
 
 static void test_einval(void **state)
 {
-	struct ring *r = ring_new(4 * 65536, 4, 4096, 0);
+	struct ring *r = ring_make(4 * 65536, 4, 4096, 0);
 	struct ring_ref ref;
 	struct ring_stats st;
 
@@ -198,7 +210,7 @@ static void test_einval(void **state)
 
 static void test_roundtrip(void **state)
 {
-	struct ring *r = ring_new(4 * 65536, 4, 4096, 0);
+	struct ring *r = ring_make(4 * 65536, 4, 4096, 0);
 	struct ring_ref a, b, c, ref;
 	const char msg[] = "tierfs: the quick brown fox jumps over the lazy dog";
 	unsigned char buf[4096];
@@ -257,7 +269,7 @@ static void test_roundtrip(void **state)
 
 static void test_reserved_invisible(void **state)
 {
-	struct ring *r = ring_new(4 * 65536, 4, 4096, 0);
+	struct ring *r = ring_make(4 * 65536, 4, 4096, 0);
 	struct ring_ref ref;
 
 	(void)state;
@@ -277,7 +289,7 @@ static void test_reserved_invisible(void **state)
 static void test_abort(void **state)
 {
 	/* 4 segments of 4096 bytes, four 1024-byte blocks each */
-	struct ring *r = ring_new(4 * 4096, 4, 1024, 0);
+	struct ring *r = ring_make(4 * 4096, 4, 1024, 0);
 	struct ring_ref ref;
 	struct ring_stats st;
 
@@ -319,7 +331,7 @@ static void test_abort(void **state)
 
 static void test_ttl_boundary(void **state)
 {
-	struct ring *r = ring_new(4 * 65536, 4, 4096, 1000);
+	struct ring *r = ring_make(4 * 65536, 4, 4096, 1000);
 	struct ring_ref ref;
 	struct ring_stats st;
 
@@ -369,7 +381,7 @@ static void test_ttl_boundary(void **state)
 	ring_free(r);
 
 	/* ttl 0: never */
-	r = ring_new(4 * 65536, 4, 4096, 0);
+	r = ring_make(4 * 65536, 4, 4096, 0);
 	assert_non_null(r);
 	assert_int_equal(put(r, KEY(1, 0), 10, 0, 9, NULL), 0);
 	expect_block(r, KEY(1, 0), UINT64_MAX, 10, 9);
@@ -379,7 +391,7 @@ static void test_ttl_boundary(void **state)
 static void test_rotation_evicts_oldest(void **state)
 {
 	/* 4 segments of 4096 bytes: exactly four 1024-byte blocks each */
-	struct ring *r = ring_new(4 * 4096, 4, 1024, 0);
+	struct ring *r = ring_make(4 * 4096, 4, 1024, 0);
 	struct ring_ref ref;
 	struct ring_stats st;
 
@@ -410,7 +422,7 @@ static void test_rotation_evicts_oldest(void **state)
 
 static void test_pinned_busy(void **state)
 {
-	struct ring *r = ring_new(4 * 4096, 4, 1024, 0);
+	struct ring *r = ring_make(4 * 4096, 4, 1024, 0);
 	struct ring_ref held, held2, pend, ref;
 	struct ring_stats st;
 
@@ -477,7 +489,7 @@ static void test_pinned_busy(void **state)
 /* Fill a fresh ring with 1-byte blocks: exactly @max_entries go into segment 0. */
 static void check_max_entries(uint64_t seg_size, uint32_t max_entries)
 {
-	struct ring *r = ring_new(4 * seg_size, 4, 4096, 0);
+	struct ring *r = ring_make(4 * seg_size, 4, 4096, 0);
 	struct ring_ref ref;
 	struct ring_stats st;
 
@@ -515,7 +527,7 @@ static void test_max_entries(void **state)
 
 static void test_duplicates(void **state)
 {
-	struct ring *r = ring_new(4 * 65536, 4, 4096, 0);
+	struct ring *r = ring_make(4 * 65536, 4, 4096, 0);
 	struct ring_ref old, a, b, ref;
 	const struct cache_key k = KEY(12, 34);
 
@@ -570,7 +582,7 @@ static void test_duplicates(void **state)
 	/* an older-segment commit after a newer-segment copy exists stays shadowed */
 	ring_free(r);
 
-	r = ring_new(4 * 4096, 4, 1024, 0);
+	r = ring_make(4 * 4096, 4, 1024, 0);
 	assert_non_null(r);
 	assert_int_equal(ring_reserve(r, k, 1000, 0, &a), 0);
 	pat_fill(a.data, 1000, 10);
@@ -603,7 +615,7 @@ static void test_geometries(void **state)
 
 	(void)state;
 	for (size_t gi = 0; gi < sizeof(g) / sizeof(g[0]); gi++) {
-		struct ring *r = ring_new(g[gi].size, g[gi].nseg, g[gi].max_block, 0);
+		struct ring *r = ring_make(g[gi].size, g[gi].nseg, g[gi].max_block, 0);
 		uint64_t seg_size = (g[gi].size / g[gi].nseg) & ~(uint64_t)63;
 		uint64_t total = 0, n, cursor = 0;
 		uint32_t seg = 0, prev_len = 0, ents = 0;
@@ -1048,7 +1060,7 @@ static void run_model(uint64_t seed, unsigned cfg, uint64_t size, uint32_t nseg,
 	sim->cfg = cfg;
 	sim->rng = seed ^ mix(cfg + 1);
 	sim->now = 1000000;
-	sim->r = ring_new(size, nseg, max_block, ttl);
+	sim->r = ring_make(size, nseg, max_block, ttl);
 	assert_non_null(sim->r);
 
 	m = &sim->m;
@@ -1220,7 +1232,7 @@ static void *thr_main(void *arg)
 
 static void test_threads(void **state)
 {
-	struct ring *r = ring_new(8 * 8192, 8, 1100, 0);
+	struct ring *r = ring_make(8 * 8192, 8, 1100, 0);
 	pthread_t tid[THR_N];
 	struct thr t[THR_N];
 	struct ring_stats st;
