@@ -206,6 +206,10 @@ enum cache_tier cache_route(struct cache *c, const struct cache_obj *o);
 /* Pure routing rule, exposed for tests: is an object of @mtime lagging at @now? */
 bool cache_is_lagging(int64_t mtime, int64_t now, uint64_t hot_ttl);
 
+/* The burst a limiter of @rate bytes/s uses when asked for @burst: @burst, or 2 x rate when
+ * @burst is 0 (ratelimit.c; the one home of that default). */
+uint64_t rl_burst(uint64_t rate, uint64_t burst);
+
 /* Live settings. @return 0 or -EINVAL. */
 int cache_set_limits(struct cache *c, uint64_t rate, uint64_t burst, uint64_t ops);
 int cache_set_hot_ttl(struct cache *c, uint64_t hot_ttl);

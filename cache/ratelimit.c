@@ -53,7 +53,7 @@ static double op_cap(const struct rl *r)
 	return r->ops ? (double)r->ops : 1.0;
 }
 
-static uint64_t burst_of(uint64_t rate, uint64_t burst)
+uint64_t rl_burst(uint64_t rate, uint64_t burst)
 {
 	if (burst)
 		return burst;
@@ -102,7 +102,7 @@ static uint64_t wait_ns(double have, double want, uint64_t rate)
 void rl_init(struct rl *r, uint64_t rate, uint64_t burst, uint64_t ops, uint64_t now_ns)
 {
 	r->rate = rate;
-	r->burst = burst_of(rate, burst);
+	r->burst = rl_burst(rate, burst);
 	r->tokens = (double)r->burst;
 	r->ops = ops;
 	r->op_tokens = op_cap(r);
@@ -115,7 +115,7 @@ void rl_set(struct rl *r, uint64_t rate, uint64_t burst, uint64_t ops, uint64_t 
 
 	refill(r, now_ns); /* bank the time so far at the old settings */
 	r->rate = rate;
-	r->burst = burst_of(rate, burst);
+	r->burst = rl_burst(rate, burst);
 	r->ops = ops;
 	if (bytes_were_off || r->tokens > (double)r->burst)
 		r->tokens = (double)r->burst; /* a debt (< 0) is kept */

@@ -336,7 +336,7 @@ int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, siz
 		if (strcmp(name, "lagging_burst") == 0 && !m->o->lagging_burst)
 			/* the burst in force, not the 0 that asks for the default */
 			snprintf(line, sizeof(line), "%llu",
-				 (unsigned long long)(2 * m->o->lagging_rate));
+				 (unsigned long long)rl_burst(m->o->lagging_rate, 0));
 		else if (fs_opts_value(m->o, name, line, sizeof(line)) < 0)
 			line[0] = '\0';
 		pthread_mutex_unlock(&m->opts_lock);
