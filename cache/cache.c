@@ -121,13 +121,21 @@ struct flight {
 	bool forced;            /* that bounce buffer is over the limit (see mem_take) */
 };
 
+/* What a piece holds of its block's bytes. */
+enum piece_pin {
+	PIN_NONE,   /* nothing yet (waiting for a flight), or released */
+	PIN_RING,   /* a pin in the ring of tier p->tier */
+	PIN_BOUNCE, /* a reference on the bounce buffer p->bounce */
+};
+
 /* One block's part of a read. */
 struct piece {
 	struct piece *wnext; /* next waiter of the same flight; c->lock */
 	struct pread *pr;    /* the read it belongs to */
 	const char *data;    /* the block's bytes once available */
 	uint32_t len;        /* the block's length */
-	int8_t tier;         /* ring it is pinned in, or -1 for a bounce buffer, -2 for none */
+	enum piece_pin pin;  /* what it holds */
+	uint8_t tier;        /* PIN_RING: the tier whose ring it is pinned in */
 	struct ring_ref ref;
 	struct bounce *bounce;
 };
@@ -284,7 +292,8 @@ static bool lookup(struct cache *c, struct cache_key k, uint64_t now, struct pie
 		if (!c->tier[t].ring)
 			continue;
 		if (ring_lookup(c->tier[t].ring, k, now, &p->ref) == 0) {
-			p->tier = (int8_t)t;
+			p->pin = PIN_RING;
+			p->tier = (uint8_t)t;
 			p->data = p->ref.data;
 			p->len = p->ref.len;
 			STAT_ADD(c, t, hits, 1);
@@ -320,13 +329,13 @@ static void bounce_put(struct cache *c, struct bounce *b)
 
 static void piece_release(struct cache *c, struct piece *p)
 {
-	if (p->tier >= 0) {
+	if (p->pin == PIN_RING) {
 		ring_unpin(c->tier[p->tier].ring, &p->ref);
 		mem_wake(c);
-	} else if (p->tier == -1) {
+	} else if (p->pin == PIN_BOUNCE) {
 		bounce_put(c, p->bounce);
 	}
-	p->tier = -2;
+	p->pin = PIN_NONE;
 }
 
 /* Answer a read whose pieces are all present (or that failed), then drop its pins. */
@@ -357,7 +366,7 @@ static void answer(struct cache *c, struct piece *p, uint32_t n, uint64_t first,
 			take = left;
 		iov[i].base = p[i].data + skip;
 		iov[i].len = take;
-		if (p[i].tier >= 0)
+		if (p[i].pin == PIN_RING)
 			STAT_ADD(c, p[i].tier, bytes_served, take);
 		pos += take;
 		left -= take;
@@ -421,7 +430,7 @@ static void mem_unlink(struct cache *c, struct flight *f, struct flight *prev)
 static bool holds_forced(const struct pread *pr)
 {
 	for (uint32_t i = 0; i < pr->n; i++)
-		if (pr->p[i].tier == -1 && pr->p[i].bounce->forced)
+		if (pr->p[i].pin == PIN_BOUNCE && pr->p[i].bounce->forced)
 			return true;
 	return false;
 }
@@ -764,13 +773,14 @@ static void flight_done(void *arg, int err)
 		} else if (f->have_ref) {
 			ring_pin(ring, &f->ref);
 			p->ref = f->ref;
-			p->tier = (int8_t)f->tier;
+			p->pin = PIN_RING;
+			p->tier = f->tier;
 			p->data = f->ref.data;
 			p->len = f->len;
 		} else {
 			f->bounce->refs++;
 			p->bounce = f->bounce;
-			p->tier = -1;
+			p->pin = PIN_BOUNCE;
 			p->data = f->bounce->data;
 			p->len = f->len;
 		}
@@ -970,7 +980,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 		p = pr->p;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		p[i].tier = -2;
+		p[i].pin = PIN_NONE;
 		if (!lookup(c, (struct cache_key){o->id, first + i}, now, &p[i]))
 			missing++;
 	}
@@ -1011,7 +1021,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 		struct cache_key k = {o->id, first + i};
 		struct flight *f;
 
-		if (p[i].tier != -2)
+		if (p[i].pin != PIN_NONE)
 			continue;
 		p[i].pr = pr;
 		f = flight_find(c, k);
@@ -1079,7 +1089,7 @@ void cache_cancel(struct cache *c, uint64_t ticket)
 		struct piece *p = &pr->p[i], **pp;
 		struct flight *f;
 
-		if (p->tier != -2)
+		if (p->pin != PIN_NONE)
 			continue; /* arrived (pinned) or never registered */
 		f = flight_find(c, (struct cache_key){pr->obj, pr->first + i});
 		if (!f)
