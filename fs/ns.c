@@ -475,9 +475,6 @@ static struct cache_oid version_oid(struct ns *ns, const char *path, const struc
 	return cache_oid_make(ns->store, path, v);
 }
 
-/* Make @m the node's current version (lock held). @confirmed: @m came from the store just
- * now (a listing or a HEAD), so with an ETag the version counts as confirmed now.
- * @return 0 or -ENOMEM. */
 /* Remember the store's permission bits for @n, when it has any (lock held). */
 static void take_perm(struct node *n, const struct bk_meta *m)
 {
@@ -485,6 +482,9 @@ static void take_perm(struct node *n, const struct bk_meta *m)
 	n->perm = m->perm & 0777;
 }
 
+/* Make @m the node's current version (lock held). @confirmed: @m came from the store just
+ * now (a listing or a HEAD), so with an ETag the version counts as confirmed now.
+ * @return 0 or -ENOMEM. */
 static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, bool confirmed)
 {
 	take_perm(n, m);

@@ -25,8 +25,9 @@
  * after the two positionals, -o may repeat, and within one -o a backslash escapes a comma (as
  * in libfuse). Each option is checked on its own as it is read, and a later one overwrites an
  * earlier one: the last of two duplicates wins. Checks that tie options together (hot_size
- * against block_size) run once at the end, so their order on the line does not matter. They
- * do not run in fs_opts_set(): the options they involve are fixed for the life of a mount.
+ * against block_size, by asking cache_tier_check: the rule is the ring's) run once at the
+ * end, so their order on the line does not matter. They do not run in fs_opts_set(): the
+ * options they involve are fixed for the life of a mount (only the .live rows change).
  *
  * Output format (fs_opts_format): every row of the table in table order, numbers as plain
  * decimal integers (bytes, seconds, counts, ids), modes in octal with a leading 0 (0644), the
@@ -262,8 +263,9 @@ static const char *const secret_names[] = {
 };
 
 /* Options for the kernel and libfuse, copied untouched (escapes and all) into fuse_opts.
- * max_read is not here: tierfs derives it from block_size, and libfuse 3.14 refuses a
- * max_read the init() callback does not also set, so it is refused with an explanation. */
+ * max_read is not here: tierfs lets the kernel send reads of up to 1 MiB whatever the block
+ * size (ops.c's op_init), and libfuse 3.14 refuses a max_read the init() callback does not
+ * also set, so it is refused with an explanation. */
 static const struct {
 	const char *name;
 	bool value; /* true: name=VALUE, required; false: bare name only */
@@ -981,7 +983,7 @@ static int parse_item(struct parse *p, const char *raw, size_t n)
 	}
 	if (name_is(item, namelen, "max_read")) {
 		r = fail(p->err, p->errlen, -EINVAL,
-			 "max_read: tierfs sets it itself (from block_size); remove the option");
+			 "max_read: tierfs sets it itself (1 MiB); remove the option");
 		goto out;
 	}
 	if (!strncmp(item, "x-", 2) || !strncmp(item, "comment=", 8))
@@ -1263,7 +1265,7 @@ static const struct {
     {"-o fsname=NAME", "source name shown in /proc/mounts"},
     {"-o subtype=NAME", "type shown as fuse.NAME"},
     {"-o ro", "accepted: tierfs is always read-only"},
-    {NULL, "max_read is not an option: tierfs derives it from block_size."},
+    {NULL, "max_read is not an option: tierfs sets it itself (1 MiB)."},
     {NULL, "From /etc/fstab, these are accepted and ignored: rw, defaults, auto,"},
     {NULL, "noauto, user, users, nouser, owner, group, _netdev, nofail, [no]atime,"},
     {NULL, "[no]relatime, strictatime, [no]diratime, [no]lazytime, [no]dev, [no]suid,"},

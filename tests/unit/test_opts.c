@@ -545,7 +545,7 @@ static void test_errors(void **state)
 	    {"aws_session_token=tok", -EINVAL, SECRET},
 	    {"aws_secret_access_key", -EINVAL, SECRET},
 	    {"max_read=131072", -EINVAL,
-	     "max_read: tierfs sets it itself (from block_size); remove the option"},
+	     "max_read: tierfs sets it itself (1 MiB); remove the option"},
 	    {"allow_other=1", -EINVAL, "allow_other takes no value"},
 	    {"ro=1", -EINVAL, "ro takes no value"},
 	    {"fsname", -EINVAL, "fsname needs a value"},
