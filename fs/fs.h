@@ -1,6 +1,8 @@
 /*
- * fs.h - the FUSE side of tierfs: mount options, the namespace (inode table built from key
- * prefixes) and the low-level operations. main.c is the only user outside fs/.
+ * fs.h - the FUSE side of tierfs as its programs see it: the mount options (opts.c), the
+ * readahead tuning (tune.c) and running a mount (fs_main, mount.c). Its users outside fs/ are
+ * main.c, mount-helpers/mkman.c and bench/nullfs.c; the namespace and the operations are
+ * fs/'s own (fs_i.h).
  */
 #ifndef TIERFS_FS_H
 #define TIERFS_FS_H
