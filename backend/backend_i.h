@@ -248,6 +248,11 @@ struct bk_ops {
 	int (*read)(struct backend *b, const char *path, const char *etag, uint64_t off,
 		    uint32_t len, void *dst, bool lagging, bk_done_fn done, void *arg);
 	void (*free)(struct backend *b);
+	/* asynchronous metadata (backend.h); NULL, or -EOPNOTSUPP from the call: the
+	 * synchronous op runs as a job on the I/O thread instead (a local store, a manifest) */
+	int (*stat_async)(struct backend *b, const char *path, bk_stat_done_fn done, void *arg);
+	int (*list_async)(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
+			  void *arg);
 };
 
 struct backend {
@@ -277,6 +282,10 @@ int backend_io_read(struct backend *b, struct io_req *r, const char *etag, uint6
 /* HEAD with @r (url and signing set): size, mtime and ETag into *ret. Frees @r.
  * @return 0 or -errno. */
 int backend_io_head(struct backend *b, struct io_req *r, struct bk_meta *ret);
+
+/* HEAD with @r (url and signing set) without waiting: @done gets size, mtime and ETag on the
+ * I/O thread. Frees @r on every path. @return 0 or -errno (done not called). */
+int backend_io_head_async(struct backend *b, struct io_req *r, bk_stat_done_fn done, void *arg);
 
 /* A path ("a/b c") as URL path segments ("a/b%20c"). @return malloc'd or NULL. */
 char *backend_url_path(const char *path);
