@@ -155,6 +155,10 @@ void ns_dir_put(struct ns_dir *d);
 size_t ns_dir_count(const struct ns_dir *d);
 const char *ns_dir_name(const struct ns_dir *d, size_t i, bool *ret_is_dir);
 
+/* Is @name in the listing held for directory @parent, from memory only (never the store)?
+ * @return 1 yes, 0 no, -EAGAIN no listing held yet, -ENOENT unknown directory. */
+int ns_listed(struct ns *ns, uint64_t parent, const char *name);
+
 /* Memory the namespace holds now, in bytes (nodes, listings, versions), and the number of
  * listed keys; for the stats file and the memory measurements. */
 void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys);

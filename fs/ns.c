@@ -1584,6 +1584,23 @@ int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len)
 	return e;
 }
 
+int ns_listed(struct ns *ns, uint64_t parent, const char *name)
+{
+	struct node *p;
+	int e;
+
+	pthread_mutex_lock(&ns->lock);
+	p = find_ino(ns, parent);
+	if (!p || !p->dir)
+		e = -ENOENT;
+	else if (!p->dir->list)
+		e = -EAGAIN;
+	else
+		e = find_entry(p->dir->list, name) != NULL;
+	pthread_mutex_unlock(&ns->lock);
+	return e;
+}
+
 static size_t msize(const void *p)
 {
 	return p ? malloc_usable_size((void *)p) : 0;

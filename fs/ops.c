@@ -265,6 +265,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = MAX_REQUEST;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
+	/* Without it the kernel sends one lookup per directory at a time, so a lookup parked on
+	 * the store would hold back every other lookup in its directory (.tierfs included). */
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
 
 static double ttl(struct mount *m)
@@ -297,17 +301,40 @@ static void reply_entry(void *arg, int r, const struct stat *st)
 	fuse_reply_entry(req, &e);
 }
 
+/* The control directory's name, asked before the root was ever listed: a real object of
+ * that name wins, anything else (missing, or the store failing) is the control directory. */
+static void reply_entry_or_ctl(void *arg, int r, const struct stat *st)
+{
+	fuse_req_t req = arg;
+	struct stat cst;
+
+	if (r < 0 && ctl_lookup(M(req), 1, M(req)->o->control_dir, &cst) == 0)
+		reply_entry(req, 0, &cst);
+	else
+		reply_entry(req, r, st);
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct mount *m = M(req);
 	struct stat st;
 
-	/* the control directory and its files never touch the store */
+	/* The control directory and its files never wait for the store: a real object of the
+	 * same name wins if the root's listing held (whatever its age) names it. Only before
+	 * the root's first listing (started at mount) does the lookup wait for it. */
 	if (parent == CTL_DIR_INO || (parent == 1 && strcmp(name, m->o->control_dir) == 0)) {
-		int r = ctl_lookup(m, parent, name, &st);
+		int listed = parent == 1 ? ns_listed(m->ns, 1, name) : 0;
+		int r;
 
-		reply_entry(req, r, r == 0 ? &st : NULL);
-		return;
+		if (listed == -EAGAIN) {
+			ns_lookup_async(m->ns, parent, name, reply_entry_or_ctl, req);
+			return;
+		}
+		if (listed != 1) {
+			r = ctl_lookup(m, parent, name, &st);
+			reply_entry(req, r, r == 0 ? &st : NULL);
+			return;
+		}
 	}
 	/* answered here when ns holds the answer, else parked until the store's */
 	ns_lookup_async(m->ns, parent, name, reply_entry, req);
@@ -1153,6 +1180,11 @@ static char *store_name(const char *url)
 	return out;
 }
 
+static void prime_done(void *arg, int err, struct ns_dir *d)
+{
+	ns_dir_put(d);
+}
+
 int fs_main(struct fs_opts *o)
 {
 	struct mount m = {.o = o};
@@ -1287,6 +1319,9 @@ int fs_main(struct fs_opts *o)
 		fuse_log(FUSE_LOG_ERR, "tierfs: cannot start the I/O thread: %s\n", strerror(-r));
 		goto out;
 	}
+	/* the root's first listing starts now, so that the first ls and the control
+	 * directory's lookup find it (or find it in flight) */
+	ns_opendir_async(m.ns, 1, prime_done, NULL);
 	if (o->single_thread) {
 		r = fuse_session_loop(m.se);
 	} else {
