@@ -223,7 +223,8 @@ def test_100k_keys_one_prefix(mount, tmp_path):
         with open(root / "p" / f"{i:020d}.log", "wb") as f:
             if i % 1000 == 0:
                 f.write(b"x" * 100)
-    m = mount(f"file://{root}", ["metadata_ttl=600"])
+    # small tiers: the RSS is then mostly the namespace
+    m = mount(f"file://{root}", ["metadata_ttl=600", "block_size=64K", "hot_size=8M", "lagging_size=8M"])
     pid = m.pids[0]
     rss0 = _rss_kib(pid)
     out = {}
@@ -256,4 +257,4 @@ def test_100k_keys_one_prefix(mount, tmp_path):
     # generous bounds (a loaded machine), still far below a copy per handle (89 MB before)
     assert rss_handles - rss_listed < 20 * 1024, "open directory handles copy the listing"
     assert out["ls"] < 60 and out["ls -l"] < 120 and out["find"] < 60
-    assert peak < 512 * 1024
+    assert peak < 256 * 1024
