@@ -7,8 +7,9 @@
  *     by_ino[ino]            ──► node ◄── by_name[(parent ino, name)]
  *                                 │
  *            file: cur ──► struct fobj (path, size, mtime, ETag, cache oid), refcounted
- *            dir:  list ──► sorted entries of the last listing, and when it was started
- *                  negs ──► names the store said do not exist, and when
+ *            dir:  dir ──► list ──► the last good listing (shared with open handles)
+ *                          inflight ──► the listing being fetched, and the ops waiting for it
+ *                          negs ──► names the store said do not exist, and when
  *
  * Identity. A version's cache oid is a hash of (store, path, ETag) (cache/key.c), so the same
  * version gets the same oid whatever node holds it: forgetting an inode and looking the name up
@@ -32,11 +33,23 @@
  * Freshness: a listing is reused for metadata_ttl seconds. A name missing from it is asked of
  * the store (stat / HEAD): found, it joins the listing; missing, the answer is kept for
  * negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
- * metadata_ttl or has no ETag, unless the mount is immutable.
+ * metadata_ttl or has no ETag, unless the mount is immutable. A lookup waits for an old
+ * listing to be refreshed; opendir does not (stale-while-revalidate: it gets the listing held
+ * and a refresh goes out in the background). A refresh that fails leaves the last good listing
+ * in place (reported once through cfg.log); only a directory never listed fails its callers.
  *
- * Locking: ns->lock guards the tables and every node. It is never held across a network call:
- * the caller copies the path, unlocks, asks the backend, relocks and finds the node again (it
- * may have been forgotten meanwhile).
+ * No caller waits: lookup, open and opendir are ops run in steps (see "operations that may
+ * wait for the store"). What ns holds is answered in the caller's thread; what needs the store
+ * parks the op on an asynchronous stat or on the directory's listing in flight, and the
+ * backend's I/O thread runs the next step when the answer comes. Listings are single-flight:
+ * every op that needs one while it is in flight waits for that one. Open directory handles
+ * share the listing they were opened on (reference counted, copy on write).
+ *
+ * Locking: ns->lock guards the tables, every node and every listing's place in its directory.
+ * It is never held across a request: a step drops it before submitting, and the completion
+ * takes it again and finds the node by inode number (it may have been forgotten meanwhile).
+ * A listing being fetched belongs to its fetch alone until it is published under the lock; a
+ * published listing shared with handles is immutable but for ETags rewritten in place.
  *
  * Workload: brokers look up a few hundred segment files and open them repeatedly; operators
  * list directories of thousands of keys.

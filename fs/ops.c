@@ -4,6 +4,8 @@
  *   kernel ─► fuse worker ─► op_read ─► cache_read ──hit──► reply_read (same thread)
  *                                          └─miss─► parked; the backend's I/O thread
  *                                                   completes the fetch ─► reply_read
+ *   kernel ─► fuse worker ─► op_lookup / op_open / op_opendir ─► ns_*_async ──held──► reply
+ *                                          └─needs the store─► parked; the I/O thread replies
  *
  * The filesystem is read-only: every call that would change something answers EROFS. The
  * mount itself is read-write so that setxattr on the control surface can reach us.
