@@ -257,4 +257,5 @@ def test_100k_keys_one_prefix(mount, tmp_path):
     # generous bounds (a loaded machine), still far below a copy per handle (89 MB before)
     assert rss_handles - rss_listed < 20 * 1024, "open directory handles copy the listing"
     assert out["ls"] < 60 and out["ls -l"] < 120 and out["find"] < 60
-    assert peak < 256 * 1024
+    # a sanitizer's quarantine keeps freed memory: its peak says little
+    assert peak < (256 if not harness.sanitizer() else 1024) * 1024

@@ -499,8 +499,9 @@ static void test_single_flight_listing(void **state)
 	for (int i = 0; i < 10; i++) {
 		assert_ptr_equal(A.d[i]->l, A.d[0]->l);
 		assert_int_equal(ns_dir_count(A.d[i]), 20);
-		ns_dir_put(A.d[i]);
 	}
+	for (int i = 0; i < 10; i++)
+		ns_dir_put(A.d[i]);
 	S.hold = false;
 	ns_free(ns);
 }
