@@ -699,7 +699,7 @@ static void test_memory_per_key(void **state)
 	}
 	ns_mem(ns, &bytes2, &keys);
 	double listed = (double)(bytes1 - bytes0) / 100000, looked = (double)(bytes2 - bytes0) / 100000;
-	print_message("namespace at 100k keys: %.1f B/key listed (20 open handles share it), "
+	print_message("# namespace at 100k keys: %.1f B/key listed (20 open handles share it), "
 		      "%.1f B/key with every name looked up (a node and a version each)\n",
 		      listed, looked);
 	assert_true(listed <= 200);
