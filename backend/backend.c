@@ -139,3 +139,74 @@ const char *backend_scheme(const struct backend *b)
 {
 	return b->scheme;
 }
+/* ---- asynchronous metadata ----------------------------------------------------------------- */
+
+/* A synchronous metadata call of a scheme that does not wait on the I/O loop (file://, an
+ * http manifest), run as a job on the I/O thread. */
+struct meta_job {
+	struct backend *b;
+	bool list;
+	bk_stat_done_fn stat_done;
+	bk_list_fn fn;
+	bk_done_fn list_done;
+	void *arg;
+	char path[];
+};
+
+static void run_meta_job(void *arg)
+{
+	struct meta_job *j = arg;
+
+	if (j->list) {
+		int e = j->b->ops->list(j->b, j->path, j->fn, j->arg);
+
+		j->list_done(j->arg, e);
+	} else {
+		struct bk_meta m;
+		int e = backend_stat(j->b, j->path, &m);
+
+		j->stat_done(j->arg, e, e == 0 ? &m : NULL);
+	}
+	free(j);
+}
+
+static int meta_job(struct backend *b, bool list, const char *path, bk_stat_done_fn stat_done,
+		    bk_list_fn fn, bk_done_fn list_done, void *arg)
+{
+	size_t n = strlen(path);
+	struct meta_job *j = malloc(sizeof(*j) + n + 1);
+	int e;
+
+	if (!j)
+		return -ENOMEM;
+	*j = (struct meta_job){.b = b, .list = list, .stat_done = stat_done, .fn = fn,
+			       .list_done = list_done, .arg = arg};
+	memcpy(j->path, path, n + 1);
+	e = io_defer(b->io, 0, run_meta_job, j);
+	if (e < 0)
+		free(j);
+	return e;
+}
+
+int backend_stat_async(struct backend *b, const char *path, bk_stat_done_fn done, void *arg)
+{
+	int e = -EOPNOTSUPP;
+
+	if (b->ops->stat_async)
+		e = b->ops->stat_async(b, path, done, arg);
+	if (e == -EOPNOTSUPP)
+		e = meta_job(b, false, path, done, NULL, NULL, arg);
+	return e;
+}
+
+int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
+		       void *arg)
+{
+	int e = -EOPNOTSUPP;
+
+	if (b->ops->list_async)
+		e = b->ops->list_async(b, dir, fn, done, arg);
+	if (e == -EOPNOTSUPP)
+		e = meta_job(b, true, dir, NULL, fn, done, arg);
+	return e;
+}

@@ -3,7 +3,9 @@
  *
  * Three schemes share this interface: s3://bucket[/prefix], http(s)://base/ and file:///dir.
  * Paths are relative to the mount's root, '/'-separated, without a leading slash ("" is the
- * root). Metadata calls are synchronous; range reads are asynchronous and complete on the
+ * root). Metadata calls come in two forms: synchronous (backend_stat, backend_list: the
+ * caller waits, so never from a FUSE worker) and asynchronous (backend_stat_async,
+ * backend_list_async); range reads are asynchronous. Asynchronous calls complete on the
  * backend's single I/O thread. Every error crossing this interface is a -errno: HTTP status
  * and curl codes are mapped inside backend/ and never leave it.
  */
@@ -119,5 +121,27 @@ void backend_get_stats(struct backend *b, struct bk_stats *ret);
 
 /* The scheme @b serves: "s3", "http" or "file" (https:// is "http"). */
 const char *backend_scheme(const struct backend *b);
+
+/* ---- asynchronous metadata ---------------------------------------------------------------- */
+
+/* Completion of backend_stat_async: @err 0 with @meta (valid during the call only), or -errno
+ * as backend_stat returns it (-EISDIR: a directory on a store that has them). */
+typedef void (*bk_stat_done_fn)(void *arg, int err, const struct bk_meta *meta);
+
+/*
+ * backend_stat without waiting: HEAD through the I/O loop (s3, http), or a job on the I/O
+ * thread (file). @done runs exactly once, on the I/O thread, also on failure.
+ * @return 0 (queued) or -errno (not queued, @done not called).
+ */
+int backend_stat_async(struct backend *b, const char *path, bk_stat_done_fn done, void *arg);
+
+/*
+ * backend_list without waiting: @fn is called for each entry and then @done once with 0, the
+ * callback's negative value or -errno, all on the I/O thread. S3 pages are asked one after
+ * another, each as the previous one arrives; @fn sees every page's entries as it is parsed.
+ * @return 0 (queued) or -errno (not queued, neither @fn nor @done called).
+ */
+int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
+		       void *arg);
 
 #endif

@@ -208,12 +208,67 @@ static int http_read(struct backend *b, const char *path, const char *etag, uint
 	return io_read(b->io, r, etag, off, len, dst, prio, done, arg);
 }
 
+static int http_stat_async(struct backend *b, const char *path, bk_stat_done_fn done, void *arg)
+{
+	struct io_req *r = new_req(b->priv, path, false);
+
+	return r ? io_head_async(b->io, r, done, arg) : -ENOMEM;
+}
+
+struct list_async {
+	struct idx_ctx ic;
+	bk_done_fn done;
+	void *arg;
+};
+
+static void index_done(struct io_req *r)
+{
+	struct list_async *la = r->arg;
+	int e = r->err;
+
+	if (e == 0)
+		e = jsonidx_parse(r->body ? r->body : "", r->body_len, on_index_entry, &la->ic);
+	io_req_free(r);
+	la->done(la->arg, e);
+	free(la);
+}
+
+/* One GET of the directory's index; a manifest is listed by a job (backend.c). */
+static int http_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
+			   void *arg)
+{
+	struct http *h = b->priv;
+	struct list_async *la;
+	struct io_req *r;
+	int e;
+
+	if (h->manifest)
+		return -EOPNOTSUPP;
+	la = malloc(sizeof(*la));
+	r = la ? new_req(h, dir, true) : NULL;
+	if (!r) {
+		free(la);
+		return -ENOMEM;
+	}
+	*la = (struct list_async){.ic = {fn, arg}, .done = done, .arg = arg};
+	r->done = index_done;
+	r->arg = la;
+	e = io_submit(b->io, r);
+	if (e < 0) {
+		free(la);
+		io_req_free(r);
+	}
+	return e;
+}
+
 static const struct bk_ops http_ops = {
     .check = http_check,
     .stat = http_stat,
     .list = http_list,
     .read = http_read,
     .free = http_free,
+    .stat_async = http_stat_async,
+    .list_async = http_list_async,
 };
 
 static int load_manifest(struct http *h, const char *file, char *err, size_t errlen)

@@ -1138,3 +1138,46 @@ int io_head(struct io *io, struct io_req *r, struct bk_meta *ret)
 	io_req_free(r);
 	return e;
 }
+
+struct head_ctx {
+	bk_stat_done_fn done;
+	void *arg;
+};
+
+static void head_done(struct io_req *r)
+{
+	struct head_ctx *hc = r->arg;
+	struct bk_meta m = {0};
+	int e = r->err;
+
+	if (e == 0) {
+		m.size = r->length == UINT64_MAX ? 0 : r->length;
+		m.mtime = r->mtime;
+		snprintf(m.etag, sizeof(m.etag), "%s", r->etag_got);
+	}
+	io_req_free(r);
+	hc->done(hc->arg, e, e == 0 ? &m : NULL);
+	free(hc);
+}
+
+int io_head_async(struct io *io, struct io_req *r, bk_stat_done_fn done, void *arg)
+{
+	struct head_ctx *hc = malloc(sizeof(*hc));
+	int e;
+
+	if (!hc) {
+		io_req_free(r);
+		return -ENOMEM;
+	}
+	hc->done = done;
+	hc->arg = arg;
+	r->head = true;
+	r->done = head_done;
+	r->arg = hc;
+	e = io_submit(io, r);
+	if (e < 0) {
+		free(hc);
+		io_req_free(r);
+	}
+	return e;
+}

@@ -149,4 +149,8 @@ int io_read(struct io *io, struct io_req *r, const char *etag, uint64_t off, uin
  * @return 0 or -errno. */
 int io_head(struct io *io, struct io_req *r, struct bk_meta *ret);
 
+/* HEAD with @r (url and signing set) without waiting: @done gets size, mtime and ETag on the
+ * I/O thread. Frees @r on every path. @return 0 or -errno (done not called). */
+int io_head_async(struct io *io, struct io_req *r, bk_stat_done_fn done, void *arg);
+
 #endif

@@ -360,12 +360,109 @@ static int s3_read(struct backend *b, const char *path, const char *etag, uint64
 	return io_read(b->io, r, etag, off, len, dst, prio, done, arg);
 }
 
+static int s3_stat_async(struct backend *b, const char *path, bk_stat_done_fn done, void *arg)
+{
+	struct io_req *r = new_req(b->priv, path, NULL);
+
+	return r ? io_head_async(b->io, r, done, arg) : -ENOMEM;
+}
+
+/* A listing in flight: one ListObjectsV2 page at a time, the next asked when one arrives. */
+struct s3_list_async {
+	struct backend *b;
+	struct list_ctx lc;
+	char *prefix;            /* lc.dir_prefix */
+	char *token;             /* continuation of the next page, or NULL for the first */
+	int pages;
+	bk_done_fn done;
+	void *arg;
+};
+
+static int submit_page(struct s3_list_async *la);
+
+static void page_done(struct io_req *r)
+{
+	struct s3_list_async *la = r->arg;
+	char *next = NULL;
+	int e = r->err;
+
+	if (e == 0)
+		e = s3xml_parse_list(r->body ? r->body : "", r->body_len, on_list_entry, &la->lc,
+				     &next);
+	io_req_free(r);
+	free(la->token);
+	la->token = next;
+	if (e == 0 && la->token && ++la->pages <= 1000000 && (e = submit_page(la)) == 0)
+		return;
+	if (e == 0 && la->token)
+		e = -ELOOP;
+	la->done(la->arg, e);
+	free(la->token);
+	free(la->prefix);
+	free(la);
+}
+
+static int submit_page(struct s3_list_async *la)
+{
+	struct kv q[5];
+	size_t n = 0;
+	struct io_req *r;
+	char *query;
+	int e;
+
+	q[n++] = (struct kv){"list-type", "2"};
+	q[n++] = (struct kv){"delimiter", "/"};
+	q[n++] = (struct kv){"encoding-type", "url"};
+	q[n++] = (struct kv){"prefix", la->prefix};
+	if (la->token)
+		q[n++] = (struct kv){"continuation-token", la->token};
+	query = sigv4_canonical_query(q, n);
+	r = query ? new_req(la->b->priv, NULL, query) : NULL;
+	free(query);
+	if (!r)
+		return -ENOMEM;
+	r->done = page_done;
+	r->arg = la;
+	e = io_submit(la->b->io, r);
+	if (e < 0)
+		io_req_free(r);
+	return e;
+}
+
+static int s3_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
+			 void *arg)
+{
+	struct s3 *s = b->priv;
+	struct s3_list_async *la = calloc(1, sizeof(*la));
+	int e;
+
+	if (!la)
+		return -ENOMEM;
+	if (asprintf(&la->prefix, "%s%s%s", s->prefix, dir, dir[0] ? "/" : "") < 0) {
+		free(la);
+		return -ENOMEM;
+	}
+	la->b = b;
+	la->lc = (struct list_ctx){.b = b, .dir_prefix = la->prefix, .plen = strlen(la->prefix),
+				   .fn = fn, .arg = arg};
+	la->done = done;
+	la->arg = arg;
+	e = submit_page(la);
+	if (e < 0) {
+		free(la->prefix);
+		free(la);
+	}
+	return e;
+}
+
 static const struct bk_ops s3_ops = {
     .check = s3_check,
     .stat = s3_stat,
     .list = s3_list,
     .read = s3_read,
     .free = s3_free,
+    .stat_async = s3_stat_async,
+    .list_async = s3_list_async,
 };
 
 /* Valid S3 bucket names are 3..63 of [a-z0-9.-]; be a little lenient (upper case, '_') for

@@ -16,6 +16,11 @@ struct bk_ops {
 	int (*read)(struct backend *b, const char *path, const char *etag, uint64_t off,
 		    uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg);
 	void (*free)(struct backend *b);
+	/* asynchronous metadata (backend.h); NULL, or -EOPNOTSUPP from the call: the
+	 * synchronous op runs as a job on the I/O thread instead (a local store, a manifest) */
+	int (*stat_async)(struct backend *b, const char *path, bk_stat_done_fn done, void *arg);
+	int (*list_async)(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
+			  void *arg);
 };
 
 /* Set up by backend_new and the scheme's init, read-only afterwards: no lock. */

@@ -33,8 +33,8 @@ struct fobj {
 				   * inode (atomic): has the page cache been fed from it? */
 	uint64_t size;
 	int64_t mtime;
-	char etag[BK_ETAG_MAX];
-	char path[];              /* relative path in the store */
+	const char *etag;         /* as the store sent it, "" if none; in the same allocation */
+	char path[];              /* relative path in the store, then the ETag's bytes */
 };
 
 void fobj_get(struct fobj *o);
@@ -53,6 +53,10 @@ struct ns_cfg {
 	mode_t file_mode;         /* permission bits of files, ANDed with the store's if any */
 	mode_t dir_mode;          /* permission bits of directories, likewise */
 	uint32_t block_size;      /* st_blksize */
+	/* Where a listing that failed is reported, once per directory until one succeeds; @kept:
+	 * the last good listing is served meanwhile. May be NULL. Called without ns's lock. */
+	void (*log)(void *log_arg, const char *dir, int err, bool kept);
+	void *log_arg;
 	uint64_t (*now_ns)(void *clock_arg); /* monotonic clock; NULL = CLOCK_MONOTONIC (tests
 					      * pass a fake one) */
 	void *clock_arg;
@@ -61,11 +65,29 @@ struct ns_cfg {
 struct ns *ns_new(const struct ns_cfg *cfg);
 void ns_free(struct ns *ns);
 
+/*
+ * Asynchronous calls. Each runs its completion exactly once: in the caller's thread, before
+ * returning, when what ns holds answers it; otherwise on the backend's I/O thread when the
+ * store has answered (the caller keeps nothing waiting: a FUSE request is simply parked).
+ * Listings are single-flight per directory: every call that needs one while it is in flight
+ * waits for that one.
+ */
+typedef void (*ns_entry_fn)(void *arg, int err, const struct stat *st);
+typedef void (*ns_open_fn)(void *arg, int err, struct fobj *o, bool same, bool changed);
+struct ns_dir;
+typedef void (*ns_dir_fn)(void *arg, int err, struct ns_dir *d);
+
 /* Look @name up in directory @parent; on success the node's lookup count is raised by one.
- * A name missing from the cached listing is asked of the store (stat / HEAD) unless it was
- * found missing less than negative_ttl ago. A name whose version changed while files are open
- * on its inode gets a new inode: the open files keep the old one, with its page cache.
- * @return 0 and *ret_st (st_ino set), -ENOENT, -ENOTDIR, or a backend -errno. */
+ * The directory's listing is used while younger than metadata_ttl; an older one is refreshed
+ * first (the lookup waits for it), and a refresh that fails leaves the last good listing in
+ * use. A name missing from the listing is asked of the store (stat / HEAD) unless it was found
+ * missing less than negative_ttl ago. A name whose version changed while files are open on its
+ * inode gets a new inode: the open files keep the old one, with its page cache.
+ * @done gets 0 and the attributes (st_ino set), -ENOENT, -ENOTDIR, or a backend -errno. */
+void ns_lookup_async(struct ns *ns, uint64_t parent, const char *name, ns_entry_fn done,
+		     void *arg);
+/* ns_lookup_async, waiting for the answer (tests and helper threads, never a FUSE worker).
+ * @return 0 and *ret_st, or -errno. */
 int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret_st);
 
 /* Drop @n lookups of @ino (FUSE forget). */
@@ -84,6 +106,8 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st);
  * other files are open on this inode: the name now leads to a new inode (the kernel retries
  * the open with a fresh lookup).
  */
+void ns_open_async(struct ns *ns, uint64_t ino, ns_open_fn done, void *arg);
+/* ns_open_async, waiting (tests, helper threads). */
 int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool *ret_changed);
 
 /* A file opened with ns_open was closed. */
@@ -105,23 +129,39 @@ struct hlink {
 	struct hlink *prev, *next;
 };
 
-/* A directory listing frozen at opendir, so readdir pages are consistent. */
-struct ns_dirent {
-	char *name;
-	bool is_dir;
-};
+/* An open directory: the listing it was opened on, frozen (readdir pages are consistent) and
+ * shared, not copied: every handle opened on the same listing holds a reference to it. */
+struct ns_listing;
 struct ns_dir {
 	struct hlink link;        /* first: the mount's open directories (ops.c); handles_lock */
-	unsigned refs;            /* atomic */
 	uint64_t ino;             /* the directory */
 	uint64_t parent;          /* its parent's inode (itself for the root) */
-	size_t n;
-	struct ns_dirent e[];     /* sorted by name, unique */
+	struct ns_listing *l;     /* a reference; immutable while shared */
 };
 
-/* @return 0 and a referenced *ret, -ENOTDIR, -ENOENT, or a backend -errno. */
+/* Open directory @ino. A listing already held is used at once, and refreshed in the
+ * background when older than metadata_ttl (stale-while-revalidate); without one, the call
+ * waits for the (single-flight) listing. @done gets 0 and a handle (the callee's to put with
+ * ns_dir_put), -ENOTDIR, -ENOENT, or a backend -errno. */
+void ns_opendir_async(struct ns *ns, uint64_t ino, ns_dir_fn done, void *arg);
+/* ns_opendir_async, waiting (tests). @return 0 and *ret, or -errno. */
 int ns_opendir(struct ns *ns, uint64_t ino, struct ns_dir **ret);
+/* A handle on a fixed list of @n file names (the control directory): never touches a store.
+ * @return the handle or NULL (out of memory). */
+struct ns_dir *ns_dir_make(uint64_t ino, uint64_t parent, const char *const *names, size_t n);
 void ns_dir_put(struct ns_dir *d);
+/* Entries of an open directory, sorted by name: how many, and the name of entry @i (and
+ * whether it is a directory). */
+size_t ns_dir_count(const struct ns_dir *d);
+const char *ns_dir_name(const struct ns_dir *d, size_t i, bool *ret_is_dir);
+
+/* Is @name in the listing held for directory @parent, from memory only (never the store)?
+ * @return 1 yes, 0 no, -EAGAIN no listing held yet, -ENOENT unknown directory. */
+int ns_listed(struct ns *ns, uint64_t parent, const char *name);
+
+/* Memory the namespace holds now, in bytes (nodes, listings, versions), and the number of
+ * listed keys; for the stats file and the memory measurements. */
+void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys);
 
 /* Path of @ino ("" for the root), copied into @buf. @return 0, -ENOENT, -ENAMETOOLONG. */
 int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len);

@@ -3,7 +3,8 @@
  *
  *   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
  *           ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, fetches, references)
- *           ──► ns_cfg      ──► ns_new
+ *           ──► ns_cfg      ──► ns_new (the root's first listing starts once the I/O
+ *                                        thread runs)
  *           ──► FUSE args   ──► fuse_session_new(fs_ops) ─► mount ─► daemonize ─► loop
  *
  * Everything that can fail before mounting fails with one line on stderr and exit status 1.
@@ -68,6 +69,19 @@ static char *store_name(const char *url)
 	if (out)
 		sprintf(out, "%.*s%s", (int)(sch + 3 - url), url, at + 1);
 	return out;
+}
+
+/* A listing that failed, once per directory until one succeeds (ns.c decides). */
+static void ns_log(void *arg, const char *dir, int err, bool kept)
+{
+	fs_log_once(arg, FUSE_LOG_WARNING, dir[0] ? dir : "/", "listing failed",
+		    "listing /%s failed: %s%s", dir, strerror(-err),
+		    kept ? "; the last good listing is served meanwhile" : "");
+}
+
+static void prime_done(void *arg, int err, struct ns_dir *d)
+{
+	ns_dir_put(d);
 }
 
 int fs_main(struct fs_opts *o)
@@ -146,6 +160,8 @@ int fs_main(struct fs_opts *o)
 		.file_mode = (mode_t)o->file_mode,
 		.dir_mode = (mode_t)o->dir_mode,
 		.block_size = (uint32_t)o->block_size,
+		.log = ns_log,
+		.log_arg = &m,
 	};
 	m.ns = store ? ns_new(&nc) : NULL;
 	fsname = fsname_opt(o->url);
@@ -196,6 +212,9 @@ int fs_main(struct fs_opts *o)
 		fuse_log(FUSE_LOG_ERR, "tierfs: cannot start the I/O thread: %s\n", strerror(-r));
 		goto out;
 	}
+	/* the root's first listing starts now, so that the first ls and the control
+	 * directory's lookup find it (or find it in flight) */
+	ns_opendir_async(m.ns, 1, prime_done, NULL);
 	if (o->single_thread) {
 		r = fuse_session_loop(m.se);
 	} else {

@@ -7,8 +7,9 @@
  *     by_ino[ino]            ──► node ◄── by_name[(parent ino, name)]
  *                                 │
  *            file: cur ──► struct fobj (path, size, mtime, ETag, cache oid), refcounted
- *            dir:  list ──► sorted entries of the last listing, and when it was started
- *                  negs ──► names the store said do not exist, and when
+ *            dir:  dir ──► list ──► the last good listing (shared with open handles)
+ *                          inflight ──► the listing being fetched, and the ops waiting for it
+ *                          negs ──► names the store said do not exist, and when
  *
  * Identity. A version's cache oid is a hash of (store, path, ETag) (cache/key.c), so the same
  * version gets the same oid whatever node holds it: forgetting an inode and looking the name up
@@ -32,16 +33,29 @@
  * Freshness: a listing is reused for metadata_ttl seconds. A name missing from it is asked of
  * the store (stat / HEAD): found, it joins the listing; missing, the answer is kept for
  * negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
- * metadata_ttl or has no ETag, unless the mount is immutable.
+ * metadata_ttl or has no ETag, unless the mount is immutable. A lookup waits for an old
+ * listing to be refreshed; opendir does not (stale-while-revalidate: it gets the listing held
+ * and a refresh goes out in the background). A refresh that fails leaves the last good listing
+ * in place (reported once through cfg.log); only a directory never listed fails its callers.
  *
- * Locking: ns->lock guards the tables and every node. It is never held across a network call:
- * the caller copies the path, unlocks, asks the backend, relocks and finds the node again (it
- * may have been forgotten meanwhile).
+ * No caller waits: lookup, open and opendir are ops run in steps (see "operations that may
+ * wait for the store"). What ns holds is answered in the caller's thread; what needs the store
+ * parks the op on an asynchronous stat or on the directory's listing in flight, and the
+ * backend's I/O thread runs the next step when the answer comes. Listings are single-flight:
+ * every op that needs one while it is in flight waits for that one. Open directory handles
+ * share the listing they were opened on (reference counted, copy on write).
+ *
+ * Locking: ns->lock guards the tables, every node and every listing's place in its directory.
+ * It is never held across a request: a step drops it before submitting, and the completion
+ * takes it again and finds the node by inode number (it may have been forgotten meanwhile).
+ * A listing being fetched belongs to its fetch alone until it is published under the lock; a
+ * published listing shared with handles is immutable but for ETags rewritten in place.
  *
  * Workload: brokers look up a few hundred segment files and open them repeatedly; operators
  * list directories of thousands of keys.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,18 +65,38 @@
 
 #define ROOT_INO 1
 
-struct entry {
-	char *name;
-	bool is_dir;
-	bool have_meta;
-	struct bk_meta meta;
+/*
+ * A listing: entries in one array, their names and ETags in one string pool (32 bytes per
+ * entry plus the strings, instead of a malloc'd name and a 128-byte ETag each).
+ *
+ *     e[] ─ {name, etag: offsets in pool; size, mtime, perm, flags}   sorted by name, unique
+ *     pool ─ "\0name1\0\"etag1\"\0name2\0..."   (offset 0 is the empty string)
+ *
+ * Reference counted: the directory holds one, each open handle one. A listing with other
+ * holders is never changed but in place of equal size (an ETag no longer than the old one);
+ * anything else copies it first (copy on write), so handles read it without a lock.
+ */
+#define LE_DIR 1
+#define LE_META 2
+#define LE_PERM 4
+
+struct lent {
+	uint32_t name;       /* offset in pool */
+	uint32_t etag;       /* offset in pool, 0 for "" */
+	uint64_t size;
+	int64_t mtime;
+	uint16_t perm;       /* with LE_PERM: the store's permission bits */
+	uint8_t flags;       /* LE_* */
 };
 
-struct listing {
-	size_t n;
-	struct entry *e;     /* sorted by name, unique */
-	uint64_t time_ns;    /* when it was started: nothing older is in it */
-	bool stale;          /* an object in it changed: list again at the next use */
+struct ns_listing {
+	unsigned refs;       /* atomic: the directory's and every open handle's */
+	size_t n, cap;
+	struct lent *e;      /* sorted by name, unique (once published) */
+	char *pool;
+	size_t plen, pcap;
+	uint64_t time_ns;    /* when it was started: nothing older is in it; ns->lock */
+	bool stale;          /* an object in it changed: list again at the next use; ns->lock */
 };
 
 /* A name the store said does not exist (negative cache of one directory). */
@@ -72,6 +106,16 @@ struct neg {
 	uint64_t time_ns;    /* when the store said so */
 };
 
+struct lfetch;
+
+/* What only a directory has (ns->lock). */
+struct dirst {
+	struct ns_listing *list; /* the last good listing (one ref), NULL until one arrived */
+	struct lfetch *inflight; /* the listing being fetched, NULL if none (single flight) */
+	bool fail_logged;        /* a failed refresh was reported; cleared by a success */
+	struct neg negs[NEG_MAX]; /* names found missing; unused slots have name NULL */
+};
+
 struct node {
 	uint64_t ino;
 	uint64_t parent;     /* parent's inode; the root's is itself */
@@ -79,20 +123,19 @@ struct node {
 	char *path;          /* relative path in the store, "" for the root */
 	bool is_dir;
 	bool unlinked;       /* no longer in by_name (replaced by a node of another type) */
-	uint64_t nlookup;    /* kernel references */
-	unsigned nopen;      /* files open on this inode (ns_open - ns_release) */
 	bool have_perm;      /* the store gave permission bits (file://) ... */
+	bool opened;         /* last_open_id is set */
+	bool stale;          /* a read found cur changed: revalidate at the next open */
 	uint32_t perm;       /* ... these (last listing or stat); modes never exceed them */
+	unsigned nopen;      /* files open on this inode (ns_open - ns_release) */
+	uint64_t nlookup;    /* kernel references */
 	struct node *next_ino, *next_name; /* hash chains */
 	/* files */
 	struct fobj *cur;    /* current known version (one ref), NULL until known */
 	uint64_t meta_ns;    /* when cur was last confirmed with an ETag */
 	struct cache_oid last_open_id; /* cur->id at the previous open */
-	bool opened;         /* last_open_id is set */
-	bool stale;          /* a read found cur changed: revalidate at the next open */
 	/* directories */
-	struct listing *list;
-	struct neg negs[NEG_MAX]; /* names found missing; unused slots have name NULL */
+	struct dirst *dir;   /* NULL for files */
 };
 
 struct ns {
@@ -223,22 +266,268 @@ static void grow(struct ns *ns)
 	free(old_ino);
 }
 
-static void listing_free(struct listing *l)
+/* ---- listings ------------------------------------------------------------------------------ */
+
+static struct ns_listing *listing_new(void)
 {
+	struct ns_listing *l = calloc(1, sizeof(*l));
+
 	if (!l)
+		return NULL;
+	l->pool = malloc(64);
+	if (!l->pool) {
+		free(l);
+		return NULL;
+	}
+	l->refs = 1;
+	l->pcap = 64;
+	l->pool[0] = '\0';
+	l->plen = 1;
+	return l;
+}
+
+static void listing_get(struct ns_listing *l)
+{
+	__atomic_fetch_add(&l->refs, 1, __ATOMIC_RELAXED);
+}
+
+static void listing_put(struct ns_listing *l)
+{
+	if (!l || __atomic_sub_fetch(&l->refs, 1, __ATOMIC_ACQ_REL) != 0)
 		return;
-	for (size_t i = 0; i < l->n; i++)
-		free(l->e[i].name);
 	free(l->e);
+	free(l->pool);
 	free(l);
+}
+
+static const char *lname(const struct ns_listing *l, const struct lent *e)
+{
+	return l->pool + e->name;
+}
+
+/* Copy @s into the pool. @return 0 and its offset (0 for ""), or -ENOMEM, -EFBIG. */
+static int pool_add(struct ns_listing *l, const char *s, uint32_t *ret)
+{
+	size_t n = strlen(s) + 1;
+
+	if (n == 1) {
+		*ret = 0;
+		return 0;
+	}
+	if (l->plen + n > UINT32_MAX)
+		return -EFBIG;
+	if (l->plen + n > l->pcap) {
+		size_t cap = l->pcap * 2;
+		char *p;
+
+		while (cap < l->plen + n)
+			cap *= 2;
+		p = realloc(l->pool, cap);
+		if (!p)
+			return -ENOMEM;
+		l->pool = p;
+		l->pcap = cap;
+	}
+	memcpy(l->pool + l->plen, s, n);
+	*ret = (uint32_t)l->plen;
+	l->plen += n;
+	return 0;
+}
+
+static void lent_meta(const struct ns_listing *l, const struct lent *e, struct bk_meta *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->size = e->size;
+	m->mtime = e->mtime;
+	snprintf(m->etag, sizeof(m->etag), "%s", l->pool + e->etag);
+	m->have_perm = (e->flags & LE_PERM) != 0;
+	m->perm = e->perm;
+}
+
+/* Add an entry at the end (unsorted). @return 0 or -ENOMEM. */
+static int listing_append(struct ns_listing *l, const char *name, bool is_dir,
+			  const struct bk_meta *m)
+{
+	struct lent *e;
+	int r;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+
+		e = realloc(l->e, cap * sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		l->e = e;
+		l->cap = cap;
+	}
+	e = &l->e[l->n];
+	memset(e, 0, sizeof(*e));
+	if ((r = pool_add(l, name, &e->name)) < 0)
+		return r;
+	e->flags = is_dir ? LE_DIR : 0;
+	if (m && !is_dir) {
+		e->flags |= LE_META;
+		e->size = m->size;
+		e->mtime = m->mtime;
+		if ((r = pool_add(l, m->etag, &e->etag)) < 0)
+			return r;
+	}
+	if (m && m->have_perm) {
+		e->flags |= LE_PERM;
+		e->perm = (uint16_t)(m->perm & 0777);
+	}
+	l->n++;
+	return 0;
+}
+
+static int cmp_lent(const void *a, const void *b, void *arg)
+{
+	const struct lent *x = a, *y = b;
+	const struct ns_listing *l = arg;
+	int c = strcmp(lname(l, x), lname(l, y));
+
+	if (c)
+		return c;
+	/* directories first among equal names */
+	return (int)(y->flags & LE_DIR) - (int)(x->flags & LE_DIR);
+}
+
+/* Sort, keep one entry per name (pages may repeat a prefix; a key "a" and a prefix "a/" make
+ * the directory win, as a file cannot hold children), and give back the slack. */
+static void listing_seal(struct ns_listing *l)
+{
+	size_t w = 0;
+
+	if (l->n)
+		qsort_r(l->e, l->n, sizeof(*l->e), cmp_lent, l);
+	for (size_t i = 0; i < l->n; i++) {
+		if (w && strcmp(lname(l, &l->e[w - 1]), lname(l, &l->e[i])) == 0)
+			continue;
+		l->e[w++] = l->e[i];
+	}
+	l->n = w;
+	if (l->n && l->n < l->cap) {
+		struct lent *e = realloc(l->e, l->n * sizeof(*e));
+
+		if (e) {
+			l->e = e;
+			l->cap = l->n;
+		}
+	}
+	if (l->plen < l->pcap) {
+		char *p = realloc(l->pool, l->plen);
+
+		if (p) {
+			l->pool = p;
+			l->pcap = l->plen;
+		}
+	}
+}
+
+/* Binary search: the entry named @name, or NULL; *ret_pos is where it is or would go. */
+static struct lent *find_pos(struct ns_listing *l, const char *name, size_t *ret_pos)
+{
+	size_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(lname(l, &l->e[mid]), name);
+
+		if (c == 0) {
+			*ret_pos = mid;
+			return &l->e[mid];
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*ret_pos = lo;
+	return NULL;
+}
+
+static struct lent *find_entry(struct ns_listing *l, const char *name)
+{
+	size_t pos;
+
+	return find_pos(l, name, &pos);
+}
+
+/* Make @d's listing one that only @d holds, copying it if open handles share it (lock held).
+ * @return it, or NULL if out of memory. */
+static struct ns_listing *listing_own(struct dirst *d)
+{
+	struct ns_listing *l = d->list, *c;
+
+	if (__atomic_load_n(&l->refs, __ATOMIC_ACQUIRE) == 1)
+		return l; /* only handles opened under the lock could add one */
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->e = malloc((l->n ? l->n : 1) * sizeof(*c->e));
+	c->pool = malloc(l->plen);
+	if (!c->e || !c->pool) {
+		free(c->e);
+		free(c->pool);
+		free(c);
+		return NULL;
+	}
+	memcpy(c->e, l->e, l->n * sizeof(*c->e));
+	memcpy(c->pool, l->pool, l->plen);
+	c->refs = 1;
+	c->n = c->cap = l->n;
+	c->plen = c->pcap = l->plen;
+	c->time_ns = l->time_ns;
+	c->stale = l->stale;
+	d->list = c;
+	listing_put(l);
+	return c;
+}
+
+/* Add @name to @d's listing, keeping it sorted (it is not in it; lock held).
+ * @return the entry or NULL (out of memory). */
+static struct lent *listing_insert(struct dirst *d, const char *name, bool is_dir,
+				   const struct bk_meta *m)
+{
+	struct ns_listing *l = listing_own(d);
+	struct lent e;
+	size_t pos;
+
+	if (!l || find_pos(l, name, &pos) || listing_append(l, name, is_dir, m) < 0)
+		return NULL;
+	e = l->e[l->n - 1];
+	memmove(&l->e[pos + 1], &l->e[pos], (l->n - 1 - pos) * sizeof(e));
+	l->e[pos] = e;
+	return &l->e[pos];
+}
+
+static bool fresh(struct ns *ns, uint64_t t, uint64_t now)
+{
+	return now - t < ns->cfg.metadata_ttl * 1000000000ULL;
+}
+
+/* May @d's listing answer without asking the store (lock held)? */
+static bool listing_fresh(struct ns *ns, const struct dirst *d)
+{
+	return d->list && (ns->cfg.immutable ||
+			   (!d->list->stale && fresh(ns, d->list->time_ns, clock_ns(ns))));
+}
+
+static struct dirst *dirst_new(void)
+{
+	return calloc(1, sizeof(struct dirst));
 }
 
 static void node_free(struct node *n)
 {
 	fobj_put(n->cur);
-	listing_free(n->list);
-	for (int i = 0; i < NEG_MAX; i++)
-		free(n->negs[i].name);
+	if (n->dir) {
+		/* a listing in flight finds the node gone and frees itself */
+		listing_put(n->dir->list);
+		for (int i = 0; i < NEG_MAX; i++)
+			free(n->dir->negs[i].name);
+		free(n->dir);
+	}
 	free(n->name);
 	free(n->path);
 	free(n);
@@ -266,7 +555,8 @@ struct ns *ns_new(const struct ns_cfg *cfg)
 	root->nlookup = 1;
 	root->name = strdup("");
 	root->path = strdup("");
-	if (!root->name || !root->path)
+	root->dir = dirst_new();
+	if (!root->name || !root->path || !root->dir)
 		goto fail;
 	pthread_mutex_init(&ns->lock, NULL);
 	ns->next_ino = ROOT_INO + 1;
@@ -274,11 +564,8 @@ struct ns *ns_new(const struct ns_cfg *cfg)
 	ns->count = 1;
 	return ns;
 fail:
-	if (root) {
-		free(root->name);
-		free(root->path);
-		free(root);
-	}
+	if (root)
+		node_free(root);
 	free(ns->by_ino);
 	free(ns->by_name);
 	free(ns->store);
@@ -300,157 +587,6 @@ void ns_free(struct ns *ns)
 	free(ns->store);
 	pthread_mutex_destroy(&ns->lock);
 	free(ns);
-}
-
-/* ---- listings ------------------------------------------------------------------------------ */
-
-struct collect {
-	struct entry *e;
-	size_t n, cap;
-	int err;
-};
-
-static int on_entry(void *arg, const char *name, bool is_dir, const struct bk_meta *meta)
-{
-	struct collect *c = arg;
-
-	if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
-	    strlen(name) > 255)
-		return 0; /* not a possible file name: skipped */
-	if (c->n == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 64;
-		struct entry *e = realloc(c->e, cap * sizeof(*e));
-
-		if (!e)
-			return -ENOMEM;
-		c->e = e;
-		c->cap = cap;
-	}
-	struct entry *e = &c->e[c->n];
-	if (!(e->name = strdup(name)))
-		return -ENOMEM;
-	e->is_dir = is_dir;
-	e->have_meta = meta != NULL;
-	if (meta)
-		e->meta = *meta;
-	c->n++;
-	return 0;
-}
-
-static int cmp_entry(const void *a, const void *b)
-{
-	const struct entry *x = a, *y = b;
-	int c = strcmp(x->name, y->name);
-
-	if (c)
-		return c;
-	return (int)y->is_dir - (int)x->is_dir; /* directories first among equal names */
-}
-
-/* List @path from the store (no lock held). @return 0 and *ret, or -errno. */
-static int fetch_listing(struct ns *ns, const char *path, struct listing **ret)
-{
-	struct collect c = {0};
-	struct listing *l;
-	size_t w = 0;
-	uint64_t started = clock_ns(ns); /* a change after this may be missing from the listing */
-	int e = backend_list(ns->cfg.backend, path, on_entry, &c);
-
-	if (e < 0)
-		goto fail;
-	if (c.n)
-		qsort(c.e, c.n, sizeof(*c.e), cmp_entry);
-	/* unique names: pages may repeat a prefix; a key "a" and a prefix "a/" make the
-	 * directory win, as a file cannot hold children */
-	for (size_t i = 0; i < c.n; i++) {
-		if (w && strcmp(c.e[w - 1].name, c.e[i].name) == 0) {
-			free(c.e[i].name);
-			continue;
-		}
-		c.e[w++] = c.e[i];
-	}
-	c.n = w;
-	l = calloc(1, sizeof(*l));
-	if (!l) {
-		e = -ENOMEM;
-		goto fail;
-	}
-	l->n = c.n;
-	l->e = c.e;
-	l->time_ns = started;
-	*ret = l;
-	return 0;
-fail:
-	for (size_t i = 0; i < c.n; i++)
-		free(c.e[i].name);
-	free(c.e);
-	return e;
-}
-
-static bool fresh(struct ns *ns, uint64_t t, uint64_t now)
-{
-	return now - t < ns->cfg.metadata_ttl * 1000000000ULL;
-}
-
-/*
- * Find directory @ino with a fresh listing (lock held on entry and exit; dropped while
- * listing). @return the node or NULL with *ret_err.
- */
-static struct node *dir_listed(struct ns *ns, uint64_t ino, int *ret_err)
-{
-	struct node *n = find_ino(ns, ino);
-	struct listing *l = NULL;
-	char *path;
-	int e;
-
-	if (!n) {
-		*ret_err = -ENOENT;
-		return NULL;
-	}
-	if (!n->is_dir) {
-		*ret_err = -ENOTDIR;
-		return NULL;
-	}
-	if (n->list && (ns->cfg.immutable || (!n->list->stale &&
-						      fresh(ns, n->list->time_ns, clock_ns(ns)))))
-		return n;
-	path = strdup(n->path);
-	if (!path) {
-		*ret_err = -ENOMEM;
-		return NULL;
-	}
-	pthread_mutex_unlock(&ns->lock);
-	e = fetch_listing(ns, path, &l);
-	free(path);
-	pthread_mutex_lock(&ns->lock);
-	n = find_ino(ns, ino);
-	if (e < 0 || !n) {
-		if (e == 0)
-			listing_free(l);
-		*ret_err = e < 0 ? e : -ENOENT;
-		return NULL;
-	}
-	listing_free(n->list);
-	n->list = l;
-	return n;
-}
-
-static struct entry *find_entry(struct listing *l, const char *name)
-{
-	size_t lo = 0, hi = l->n;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int c = strcmp(l->e[mid].name, name);
-
-		if (c == 0)
-			return &l->e[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
 }
 
 /* ---- versions ------------------------------------------------------------------------------ */
@@ -489,8 +625,9 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 {
 	take_perm(n, m);
 	if (!n->cur || !same_version(n->cur, m) || (!n->cur->etag[0] && m->etag[0])) {
-		size_t plen = strlen(n->path);
-		struct fobj *o = malloc(sizeof(*o) + plen + 1);
+		size_t plen = strlen(n->path), elen = strnlen(m->etag, BK_ETAG_MAX - 1);
+		struct fobj *o = malloc(sizeof(*o) + plen + 1 + elen + 1);
+		char *etag;
 
 		if (!o)
 			return -ENOMEM;
@@ -499,9 +636,11 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 		o->serves = 0;
 		o->size = m->size;
 		o->mtime = m->mtime;
-		memcpy(o->etag, m->etag, sizeof(o->etag));
-		o->etag[sizeof(o->etag) - 1] = '\0';
 		memcpy(o->path, n->path, plen + 1);
+		etag = o->path + plen + 1;
+		memcpy(etag, m->etag, elen);
+		etag[elen] = '\0';
+		o->etag = etag;
 		o->id = version_oid(ns, n->path, m);
 		fobj_put(n->cur);
 		n->cur = o;
@@ -520,20 +659,40 @@ static bool changes(const struct node *n, const struct bk_meta *m)
 }
 
 /* Record in the parent's listing what the store just said of @n's name (lock held), so a
- * lookup does not bring back an older version. Best effort. */
+ * lookup does not bring back an older version. Best effort: where open handles share the
+ * listing and the new ETag does not fit in the old one's place, the listing is copied, or
+ * if that fails marked stale. */
 static void listing_note(struct ns *ns, const struct node *n, const struct bk_meta *m)
 {
 	struct node *p = find_ino(ns, n->parent);
-	struct entry *e = p && p->list ? find_entry(p->list, n->name) : NULL;
+	struct ns_listing *l = p && p->dir ? p->dir->list : NULL;
+	struct lent *e = l ? find_entry(l, n->name) : NULL;
+	size_t nl = strlen(m->etag);
 
-	if (e && !e->is_dir) {
-		e->have_meta = true;
-		e->meta = *m;
+	if (!e || (e->flags & LE_DIR))
+		return;
+	if (nl > strlen(l->pool + e->etag) || (nl && !e->etag)) {
+		uint32_t off;
+
+		l = listing_own(p->dir);
+		e = l ? find_entry(l, n->name) : NULL;
+		if (!e || pool_add(l, m->etag, &off) < 0) {
+			p->dir->list->stale = true;
+			return;
+		}
+		e->etag = off;
+	} else if (nl) {
+		memcpy(l->pool + e->etag, m->etag, nl + 1); /* handles never read ETags */
+	} else {
+		e->etag = 0;
 	}
+	e->flags |= LE_META;
+	e->size = m->size;
+	e->mtime = m->mtime;
 }
 
-/* Ask the store about @path (lock held on entry and exit, dropped for the request).
- * @return what backend_stat returns. */
+/* Ask the store about @path (lock held on entry and exit, dropped for the request; helper
+ * threads only). @return what backend_stat returns. */
 static int stat_unlocked(struct ns *ns, const char *path, struct bk_meta *ret)
 {
 	char *copy = strdup(path);
@@ -590,6 +749,18 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 	}
 }
 
+/* "parent/name", or "name" in the root. @return malloc'd or NULL. */
+static char *child_path(const struct node *parent, const char *name)
+{
+	char *p;
+
+	if (!parent->path[0])
+		return strdup(name);
+	if (asprintf(&p, "%s/%s", parent->path, name) < 0)
+		return NULL;
+	return p;
+}
+
 static struct node *node_new(struct ns *ns, struct node *parent, const char *name, bool is_dir)
 {
 	struct node *n = calloc(1, sizeof(*n));
@@ -600,16 +771,13 @@ static struct node *node_new(struct ns *ns, struct node *parent, const char *nam
 	n->parent = parent->ino;
 	n->is_dir = is_dir;
 	n->name = strdup(name);
-	if (parent->path[0])
-		n->path = malloc(strlen(parent->path) + strlen(name) + 2);
-	else
-		n->path = strdup(name);
-	if (!n->name || !n->path) {
+	n->path = child_path(parent, name);
+	if (is_dir)
+		n->dir = dirst_new();
+	if (!n->name || !n->path || (is_dir && !n->dir)) {
 		node_free(n);
 		return NULL;
 	}
-	if (parent->path[0])
-		sprintf(n->path, "%s/%s", parent->path, name);
 	if (ns->count >= ns->nbuckets)
 		grow(ns);
 	link_node(ns, n);
@@ -619,11 +787,11 @@ static struct node *node_new(struct ns *ns, struct node *parent, const char *nam
 
 /* ---- names missing from a listing ---------------------------------------------------------- */
 
-/* Did the store say @name is missing from directory @p less than negative_ttl ago? */
-static bool neg_fresh(struct ns *ns, struct node *p, const char *name, uint64_t now)
+/* Did the store say @name is missing from directory @d less than negative_ttl ago? */
+static bool neg_fresh(struct ns *ns, struct dirst *d, const char *name, uint64_t now)
 {
 	for (int i = 0; i < NEG_MAX; i++) {
-		struct neg *g = &p->negs[i];
+		struct neg *g = &d->negs[i];
 
 		if (g->name && strcmp(g->name, name) == 0)
 			return now - g->time_ns < ns->cfg.negative_ttl * 1000000000ULL;
@@ -631,16 +799,16 @@ static bool neg_fresh(struct ns *ns, struct node *p, const char *name, uint64_t 
 	return false;
 }
 
-/* Remember that @name is missing from @p, replacing the same name or the oldest entry. */
-static void neg_add(struct node *p, const char *name, uint64_t now)
+/* Remember that @name is missing from @d, replacing the same name or the oldest entry. */
+static void neg_add(struct dirst *d, const char *name, uint64_t now)
 {
-	struct neg *slot = &p->negs[0];
+	struct neg *slot = &d->negs[0];
 	char *copy = strdup(name);
 
 	if (!copy)
 		return;
 	for (int i = 0; i < NEG_MAX; i++) {
-		struct neg *g = &p->negs[i];
+		struct neg *g = &d->negs[i];
 
 		if (!g->name || strcmp(g->name, name) == 0) {
 			slot = g;
@@ -654,79 +822,199 @@ static void neg_add(struct node *p, const char *name, uint64_t now)
 	slot->time_ns = now;
 }
 
-static void neg_del(struct node *p, const char *name)
+static void neg_del(struct dirst *d, const char *name)
 {
 	for (int i = 0; i < NEG_MAX; i++) {
-		if (p->negs[i].name && strcmp(p->negs[i].name, name) == 0) {
-			free(p->negs[i].name);
-			p->negs[i].name = NULL;
+		if (d->negs[i].name && strcmp(d->negs[i].name, name) == 0) {
+			free(d->negs[i].name);
+			d->negs[i].name = NULL;
 		}
 	}
 }
 
-/* Add @name to @l, keeping it sorted (it is not in it). @return the entry or NULL (ENOMEM). */
-static struct entry *listing_insert(struct listing *l, const char *name, bool is_dir,
-				    const struct bk_meta *m)
+/* ---- operations that may wait for the store ------------------------------------------------ */
+
+/*
+ * Every lookup, open and opendir is an op that runs in steps. A step runs under ns->lock and
+ * either answers, or says what it needs from the store: a listing (the op joins the
+ * directory's fetch in flight, or starts it) or one stat. The request goes out after the lock
+ * is dropped, and its completion runs the op's next step on the I/O thread. A step starts from
+ * what ns holds then, never from what it held before the wait.
+ *
+ *   run ─► step ──answer──► done(arg, ...)
+ *            ├─ STEP_LIST ─► waiters of dir->inflight ── list_done ──► run (each waiter)
+ *            └─ STEP_STAT ─► backend_stat_async ──────── stat_done ──► run
+ */
+enum { OP_LOOKUP, OP_OPEN, OP_OPENDIR };
+enum { STAT_NONE, STAT_ASK, STAT_META, STAT_OPEN };
+#define STEP_LIST 1
+#define STEP_STAT 2
+
+struct nsop {
+	struct ns *ns;
+	int kind;                /* OP_* */
+	uint64_t ino;            /* lookup: the directory; open, opendir: the node */
+	union {
+		ns_entry_fn entry;
+		ns_open_fn open;
+		ns_dir_fn dir;
+	} done;
+	void *arg;
+	struct nsop *next;       /* waiters of one listing (ns->lock) */
+	bool waited;             /* a listing this op waited for has ended ... */
+	int list_err;            /* ... with this */
+	int stat;                /* STAT_*: what the store was asked */
+	bool have_stat;          /* ... and it answered: */
+	int stat_err;
+	struct bk_meta m;
+	/* the answer */
+	struct stat st;
+	struct fobj *o;
+	bool same, changed;
+	struct ns_dir *d;
+	char name[];             /* lookup: the name */
+};
+
+/* A listing in flight (single flight per directory: dirst.inflight). */
+struct lfetch {
+	struct ns *ns;
+	uint64_t ino;            /* the directory */
+	uint64_t started;        /* clock at the start: the listing's time */
+	struct ns_listing *l;    /* being filled on the I/O thread, no lock */
+	int err;                 /* the collector's failure */
+	struct nsop *waiters;    /* ns->lock */
+	char path[];
+};
+
+static void run(struct nsop *op);
+
+/* Join @n's listing in flight, or start one (lock held); @op (NULL: a refresh in the
+ * background) waits for it. @return 0 and in *ret_lf a new fetch to submit once unlocked
+ * (NULL when joined), or -ENOMEM. */
+static int start_listing(struct ns *ns, struct node *n, struct nsop *op, struct lfetch **ret_lf)
 {
-	size_t lo = 0, hi = l->n;
-	struct entry *e = realloc(l->e, (l->n + 1) * sizeof(*e));
-	char *copy = strdup(name);
+	struct lfetch *lf = n->dir->inflight;
 
-	if (e)
-		l->e = e;
-	if (!e || !copy) {
-		free(copy);
-		return NULL;
+	if (!lf) {
+		lf = calloc(1, sizeof(*lf) + strlen(n->path) + 1);
+		if (!lf || !(lf->l = listing_new())) {
+			free(lf);
+			return -ENOMEM;
+		}
+		lf->ns = ns;
+		lf->ino = n->ino;
+		lf->started = clock_ns(ns); /* a change after this may be missing from it */
+		strcpy(lf->path, n->path);
+		n->dir->inflight = lf;
+		*ret_lf = lf;
 	}
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
+	if (op) {
+		op->next = lf->waiters;
+		lf->waiters = op;
+	}
+	return 0;
+}
 
-		if (strcmp(l->e[mid].name, name) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	memmove(&l->e[lo + 1], &l->e[lo], (l->n - lo) * sizeof(*e));
-	l->n++;
-	e = &l->e[lo];
-	e->name = copy;
-	e->is_dir = is_dir;
-	e->have_meta = m != NULL;
-	if (m)
-		e->meta = *m;
+/* One entry of a listing in flight (I/O thread, no lock: the listing is the fetch's own). */
+static int on_entry(void *arg, const char *name, bool is_dir, const struct bk_meta *meta)
+{
+	struct lfetch *lf = arg;
+	int e;
+
+	if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+	    strlen(name) > 255)
+		return 0; /* not a possible file name: skipped */
+	e = listing_append(lf->l, name, is_dir, meta);
+	if (e < 0)
+		lf->err = e;
 	return e;
 }
 
-/*
- * @name is not in the listing of directory *@pp: ask the store for that one name (lock held on
- * entry and exit, dropped for the request), unless it was found missing less than
- * negative_ttl ago. Found, it joins the listing. @return the entry, or NULL with *ret_err.
- */
-static struct entry *ask_store(struct ns *ns, struct node **pp, const char *name, int *ret_err)
+/* The listing ended: publish it, or keep the last good one; then every waiter goes on. */
+static void list_done(void *arg, int err)
 {
-	uint64_t ino = (*pp)->ino, now = clock_ns(ns);
-	struct bk_meta m;
-	struct entry *ent;
-	char *path;
-	int e;
+	struct lfetch *lf = arg;
+	struct ns *ns = lf->ns;
+	struct ns_listing *l = lf->l;
+	struct nsop *w, *rev = NULL;
+	bool log = false, kept = false;
+	struct node *n;
 
-	if (!ns->cfg.negative_ttl || neg_fresh(ns, *pp, name, now)) {
-		*ret_err = -ENOENT;
-		return NULL;
+	if (err == 0 && lf->err)
+		err = lf->err;
+	if (err == 0) {
+		listing_seal(l); /* no lock: sorting 100k names takes a while */
+		l->time_ns = lf->started;
 	}
-	if (asprintf(&path, "%s%s%s", (*pp)->path, (*pp)->path[0] ? "/" : "", name) < 0) {
-		*ret_err = -ENOMEM;
-		return NULL;
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, lf->ino);
+	if (n && n->dir && n->dir->inflight == lf) {
+		n->dir->inflight = NULL;
+		if (err == 0) {
+			listing_put(n->dir->list); /* open handles keep theirs */
+			n->dir->list = l;
+			l = NULL;
+			n->dir->fail_logged = false;
+		} else if (!n->dir->fail_logged) {
+			n->dir->fail_logged = true;
+			log = true;
+			kept = n->dir->list != NULL;
+		}
 	}
-	e = stat_unlocked(ns, path, &m);
-	free(path);
-	*pp = find_ino(ns, ino);
-	if (!*pp || !(*pp)->list) {
-		*ret_err = -ENOENT;
-		return NULL;
+	w = lf->waiters;
+	lf->waiters = NULL;
+	pthread_mutex_unlock(&ns->lock);
+	listing_put(l);
+	if (log && ns->cfg.log)
+		ns->cfg.log(ns->cfg.log_arg, lf->path, err, kept);
+	while (w) { /* first come, first answered */
+		struct nsop *next = w->next;
+
+		w->next = rev;
+		rev = w;
+		w = next;
 	}
+	free(lf);
+	while (rev) {
+		struct nsop *next = rev->next;
+
+		rev->waited = true;
+		rev->list_err = err;
+		run(rev);
+		rev = next;
+	}
+}
+
+static void submit_listing(struct ns *ns, struct lfetch *lf)
+{
+	int e = backend_list_async(ns->cfg.backend, lf->path, on_entry, list_done, lf);
+
+	if (e < 0)
+		list_done(lf, e);
+}
+
+static void stat_done(void *arg, int err, const struct bk_meta *meta)
+{
+	struct nsop *op = arg;
+
+	op->have_stat = true;
+	op->stat_err = err;
+	if (err == 0 && meta)
+		op->m = *meta;
+	run(op);
+}
+
+/* @name is not in @p's listing and the store said something of it (op->stat_err, op->m):
+ * remember a "missing" for negative_ttl, or add the name to the listing. @return the entry,
+ * or NULL with *ret_err. */
+static struct lent *ask_apply(struct ns *ns, struct node *p, struct nsop *op, int *ret_err)
+{
+	struct dirst *d = p->dir;
+	struct lent *ent;
+	int e = op->stat_err;
+
 	if (e == -ENOENT || e == -ENOTDIR) {
-		neg_add(*pp, name, now);
+		neg_add(d, op->name, clock_ns(ns));
 		*ret_err = -ENOENT;
 		return NULL;
 	}
@@ -734,34 +1022,61 @@ static struct entry *ask_store(struct ns *ns, struct node **pp, const char *name
 		*ret_err = e;
 		return NULL;
 	}
-	neg_del(*pp, name);
-	ent = find_entry((*pp)->list, name); /* listed meanwhile */
+	neg_del(d, op->name);
+	if (!d->list) {
+		*ret_err = -ENOENT;
+		return NULL;
+	}
+	ent = find_entry(d->list, op->name); /* listed meanwhile */
 	if (!ent)
-		ent = listing_insert((*pp)->list, name, e == -EISDIR, e == -EISDIR ? NULL : &m);
+		ent = listing_insert(d, op->name, e == -EISDIR, e == -EISDIR ? NULL : &op->m);
 	if (!ent)
 		*ret_err = -ENOMEM;
 	return ent;
 }
 
-int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret_st)
+static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct lfetch **ret_lf)
 {
-	struct node *p, *n;
-	struct entry *ent;
+	struct node *p = find_ino(ns, op->ino), *n;
+	struct lent *ent;
 	struct bk_meta m;
-	bool is_dir, have_meta, made = false;
+	bool is_dir, have_meta, have_perm, made = false;
 	int e = 0;
 
-	pthread_mutex_lock(&ns->lock);
-	p = dir_listed(ns, parent, &e);
 	if (!p)
-		goto out;
-	ent = find_entry(p->list, name);
-	if (!ent && !(ent = ask_store(ns, &p, name, &e)))
-		goto out;
-	is_dir = ent->is_dir;
-	have_meta = ent->have_meta;
-	m = ent->meta;
-	n = find_name(ns, parent, name);
+		return -ENOENT;
+	if (!p->is_dir)
+		return -ENOTDIR;
+	if (op->stat == STAT_ASK && op->have_stat) {
+		op->stat = STAT_NONE;
+		op->have_stat = false;
+		ent = ask_apply(ns, p, op, &e);
+		if (!ent)
+			return e;
+	} else {
+		/* a listing older than metadata_ttl is refreshed first; one that could not be
+		 * refreshed is used as it is */
+		if (!listing_fresh(ns, p->dir) && !(op->waited && p->dir->list)) {
+			if (op->waited)
+				return op->list_err ? op->list_err : -EIO;
+			e = start_listing(ns, p, op, ret_lf);
+			return e < 0 ? e : STEP_LIST;
+		}
+		ent = find_entry(p->dir->list, op->name);
+		if (!ent) {
+			if (!ns->cfg.negative_ttl ||
+			    neg_fresh(ns, p->dir, op->name, clock_ns(ns)))
+				return -ENOENT;
+			*ret_path = child_path(p, op->name);
+			op->stat = STAT_ASK;
+			return *ret_path ? STEP_STAT : -ENOMEM;
+		}
+	}
+	is_dir = ent->flags & LE_DIR;
+	have_meta = ent->flags & LE_META;
+	have_perm = ent->flags & LE_PERM;
+	lent_meta(p->dir->list, ent, &m);
+	n = find_name(ns, p->ino, op->name);
 	if (n && n->is_dir != is_dir) {
 		unlink_name(ns, n); /* the key changed type: a new inode */
 		n = NULL;
@@ -770,42 +1085,337 @@ int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret
 		unlink_name(ns, n); /* files are open on the old version: a new inode */
 		n = NULL;
 	}
-	if (!n) {
-		if (!(n = node_new(ns, p, name, is_dir))) {
-			e = -ENOMEM;
-			goto out;
+	if (!is_dir && !have_meta) {
+		/* a manifest names files without metadata: ask the store */
+		if (op->stat == STAT_META && op->have_stat) {
+			if (op->stat_err < 0)
+				return op->stat_err;
+			m = op->m;
+			have_meta = true;
+			if (n && n->nopen && changes(n, &m)) {
+				unlink_name(ns, n); /* rare: the next lookup makes a new inode */
+				return -ESTALE;
+			}
+		} else if (!n || !n->cur || !fresh(ns, n->meta_ns, clock_ns(ns))) {
+			*ret_path = n ? strdup(n->path) : child_path(p, op->name);
+			op->stat = STAT_META;
+			op->have_stat = false;
+			return *ret_path ? STEP_STAT : -ENOMEM;
 		}
+	}
+	if (!n) {
+		if (!(n = node_new(ns, p, op->name, is_dir)))
+			return -ENOMEM;
 		made = true;
 	}
-	if (is_dir && have_meta)
+	if (is_dir && have_perm)
 		take_perm(n, &m);
 	if (!is_dir && have_meta)
 		e = set_version(ns, n, &m, true);
-	if (!is_dir && !have_meta && (!n->cur || !fresh(ns, n->meta_ns, clock_ns(ns)))) {
-		/* a manifest names files without metadata */
-		uint64_t ino = n->ino;
-
-		e = stat_unlocked(ns, n->path, &m);
-		n = find_ino(ns, ino);
-		if (!n)
-			e = -ENOENT;
-		else if (e == 0 && n->nopen && changes(n, &m))
-			e = -ESTALE; /* rare: the next lookup makes a new inode */
-		if (e == -ESTALE)
-			unlink_name(ns, n);
-		else if (e == 0)
-			e = set_version(ns, n, &m, true);
-	}
 	if (e == 0) {
 		n->nlookup++;
-		fill_stat(ns, n, ret_st);
+		fill_stat(ns, n, &op->st);
 	} else if (made) {
 		drop_unused(ns, n);
 	}
-out:
-	pthread_mutex_unlock(&ns->lock);
 	return e;
 }
+
+static int step_open(struct ns *ns, struct nsop *op, char **ret_path)
+{
+	struct node *n = find_ino(ns, op->ino);
+	int e;
+
+	if (!n)
+		return -ENOENT;
+	if (n->is_dir)
+		return -EISDIR;
+	if (op->have_stat) {
+		bool changed;
+
+		if (op->stat_err < 0)
+			return op->stat_err;
+		listing_note(ns, n, &op->m);
+		if (n->nopen && changes(n, &op->m)) {
+			/* files are open on the old version: the name gets a new inode, and the
+			 * kernel's retry of this open finds it */
+			unlink_name(ns, n);
+			return -ESTALE;
+		}
+		changed = changes(n, &op->m); /* before set_version, which may free the old one */
+		e = set_version(ns, n, &op->m, true);
+		if (e < 0)
+			return e;
+		op->changed = changed;
+	} else if (!n->cur || n->stale ||
+		   (!ns->cfg.immutable &&
+		    (!n->cur->etag[0] || !fresh(ns, n->meta_ns, clock_ns(ns))))) {
+		*ret_path = strdup(n->path);
+		op->stat = STAT_OPEN;
+		return *ret_path ? STEP_STAT : -ENOMEM;
+	}
+	fobj_get(n->cur);
+	op->o = n->cur;
+	op->same = n->opened && cache_oid_eq(n->last_open_id, n->cur->id);
+	n->last_open_id = n->cur->id;
+	n->opened = true;
+	n->nopen++;
+	return 0;
+}
+
+static int step_opendir(struct ns *ns, struct nsop *op, struct lfetch **ret_lf)
+{
+	struct node *n = find_ino(ns, op->ino);
+	struct ns_dir *h;
+	int e;
+
+	if (!n)
+		return -ENOENT;
+	if (!n->is_dir)
+		return -ENOTDIR;
+	if (!n->dir->list) {
+		if (op->waited)
+			return op->list_err ? op->list_err : -EIO;
+		e = start_listing(ns, n, op, ret_lf);
+		return e < 0 ? e : STEP_LIST;
+	}
+	/* stale-while-revalidate: this handle gets what is held, the next one the refresh */
+	if (!listing_fresh(ns, n->dir))
+		start_listing(ns, n, NULL, ret_lf); /* out of memory: the next opendir tries */
+	h = malloc(sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->ino = n->ino;
+	h->parent = n->parent;
+	h->l = n->dir->list;
+	listing_get(h->l);
+	op->d = h;
+	return 0;
+}
+
+static void finish(struct nsop *op, int r)
+{
+	switch (op->kind) {
+	case OP_LOOKUP:
+		op->done.entry(op->arg, r, r == 0 ? &op->st : NULL);
+		break;
+	case OP_OPEN:
+		op->done.open(op->arg, r, r == 0 ? op->o : NULL, op->same, op->changed);
+		break;
+	default:
+		op->done.dir(op->arg, r, r == 0 ? op->d : NULL);
+		break;
+	}
+	free(op);
+}
+
+/* Run @op's steps until it answers or waits (no lock held). Once it waits, @op belongs to the
+ * completion that will run it: it is not touched here again. */
+static void run(struct nsop *op)
+{
+	struct ns *ns = op->ns;
+
+	for (;;) {
+		struct lfetch *lf = NULL;
+		char *path = NULL;
+		int r;
+
+		pthread_mutex_lock(&ns->lock);
+		if (op->kind == OP_LOOKUP)
+			r = step_lookup(ns, op, &path, &lf);
+		else if (op->kind == OP_OPEN)
+			r = step_open(ns, op, &path);
+		else
+			r = step_opendir(ns, op, &lf);
+		pthread_mutex_unlock(&ns->lock);
+		if (r == STEP_LIST) {
+			if (lf)
+				submit_listing(ns, lf);
+			return;
+		}
+		if (lf)
+			submit_listing(ns, lf); /* a refresh in the background */
+		if (r == STEP_STAT) {
+			int e;
+
+			op->have_stat = false;
+			e = backend_stat_async(ns->cfg.backend, path, stat_done, op);
+			free(path);
+			if (e == 0)
+				return;
+			op->have_stat = true;
+			op->stat_err = e;
+			continue;
+		}
+		finish(op, r);
+		return;
+	}
+}
+
+static struct nsop *op_new(struct ns *ns, int kind, uint64_t ino, const char *name, void *arg)
+{
+	size_t n = name ? strlen(name) : 0;
+	struct nsop *op = calloc(1, sizeof(*op) + n + 1);
+
+	if (!op)
+		return NULL;
+	op->ns = ns;
+	op->kind = kind;
+	op->ino = ino;
+	op->arg = arg;
+	if (name)
+		memcpy(op->name, name, n + 1);
+	return op;
+}
+
+void ns_lookup_async(struct ns *ns, uint64_t parent, const char *name, ns_entry_fn done,
+		     void *arg)
+{
+	struct nsop *op = op_new(ns, OP_LOOKUP, parent, name, arg);
+
+	if (!op) {
+		done(arg, -ENOMEM, NULL);
+		return;
+	}
+	op->done.entry = done;
+	run(op);
+}
+
+void ns_open_async(struct ns *ns, uint64_t ino, ns_open_fn done, void *arg)
+{
+	struct nsop *op = op_new(ns, OP_OPEN, ino, NULL, arg);
+
+	if (!op) {
+		done(arg, -ENOMEM, NULL, false, false);
+		return;
+	}
+	op->done.open = done;
+	run(op);
+}
+
+void ns_opendir_async(struct ns *ns, uint64_t ino, ns_dir_fn done, void *arg)
+{
+	struct nsop *op = op_new(ns, OP_OPENDIR, ino, NULL, arg);
+
+	if (!op) {
+		done(arg, -ENOMEM, NULL);
+		return;
+	}
+	op->done.dir = done;
+	run(op);
+}
+
+/* ---- the same, waiting --------------------------------------------------------------------- */
+
+struct wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+	int err;
+	struct stat st;
+	struct fobj *o;
+	bool same, changed;
+	struct ns_dir *d;
+};
+
+static void wait_init(struct wait *w)
+{
+	memset(w, 0, sizeof(*w));
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+}
+
+static int wait_end(struct wait *w)
+{
+	pthread_mutex_lock(&w->lock);
+	while (!w->done)
+		pthread_cond_wait(&w->cond, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_destroy(&w->lock);
+	pthread_cond_destroy(&w->cond);
+	return w->err;
+}
+
+static void wait_signal(struct wait *w, int err)
+{
+	pthread_mutex_lock(&w->lock);
+	w->err = err;
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void waited_entry(void *arg, int err, const struct stat *st)
+{
+	struct wait *w = arg;
+
+	if (st)
+		w->st = *st;
+	wait_signal(w, err);
+}
+
+static void waited_open(void *arg, int err, struct fobj *o, bool same, bool changed)
+{
+	struct wait *w = arg;
+
+	w->o = o;
+	w->same = same;
+	w->changed = changed;
+	wait_signal(w, err);
+}
+
+static void waited_dir(void *arg, int err, struct ns_dir *d)
+{
+	struct wait *w = arg;
+
+	w->d = d;
+	wait_signal(w, err);
+}
+
+int ns_lookup(struct ns *ns, uint64_t parent, const char *name, struct stat *ret_st)
+{
+	struct wait w;
+	int e;
+
+	wait_init(&w);
+	ns_lookup_async(ns, parent, name, waited_entry, &w);
+	e = wait_end(&w);
+	if (e == 0)
+		*ret_st = w.st;
+	return e;
+}
+
+int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool *ret_changed)
+{
+	struct wait w;
+	int e;
+
+	*ret_changed = false;
+	wait_init(&w);
+	ns_open_async(ns, ino, waited_open, &w);
+	e = wait_end(&w);
+	if (e == 0) {
+		*ret = w.o;
+		*ret_same = w.same;
+		*ret_changed = w.changed;
+	}
+	return e;
+}
+
+int ns_opendir(struct ns *ns, uint64_t ino, struct ns_dir **ret)
+{
+	struct wait w;
+	int e;
+
+	wait_init(&w);
+	ns_opendir_async(ns, ino, waited_dir, &w);
+	e = wait_end(&w);
+	if (e == 0)
+		*ret = w.d;
+	return e;
+}
+
+/* ---- answered from what ns holds ----------------------------------------------------------- */
 
 void ns_forget(struct ns *ns, uint64_t ino, uint64_t count)
 {
@@ -836,57 +1446,6 @@ int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st)
 		fill_stat(ns, n, ret_st);
 	else
 		e = -ENOENT;
-	pthread_mutex_unlock(&ns->lock);
-	return e;
-}
-
-int ns_open(struct ns *ns, uint64_t ino, struct fobj **ret, bool *ret_same, bool *ret_changed)
-{
-	struct node *n;
-	struct bk_meta m;
-	bool changed;
-	int e = 0;
-
-	*ret_changed = false;
-	pthread_mutex_lock(&ns->lock);
-	n = find_ino(ns, ino);
-	if (!n) {
-		e = -ENOENT;
-		goto out;
-	}
-	if (n->is_dir) {
-		e = -EISDIR;
-		goto out;
-	}
-	if (!n->cur || n->stale ||
-	    (!ns->cfg.immutable && (!n->cur->etag[0] || !fresh(ns, n->meta_ns, clock_ns(ns))))) {
-		e = stat_unlocked(ns, n->path, &m);
-		n = find_ino(ns, ino);
-		if (!n)
-			e = -ENOENT;
-		if (e < 0)
-			goto out;
-		listing_note(ns, n, &m);
-		if (n->nopen && changes(n, &m)) {
-			/* files are open on the old version: the name gets a new inode, and the
-			 * kernel's retry of this open finds it */
-			unlink_name(ns, n);
-			e = -ESTALE;
-			goto out;
-		}
-		changed = changes(n, &m); /* before set_version, which may free the old one */
-		e = set_version(ns, n, &m, true);
-		if (e < 0)
-			goto out;
-		*ret_changed = changed;
-	}
-	fobj_get(n->cur);
-	*ret = n->cur;
-	*ret_same = n->opened && cache_oid_eq(n->last_open_id, n->cur->id);
-	n->last_open_id = n->cur->id;
-	n->opened = true;
-	n->nopen++;
-out:
 	pthread_mutex_unlock(&ns->lock);
 	return e;
 }
@@ -956,8 +1515,8 @@ void ns_stale(struct ns *ns, uint64_t ino, struct cache_oid id)
 	if (n && n->cur && cache_oid_eq(n->cur->id, id)) {
 		n->stale = true;
 		p = find_ino(ns, n->parent);
-		if (p && p->list)
-			p->list->stale = true;
+		if (p && p->dir && p->dir->list)
+			p->dir->list->stale = true;
 	}
 	pthread_mutex_unlock(&ns->lock);
 }
@@ -981,51 +1540,44 @@ int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret)
 	return e;
 }
 
-int ns_opendir(struct ns *ns, uint64_t ino, struct ns_dir **ret)
+struct ns_dir *ns_dir_make(uint64_t ino, uint64_t parent, const char *const *names, size_t n)
 {
-	struct ns_dir *d = NULL;
-	struct node *n;
-	int e = 0;
+	struct ns_dir *d = malloc(sizeof(*d));
+	struct ns_listing *l = listing_new();
 
-	pthread_mutex_lock(&ns->lock);
-	n = dir_listed(ns, ino, &e);
-	if (!n)
-		goto out;
-	d = calloc(1, sizeof(*d) + n->list->n * sizeof(struct ns_dirent));
-	if (!d) {
-		e = -ENOMEM;
-		goto out;
-	}
-	d->refs = 1;
-	d->ino = n->ino;
-	d->parent = n->parent;
-	for (size_t i = 0; i < n->list->n; i++) {
-		const struct entry *en = &n->list->e[i];
-
-		d->e[d->n].name = strdup(en->name);
-		if (!d->e[d->n].name) {
-			d->refs = 1;
-			ns_dir_put(d);
-			d = NULL;
-			e = -ENOMEM;
-			goto out;
-		}
-		d->e[d->n].is_dir = en->is_dir;
-		d->n++;
-	}
-	*ret = d;
-out:
-	pthread_mutex_unlock(&ns->lock);
-	return e;
+	if (!d || !l)
+		goto fail;
+	for (size_t i = 0; i < n; i++)
+		if (listing_append(l, names[i], false, NULL) < 0)
+			goto fail;
+	listing_seal(l);
+	d->ino = ino;
+	d->parent = parent;
+	d->l = l;
+	return d;
+fail:
+	listing_put(l);
+	free(d);
+	return NULL;
 }
 
 void ns_dir_put(struct ns_dir *d)
 {
-	if (!d || __atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) != 0)
+	if (!d)
 		return;
-	for (size_t i = 0; i < d->n; i++)
-		free(d->e[i].name);
+	listing_put(d->l);
 	free(d);
+}
+
+size_t ns_dir_count(const struct ns_dir *d)
+{
+	return d->l->n;
+}
+
+const char *ns_dir_name(const struct ns_dir *d, size_t i, bool *ret_is_dir)
+{
+	*ret_is_dir = (d->l->e[i].flags & LE_DIR) != 0;
+	return lname(d->l, &d->l->e[i]);
 }
 
 int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len)
@@ -1043,4 +1595,52 @@ int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len)
 		strcpy(buf, n->path);
 	pthread_mutex_unlock(&ns->lock);
 	return e;
+}
+
+int ns_listed(struct ns *ns, uint64_t parent, const char *name)
+{
+	struct node *p;
+	int e;
+
+	pthread_mutex_lock(&ns->lock);
+	p = find_ino(ns, parent);
+	if (!p || !p->dir)
+		e = -ENOENT;
+	else if (!p->dir->list)
+		e = -EAGAIN;
+	else
+		e = find_entry(p->dir->list, name) != NULL;
+	pthread_mutex_unlock(&ns->lock);
+	return e;
+}
+
+static size_t msize(const void *p)
+{
+	return p ? malloc_usable_size((void *)p) : 0;
+}
+
+void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
+{
+	uint64_t bytes = sizeof(*ns), keys = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	bytes += msize(ns->by_ino) + msize(ns->by_name) + msize(ns->store);
+	for (size_t i = 0; i < ns->nbuckets; i++) {
+		for (struct node *n = ns->by_ino[i]; n; n = n->next_ino) {
+			bytes += msize(n) + msize(n->name) + msize(n->path) + msize(n->cur);
+			if (!n->dir)
+				continue;
+			bytes += msize(n->dir);
+			for (int j = 0; j < NEG_MAX; j++)
+				bytes += msize(n->dir->negs[j].name);
+			if (n->dir->list) {
+				bytes += msize(n->dir->list) + msize(n->dir->list->e) +
+					 msize(n->dir->list->pool);
+				keys += n->dir->list->n;
+			}
+		}
+	}
+	pthread_mutex_unlock(&ns->lock);
+	*ret_bytes = bytes;
+	*ret_keys = keys;
 }

@@ -4,6 +4,8 @@
  *   kernel ─► fuse worker ─► op_read ─► cache_read ──hit──► reply_read (same thread)
  *                                          └─miss─► parked; the backend's I/O thread
  *                                                   completes the fetch ─► reply_read
+ *   kernel ─► fuse worker ─► op_lookup / op_open / op_opendir ─► ns_*_async ──held──► reply
+ *                                          └─needs the store─► parked; the I/O thread replies
  *
  * The filesystem is read-only: every call that would change something answers EROFS. The
  * mount itself is read-write so that setxattr on the control surface can reach us.
@@ -324,6 +326,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * no FUSE_INTERRUPT would ever reach us. Without it, each piece is a request of the
 	 * reader's own, which the kernel interrupts and tierfs cancels when the reader dies. */
 	conn->want &= ~FUSE_CAP_ASYNC_DIO;
+	/* Without it the kernel sends one lookup per directory at a time, so a lookup parked on
+	 * the store would hold back every other lookup in its directory (.tierfs included). */
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
 
 static double ttl(struct mount *m)
@@ -331,18 +337,13 @@ static double ttl(struct mount *m)
 	return (double)m->o->metadata_ttl;
 }
 
-static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+/* The answer to a lookup, in the worker or later on the I/O thread. */
+static void reply_entry(void *arg, int r, const struct stat *st)
 {
+	fuse_req_t req = arg;
 	struct mount *m = M(req);
 	struct fuse_entry_param e = {0};
-	int r = parent == CTL_DIR_INO ? -ENOENT : ns_lookup(m->ns, parent, name, &e.attr);
 
-	/* the control directory, unless a real object has its name */
-	if (r == -ENOENT && ctl_lookup(m, parent, name, &e.attr) == 0) {
-		e.ino = e.attr.st_ino;
-		fuse_reply_entry(req, &e);
-		return;
-	}
 	if (r == -ENOENT) {
 		/* negative entry, cached as long as the store's "missing" is believed */
 		e.ino = 0;
@@ -354,10 +355,50 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, -r);
 		return;
 	}
+	e.attr = *st;
 	e.ino = e.attr.st_ino;
 	e.attr_timeout = ttl(m);
 	e.entry_timeout = ttl(m);
 	fuse_reply_entry(req, &e);
+}
+
+/* The control directory's name, asked before the root was ever listed: a real object of
+ * that name wins, anything else (missing, or the store failing) is the control directory. */
+static void reply_entry_or_ctl(void *arg, int r, const struct stat *st)
+{
+	fuse_req_t req = arg;
+	struct stat cst;
+
+	if (r < 0 && ctl_lookup(M(req), 1, M(req)->o->control_dir, &cst) == 0)
+		reply_entry(req, 0, &cst);
+	else
+		reply_entry(req, r, st);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct mount *m = M(req);
+	struct stat st;
+
+	/* The control directory and its files never wait for the store: a real object of the
+	 * same name wins if the root's listing held (whatever its age) names it. Only before
+	 * the root's first listing (started at mount) does the lookup wait for it. */
+	if (parent == CTL_DIR_INO || (parent == 1 && strcmp(name, m->o->control_dir) == 0)) {
+		int listed = parent == 1 ? ns_listed(m->ns, 1, name) : 0;
+		int r;
+
+		if (listed == -EAGAIN) {
+			ns_lookup_async(m->ns, parent, name, reply_entry_or_ctl, req);
+			return;
+		}
+		if (listed != 1) {
+			r = ctl_lookup(m, parent, name, &st);
+			reply_entry(req, r, r == 0 ? &st : NULL);
+			return;
+		}
+	}
+	/* answered here when ns holds the answer, else parked until the store's */
+	ns_lookup_async(m->ns, parent, name, reply_entry, req);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -480,13 +521,18 @@ static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 		fh_free(M(req), fh);
 }
 
+/* An open waiting for ns_open_async: the request and a copy of its file info. */
+struct open_req {
+	fuse_req_t req;
+	fuse_ino_t ino;
+	struct fuse_file_info fi;
+};
+
+static void open_done(void *arg, int r, struct fobj *o, bool same, bool changed);
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct mount *m = M(req);
-	struct fh *fh;
-	struct fobj *o;
-	bool same, changed;
-	int r;
+	struct open_req *orq;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		fuse_reply_err(req, EROFS);
@@ -496,9 +542,29 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		open_control(req, ino, fi);
 		return;
 	}
-	r = ns_open(m->ns, ino, &o, &same, &changed);
+	orq = malloc(sizeof(*orq));
+	if (!orq) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	*orq = (struct open_req){.req = req, .ino = ino, .fi = *fi};
+	/* revalidation (a HEAD) parks the open: it is answered on the I/O thread */
+	ns_open_async(M(req)->ns, ino, open_done, orq);
+}
+
+/* The rest of an open, once ns has the version: in the worker, or on the I/O thread. */
+static void open_done(void *arg, int r, struct fobj *o, bool same, bool changed)
+{
+	struct open_req *orq = arg;
+	fuse_req_t req = orq->req;
+	fuse_ino_t ino = orq->ino;
+	struct fuse_file_info *fi = &orq->fi;
+	struct mount *m = M(req);
+	struct fh *fh;
+
 	if (r < 0) {
 		fuse_reply_err(req, -r);
+		free(orq);
 		return;
 	}
 	/* The kernel still has the old size from the lookup and would stop reading there: have
@@ -510,6 +576,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fobj_put(o);
 		ns_release(m->ns, ino);
 		fuse_reply_err(req, ENOMEM);
+		free(orq);
 		return;
 	}
 	fh->obj = o;
@@ -525,6 +592,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	track_fh(m, fh);
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		fh_free(m, fh); /* the opener was interrupted: no release will come */
+	free(orq);
 }
 
 static void reply_read(void *arg, const struct cache_iov *iov, int n, int err)
@@ -997,34 +1065,26 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static int control_dir(struct ns_dir **ret)
 {
-	struct ns_dir *d = calloc(1, sizeof(*d) + 2 * sizeof(struct ns_dirent));
+	const char *names[2];
+	size_t n = 0;
 	uint64_t ino;
-	const char *name;
 
-	if (!d)
-		return -ENOMEM;
-	d->refs = 1;
-	d->ino = CTL_DIR_INO;
-	d->parent = 1;
-	while ((name = ctl_dirent(d->n, &ino)) && d->n < 2) {
-		d->e[d->n].name = strdup(name);
-		if (!d->e[d->n].name) {
-			ns_dir_put(d);
-			return -ENOMEM;
-		}
-		d->n++;
-	}
-	*ret = d;
-	return 0;
+	while (n < 2 && (names[n] = ctl_dirent(n, &ino)))
+		n++;
+	*ret = ns_dir_make(CTL_DIR_INO, 1, names, n);
+	return *ret ? 0 : -ENOMEM;
 }
 
-static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+/* The answer to an opendir, in the worker or later on the I/O thread. */
+static void reply_opendir(void *arg, int r, struct ns_dir *d)
 {
-	struct ns_dir *d;
-	int r = ino == CTL_DIR_INO ? control_dir(&d) : ns_opendir(M(req)->ns, ino, &d);
+	struct open_req *orq = arg;
+	fuse_req_t req = orq->req;
+	struct fuse_file_info *fi = &orq->fi;
 
 	if (r < 0) {
 		fuse_reply_err(req, -r);
+		free(orq);
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
@@ -1032,12 +1092,35 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	track_dir(M(req), d);
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		dir_free(M(req), d);
+	free(orq);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct open_req *orq = malloc(sizeof(*orq));
+	struct ns_dir *d;
+
+	if (!orq) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	*orq = (struct open_req){.req = req, .ino = ino, .fi = *fi};
+	if (ino == CTL_DIR_INO) {
+		int r = control_dir(&d);
+
+		reply_opendir(orq, r, r == 0 ? d : NULL);
+		return;
+	}
+	/* a listing held is served at once (and refreshed in the background when old); the
+	 * first listing of a directory parks the opendir until it arrives */
+	ns_opendir_async(M(req)->ns, ino, reply_opendir, orq);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	struct ns_dir *d = (struct ns_dir *)(uintptr_t)fi->fh;
+	size_t count = ns_dir_count(d);
 	char *buf = malloc(size);
 	size_t used = 0;
 
@@ -1046,9 +1129,10 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	/* offsets: 0 ".", 1 "..", 2 + i for entry i; each entry carries the offset of the next */
-	for (size_t i = (size_t)off; i < d->n + 2; i++) {
+	for (size_t i = (size_t)off; i < count + 2; i++) {
 		struct stat st = {0};
 		const char *name;
+		bool is_dir;
 		size_t n;
 
 		if (i == 0) {
@@ -1060,10 +1144,10 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			st.st_ino = d->parent;
 			st.st_mode = S_IFDIR;
 		} else {
-			name = d->e[i - 2].name;
+			name = ns_dir_name(d, i - 2, &is_dir);
 			/* the real inode is made at lookup; d_ino only needs to be non-zero */
 			st.st_ino = (ino_t)(i + 2);
-			st.st_mode = d->e[i - 2].is_dir ? S_IFDIR : S_IFREG;
+			st.st_mode = is_dir ? S_IFDIR : S_IFREG;
 		}
 		n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
 		if (n > size - used)

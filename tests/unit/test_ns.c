@@ -31,7 +31,20 @@ static struct {
 	} o[MAXOBJ];
 	int stats, lists;
 	int stat_err;        /* nonzero: stat fails with it */
+	int list_err;        /* nonzero: listings fail with it */
 	uint64_t list_takes; /* a listing advances the clock this much */
+	bool hold;           /* asynchronous calls wait in `held` until the test releases them */
+	struct held {
+		bool list;
+		char path[128];
+		bk_list_fn fn;
+		bk_done_fn list_done;
+		bk_stat_done_fn stat_done;
+		void *arg;
+	} held[64];
+	int nheld;
+	int logs;            /* failed listings reported */
+	bool log_kept;       /* ... the last with the last good listing kept */
 } S;
 
 static uint64_t fake_now(void *arg)
@@ -103,7 +116,77 @@ static int f_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 	return 0;
 }
 
-static const struct bk_ops fake_ops = {.stat = f_stat, .list = f_list};
+static int f_list_now(const char *dir, bk_list_fn fn, void *arg)
+{
+	if (S.list_err) {
+		S.lists++;
+		return S.list_err;
+	}
+	return f_list(NULL, dir, fn, arg);
+}
+
+/* Asynchronous forms: answered before returning (as a quick store on another thread could),
+ * or, with S.hold, kept until release() answers them in order. */
+static int f_stat_async(struct backend *b, const char *path, bk_stat_done_fn done, void *arg)
+{
+	struct bk_meta m = {0};
+	int e;
+
+	if (S.hold) {
+		assert_true(S.nheld < 64);
+		S.held[S.nheld++] = (struct held){.stat_done = done, .arg = arg};
+		snprintf(S.held[S.nheld - 1].path, 128, "%s", path);
+		return 0;
+	}
+	e = f_stat(b, path, &m);
+	done(arg, e, e == 0 ? &m : NULL);
+	return 0;
+}
+
+static int f_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
+			void *arg)
+{
+	(void)b;
+	if (S.hold) {
+		assert_true(S.nheld < 64);
+		S.held[S.nheld++] =
+		    (struct held){.list = true, .fn = fn, .list_done = done, .arg = arg};
+		snprintf(S.held[S.nheld - 1].path, 128, "%s", dir);
+		return 0;
+	}
+	done(arg, f_list_now(dir, fn, arg));
+	return 0;
+}
+
+/* Answer every held call (and those they make meanwhile, which are held too if S.hold). */
+static void release(void)
+{
+	while (S.nheld) {
+		struct held h = S.held[0];
+		struct bk_meta m = {0};
+		int e;
+
+		memmove(&S.held[0], &S.held[1], (size_t)--S.nheld * sizeof(S.held[0]));
+		if (h.list) {
+			h.list_done(h.arg, f_list_now(h.path, h.fn, h.arg));
+		} else {
+			e = f_stat(NULL, h.path, &m);
+			h.stat_done(h.arg, e, e == 0 ? &m : NULL);
+		}
+	}
+}
+
+static void f_log(void *arg, const char *dir, int err, bool kept)
+{
+	(void)arg;
+	(void)dir;
+	(void)err;
+	S.logs++;
+	S.log_kept = kept;
+}
+
+static const struct bk_ops fake_ops = {
+    .stat = f_stat, .list = f_list, .stat_async = f_stat_async, .list_async = f_list_async};
 static struct backend fake_backend = {.ops = &fake_ops, .scheme = "fake"};
 
 static struct ns *mk(uint64_t metadata_ttl, uint64_t negative_ttl)
@@ -115,6 +198,7 @@ static struct ns *mk(uint64_t metadata_ttl, uint64_t negative_ttl)
 	    .negative_ttl = negative_ttl,
 	    .block_size = 65536,
 	    .now_ns = fake_now,
+	    .log = f_log,
 	};
 	struct ns *ns;
 
@@ -191,8 +275,9 @@ static void test_negative_lookup(void **state)
 	assert_int_equal(S.lists, 1); /* no relisting */
 	/* it joined the listing: readdir shows it, and the next lookup asks nothing */
 	assert_int_equal(ns_opendir(ns, 1, &d), 0);
-	assert_int_equal(d->n, 2);
-	assert_string_equal(d->e[1].name, "seg-002.log");
+	bool is_dir;
+	assert_int_equal(ns_dir_count(d), 2);
+	assert_string_equal(ns_dir_name(d, 1, &is_dir), "seg-002.log");
 	ns_dir_put(d);
 	lookup_ok(ns, 1, "seg-002.log", NULL);
 	assert_int_equal(S.stats, 2);
@@ -261,8 +346,10 @@ static void test_failed_lookup_frees_node(void **state)
 	/* inodes are handed out in order: b's would have been a + 1 */
 	assert_int_equal(ns_getattr(ns, a + 1, &st), -ENOENT);
 	S.stat_err = 0;
+	/* no node is made before the store answered (a node made then would be freed) */
 	uint64_t b = lookup_ok(ns, 1, "b", NULL);
-	assert_true(b > a + 1);
+	assert_true(b > a);
+	assert_int_equal(ns_getattr(ns, b, &st), 0);
 	ns_free(ns);
 }
 
@@ -352,6 +439,276 @@ static void test_move(void **state)
 	ns_free(ns);
 }
 
+/* Answers of asynchronous calls, counted. */
+static struct {
+	int entries, entry_errs, dirs;
+	int last_err;
+	struct ns_dir *d[32];
+} A;
+
+static void on_entry_answer(void *arg, int err, const struct stat *st)
+{
+	(void)arg;
+	(void)st;
+	A.entries++;
+	A.last_err = err;
+	if (err)
+		A.entry_errs++;
+}
+
+static void on_dir_answer(void *arg, int err, struct ns_dir *d)
+{
+	(void)arg;
+	assert_int_equal(err, 0);
+	A.d[A.dirs++] = d;
+}
+
+/* 20 lookups and 10 opendirs of one directory while its first listing is in flight: one
+ * listing, and all are answered by it; nothing is answered before it. */
+static void test_single_flight_listing(void **state)
+{
+	struct ns *ns = mk(60, 1);
+	char name[16];
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "d/f%02d", i);
+		put(name, (uint64_t)i, "\"e\"");
+	}
+	uint64_t d = lookup_ok(ns, 1, "d", NULL);
+	S.hold = true;
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "f%02d", i);
+		ns_lookup_async(ns, d, name, on_entry_answer, NULL);
+	}
+	for (int i = 0; i < 10; i++)
+		ns_opendir_async(ns, d, on_dir_answer, NULL);
+	assert_int_equal(A.entries, 0); /* parked, not answered */
+	assert_int_equal(A.dirs, 0);
+	assert_int_equal(S.nheld, 1);   /* one listing asked */
+	assert_true(S.held[0].list);
+	assert_string_equal(S.held[0].path, "d");
+	int lists = S.lists;
+	release();
+	assert_int_equal(S.lists, lists + 1);
+	assert_int_equal(A.entries, 20);
+	assert_int_equal(A.entry_errs, 0);
+	assert_int_equal(A.dirs, 10);
+	/* the handles share one listing, not ten copies */
+	for (int i = 0; i < 10; i++) {
+		assert_ptr_equal(A.d[i]->l, A.d[0]->l);
+		assert_int_equal(ns_dir_count(A.d[i]), 20);
+	}
+	for (int i = 0; i < 10; i++)
+		ns_dir_put(A.d[i]);
+	S.hold = false;
+	ns_free(ns);
+}
+
+/* opendir serves the listing held and refreshes it in the background once it is older than
+ * metadata_ttl; the handle keeps its listing, the next opendir gets the new one. */
+static void test_stale_while_revalidate(void **state)
+{
+	struct ns *ns = mk(10, 1);
+	struct ns_dir *d1, *d2, *d3;
+	bool is_dir;
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("a", 1, "\"a\"");
+	assert_int_equal(ns_opendir(ns, 1, &d1), 0);
+	assert_int_equal(S.lists, 1);
+	put("b", 1, "\"b\"");
+	S.now += 5 * SEC;
+	assert_int_equal(ns_opendir(ns, 1, &d2), 0); /* fresh: no listing */
+	assert_int_equal(S.lists, 1);
+	assert_ptr_equal(d1->l, d2->l);
+	S.now += 6 * SEC; /* 11 s: stale */
+	S.hold = true;
+	ns_opendir_async(ns, 1, on_dir_answer, NULL);
+	assert_int_equal(A.dirs, 1);    /* answered at once, from what is held */
+	assert_int_equal(ns_dir_count(A.d[0]), 1);
+	assert_int_equal(S.nheld, 1);   /* and a refresh went out */
+	ns_opendir_async(ns, 1, on_dir_answer, NULL);
+	assert_int_equal(A.dirs, 2);
+	assert_int_equal(S.nheld, 1);   /* single flight: not a second one */
+	release();
+	S.hold = false;
+	assert_int_equal(S.lists, 2);
+	assert_int_equal(ns_dir_count(A.d[0]), 1); /* handles keep what they opened */
+	assert_int_equal(ns_opendir(ns, 1, &d3), 0);
+	assert_int_equal(S.lists, 2);
+	assert_int_equal(ns_dir_count(d3), 2);
+	assert_string_equal(ns_dir_name(d3, 1, &is_dir), "b");
+	ns_dir_put(d1);
+	ns_dir_put(d2);
+	ns_dir_put(d3);
+	ns_dir_put(A.d[0]);
+	ns_dir_put(A.d[1]);
+	ns_free(ns);
+}
+
+/* A refresh that fails keeps the last good listing: lookups and opendirs are answered from it,
+ * the failure is reported once, and the next good refresh replaces it. Without any listing the
+ * failure reaches the caller. */
+static void test_last_good_listing(void **state)
+{
+	struct ns *ns = mk(10, 0);
+	struct ns_dir *d;
+	struct stat st;
+
+	(void)state;
+	put("a", 1, "\"a\"");
+	put("sub/x", 1, "\"x\"");
+	uint64_t sub = lookup_ok(ns, 1, "sub", NULL);
+	S.now += 11 * SEC;
+	S.list_err = -ETIMEDOUT;
+	lookup_ok(ns, 1, "a", &st); /* waited for the refresh, which failed: last good */
+	assert_int_equal(S.lists, 2);
+	assert_int_equal(S.logs, 1);
+	assert_true(S.log_kept);
+	assert_int_equal(ns_lookup(ns, 1, "nope", &st), -ENOENT);
+	assert_int_equal(ns_opendir(ns, 1, &d), 0);
+	assert_int_equal(ns_dir_count(d), 2);
+	ns_dir_put(d);
+	assert_int_equal(S.logs, 1); /* once, however often it fails */
+	/* a directory never listed: the error itself */
+	assert_int_equal(ns_opendir(ns, sub, &d), -ETIMEDOUT);
+	assert_int_equal(S.logs, 2);
+	assert_false(S.log_kept);
+	/* the store is back: the next refresh replaces the listing, and a new failure logs */
+	S.list_err = 0;
+	put("c", 1, "\"c\"");
+	lookup_ok(ns, 1, "c", NULL);
+	S.now += 11 * SEC;
+	S.list_err = -EIO;
+	lookup_ok(ns, 1, "c", NULL);
+	assert_int_equal(S.logs, 3);
+	ns_free(ns);
+}
+
+/* A new name found by a HEAD while handles share the listing: the handles keep theirs
+ * (unchanged), the directory gets a copy with the name. */
+static void test_insert_copies_shared_listing(void **state)
+{
+	struct ns *ns = mk(60, 1);
+	struct ns_dir *d1, *d2;
+
+	(void)state;
+	put("a", 1, "\"a\"");
+	assert_int_equal(ns_opendir(ns, 1, &d1), 0);
+	put("b", 1, "\"b\"");
+	lookup_ok(ns, 1, "b", NULL);
+	assert_int_equal(ns_dir_count(d1), 1);
+	assert_int_equal(ns_opendir(ns, 1, &d2), 0);
+	assert_int_equal(ns_dir_count(d2), 2);
+	assert_true(d1->l != d2->l);
+	assert_int_equal(S.lists, 1);
+	ns_dir_put(d1);
+	ns_dir_put(d2);
+	ns_free(ns);
+}
+
+/* Lookups of unknown names while the store does not answer are parked, each on its own HEAD;
+ * what ns holds is answered meanwhile (a known name, opendir, getattr). */
+static void test_parked_lookups_do_not_block_known(void **state)
+{
+	struct ns *ns = mk(60, 1);
+	struct ns_dir *d;
+	struct stat st;
+	char name[16];
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("a", 1, "\"a\"");
+	uint64_t a = lookup_ok(ns, 1, "a", NULL);
+	S.hold = true;
+	for (int i = 0; i < 32; i++) {
+		snprintf(name, sizeof(name), "new%02d", i);
+		ns_lookup_async(ns, 1, name, on_entry_answer, NULL);
+	}
+	assert_int_equal(S.nheld, 32);
+	assert_int_equal(A.entries, 0);
+	lookup_ok(ns, 1, "a", &st); /* answered at once */
+	assert_int_equal(ns_getattr(ns, a, &st), 0);
+	assert_int_equal(ns_opendir(ns, 1, &d), 0);
+	ns_dir_put(d);
+	S.stat_err = -ETIMEDOUT;
+	release();
+	S.hold = false;
+	assert_int_equal(A.entries, 32);
+	assert_int_equal(A.entry_errs, 32);
+	assert_int_equal(A.last_err, -ETIMEDOUT);
+	ns_free(ns);
+}
+
+/* Memory of the namespace at 100k keys in one prefix, listed (ls) and then looked up (ls -l):
+ * printed, with bounds: <= 200 B per listed key. */
+static int big_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
+{
+	struct bk_meta m = {.size = 1234567, .mtime = 1700000000};
+	char name[64];
+
+	(void)b;
+	(void)dir;
+	S.lists++;
+	for (int i = 0; i < 100000; i++) {
+		snprintf(name, sizeof(name), "%020d.log", i);
+		snprintf(m.etag, sizeof(m.etag), "\"%032x\"", (unsigned)i * 2654435761u);
+		int e = fn(arg, name, false, &m);
+		if (e < 0)
+			return e;
+	}
+	return 0;
+}
+
+static int big_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
+			  void *arg)
+{
+	done(arg, big_list(b, dir, fn, arg));
+	return 0;
+}
+
+static void test_memory_per_key(void **state)
+{
+	static const struct bk_ops big_ops = {.list = big_list, .list_async = big_list_async};
+	static struct backend big = {.ops = &big_ops, .scheme = "fake"};
+	struct ns_cfg cfg = {.backend = &big, .store = "fake://big", .metadata_ttl = 60,
+			     .negative_ttl = 1, .block_size = 65536, .now_ns = fake_now};
+	uint64_t bytes0, bytes1, bytes2, keys;
+	struct ns_dir *d[20];
+	struct ns *ns;
+	char name[64];
+
+	(void)state;
+	memset(&S, 0, sizeof(S));
+	S.now = SEC;
+	ns = ns_new(&cfg);
+	assert_non_null(ns);
+	ns_mem(ns, &bytes0, &keys);
+	for (int i = 0; i < 20; i++)
+		assert_int_equal(ns_opendir(ns, 1, &d[i]), 0);
+	ns_mem(ns, &bytes1, &keys);
+	assert_int_equal(keys, 100000);
+	for (int i = 0; i < 100000; i++) {
+		struct stat st;
+
+		snprintf(name, sizeof(name), "%020d.log", i);
+		assert_int_equal(ns_lookup(ns, 1, name, &st), 0);
+	}
+	ns_mem(ns, &bytes2, &keys);
+	double listed = (double)(bytes1 - bytes0) / 100000, looked = (double)(bytes2 - bytes0) / 100000;
+	print_message("# namespace at 100k keys: %.1f B/key listed (20 open handles share it), "
+		      "%.1f B/key with every name looked up (a node and a version each)\n",
+		      listed, looked);
+	assert_true(listed <= 200);
+	assert_int_equal(S.lists, 1);
+	for (int i = 0; i < 20; i++)
+		ns_dir_put(d[i]);
+	ns_free(ns);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -362,6 +719,12 @@ int main(void)
 	    cmocka_unit_test(test_failed_lookup_frees_node),
 	    cmocka_unit_test(test_new_version_new_inode),
 	    cmocka_unit_test(test_move),
+	    cmocka_unit_test(test_single_flight_listing),
+	    cmocka_unit_test(test_stale_while_revalidate),
+	    cmocka_unit_test(test_last_good_listing),
+	    cmocka_unit_test(test_insert_copies_shared_listing),
+	    cmocka_unit_test(test_parked_lookups_do_not_block_known),
+	    cmocka_unit_test(test_memory_per_key),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
