@@ -57,7 +57,7 @@ DEFAULTS = {
     "fetch": MIB,  # the tail's read size
     "lag_read": 8192,  # the lagging consumer's log read
     "grace": 0.3,  # tail reads this soon after a phase change are not classified
-    "negative_ttl": 1.0,
+    "negative_ttl": 1.0,  # the mount's, for the caller's first-byte bound
 }
 
 

@@ -32,6 +32,7 @@ import pytest
 
 import broker_sim
 import harness
+import lagging_util
 from harness import S3_ENV, s3_options
 
 LIVE = 8
@@ -42,6 +43,12 @@ MAX_SERVER_PER_BYTE = 600
 
 def _tier(path):
     return os.getxattr(path, "user.tierfs.tier").decode()
+
+
+def _run(m, store, old, tmp_path):
+    """broker_sim.run with the mount's own negative_ttl (the first-byte bound is built on it)."""
+    neg = float(lagging_util.config(m.mnt)["negative_ttl"])
+    return broker_sim.run(m.mnt, store, old, dict(P, negative_ttl=neg), tmp_path / "work")
 
 
 def _check(res, server_per_byte, what):
@@ -80,7 +87,7 @@ def test_broker_http(mount, nginx_factory, tmp_path):
         assert _tier(m.path(broker_sim.seg_name(base, "log"))) == "lagging"
     old_names = {broker_sim.seg_name(b, e) for b, _ in old for e in ("log", "index", "timeindex")}
     mark = srv.log_mark()
-    res = broker_sim.run(m.mnt, store, old, P, tmp_path / "work")
+    res = _run(m, store, old, tmp_path)
     srv.wait_idle()
     at_server = sum(r.body_bytes for r in srv.requests(mark)
                     if r.method == "GET" and r.path in old_names)
@@ -101,7 +108,7 @@ def test_broker_s3(mount, s3, tmp_path):
     paths = [m.path(broker_sim.seg_name(b, "log")) for b, _ in old]
     harness.wait_until(lambda: all(_tier(x) == "lagging" for x in paths), 30,
                        "the old segments to be older than hot_ttl")
-    res = broker_sim.run(m.mnt, store, old, P, tmp_path / "work")
+    res = _run(m, store, old, tmp_path)
     # s3rver keeps no access log: tierfs's own count of lagging bytes fetched
     per_byte = res["lagging_server_per_byte"] or 0
     _check(res, per_byte, "s3")
