@@ -57,8 +57,8 @@ struct ns_cfg {
 	 * the last good listing is served meanwhile. May be NULL. Called without ns's lock. */
 	void (*log)(void *log_arg, const char *dir, int err, bool kept);
 	void *log_arg;
-	uint64_t (*now_ns)(void *clock_arg); /* monotonic clock; NULL = CLOCK_MONOTONIC (tests
-					      * pass a fake one) */
+	uint64_t (*now_ns)(void *clock_arg); /* monotonic clock, required: the mount's own
+					      * (fs_cache_env), or a test's fake one */
 	void *clock_arg;
 };
 

@@ -162,6 +162,8 @@ int fs_main(struct fs_opts *o)
 		.block_size = (uint32_t)o->block_size,
 		.log = ns_log,
 		.log_arg = &m,
+		.now_ns = env.mono_ns, /* one clock for the cache and the namespace */
+		.clock_arg = env.arg,
 	};
 	m.ns = store ? ns_new(&nc) : NULL;
 	fsname = fsname_opt(o->url);
