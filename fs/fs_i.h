@@ -293,8 +293,13 @@ void fs_backend_log(void *arg, int level, const char *line);
 /* Fill the log bucket of a new mount (after log_lock is initialised). */
 void fs_log_init(struct mount *m);
 
-/* After the session and the I/O thread stopped: wait for helper threads, and free the
- * watches and the handles the kernel never released. Before cache_free. */
+/* After the session loop and the I/O thread stopped, before fuse_session_unmount: wait for
+ * the helper threads, the last writers of the FUSE device besides them. Unmounting closes the
+ * device's fd, and a number closed under a writer may be reused by an unrelated file. */
+void fs_ops_quiesce(struct mount *m);
+
+/* After fs_ops_quiesce and the unmount: free the watches and the handles the kernel never
+ * released. Before cache_free. */
 void fs_ops_drain(struct mount *m);
 
 #endif

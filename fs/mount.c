@@ -9,9 +9,11 @@
  *
  * Everything that can fail before mounting fails with one line on stderr and exit status 1.
  * The backend's I/O thread is stopped across fuse_daemonize (a fork keeps only the calling
- * thread) and started again in the child. Teardown runs in the opposite order: unmount,
- * stop the I/O thread (answering everything still waiting), let ops.c free what the kernel
- * left open (fs_ops_drain), then the cache, the namespace and the backend.
+ * thread) and started again in the child. Teardown runs in the opposite order: stop the I/O
+ * thread (answering everything still waiting, while the device is still open), wait for the
+ * helper threads that write to the device (fs_ops_quiesce), unmount (which closes the
+ * device), let ops.c free what the kernel left open (fs_ops_drain), then the cache, the
+ * namespace and the backend.
  *
  * The FUSE operations themselves are in ops.c, the readahead tuning in tune.c.
  */
@@ -228,13 +230,15 @@ int fs_main(struct fs_opts *o)
 	}
 	status = r < 0 ? 1 : 0;
 out:
+	/* answer everything still waiting before the cache goes, and before the device closes:
+	 * the answers and the helpers' notifications write to it */
+	if (m.b)
+		backend_stop(m.b);
+	fs_ops_quiesce(&m);
 	if (mounted)
 		fuse_session_unmount(m.se);
 	if (handlers)
 		fuse_remove_signal_handlers(m.se);
-	/* answer everything still waiting before the cache goes */
-	if (m.b)
-		backend_stop(m.b);
 	fs_ops_drain(&m);
 	cache_free(m.c);
 	ns_free(m.ns);

@@ -1300,12 +1300,17 @@ const struct fuse_lowlevel_ops fs_ops = {
 
 /* ---- what is left when the session ends -------------------------------------------------------- */
 
-void fs_ops_drain(struct mount *m)
+void fs_ops_quiesce(struct mount *m)
 {
 	pthread_mutex_lock(&m->log_lock);
 	while (m->invals)
 		pthread_cond_wait(&m->inval_done, &m->log_lock);
 	pthread_mutex_unlock(&m->log_lock);
+}
+
+void fs_ops_drain(struct mount *m)
+{
+	fs_ops_quiesce(m); /* no helper starts after the loop; this only checks */
 	/* watches of reads the kernel gave up on (a dead connection answers nothing) */
 	while (m->watches) {
 		struct read_watch *w = m->watches;
