@@ -154,6 +154,13 @@ void ns_dir_put(struct ns_dir *d);
  * whether it is a directory). */
 size_t ns_dir_count(const struct ns_dir *d);
 const char *ns_dir_name(const struct ns_dir *d, size_t i, bool *ret_is_dir);
+/* Entry @i of @d as a lookup would answer it, for readdirplus, from memory only: by the
+ * directory's listing now (which may be newer than the handle's), never the store. On success
+ * the node's lookup count is raised by one, as FUSE counts readdirplus entries. @return 0 and
+ * *ret_st; -EAGAIN when memory cannot answer (a name without metadata, gone since the handle's
+ * listing, a handle not on a directory of ns: give the entry without attributes, and the
+ * kernel looks it up); -ENOMEM. */
+int ns_dir_lookup(struct ns *ns, const struct ns_dir *d, size_t i, struct stat *ret_st);
 
 /* Is @name in the listing held for directory @parent, from memory only (never the store)?
  * @return 1 yes, 0 no, -EAGAIN no listing held yet, -ENOENT unknown directory. */

@@ -780,6 +780,58 @@ static struct node *node_new(struct ns *ns, struct node *parent, const char *nam
 	return n;
 }
 
+/*
+ * The node a listing entry of @name in @p names now (lock held), or NULL when it needs a new
+ * one: none yet; the key changed type; or files are open on the node's version and @m (the
+ * entry's metadata, NULL if it has none) is another, and the open files keep the old inode
+ * with its page cache.
+ */
+static struct node *entry_node(struct ns *ns, struct node *p, const char *name, bool is_dir,
+			       const struct bk_meta *m)
+{
+	struct node *n = find_name(ns, p->ino, name);
+
+	if (n && n->is_dir != is_dir) {
+		unlink_name(ns, n); /* the key changed type: a new inode */
+		n = NULL;
+	}
+	if (n && !is_dir && m && n->nopen && changes(n, m)) {
+		unlink_name(ns, n); /* files are open on the old version: a new inode */
+		n = NULL;
+	}
+	return n;
+}
+
+/*
+ * Answer a lookup of @name in @p with node @n (from entry_node; NULL: make it) and what the
+ * store said of it, @m (NULL if nothing: a directory without permission bits; a file always
+ * has it here). @confirmed as set_version takes it. Raises the lookup count and fills @st.
+ * @return 0 or -ENOMEM (a node made here is dropped again).
+ */
+static int entry_link(struct ns *ns, struct node *p, const char *name, struct node *n,
+		      bool is_dir, const struct bk_meta *m, bool confirmed, struct stat *st)
+{
+	bool made = false;
+	int e = 0;
+
+	if (!n) {
+		if (!(n = node_new(ns, p, name, is_dir)))
+			return -ENOMEM;
+		made = true;
+	}
+	if (is_dir && m && m->have_perm)
+		take_perm(n, m);
+	if (!is_dir && m)
+		e = set_version(ns, n, m, confirmed);
+	if (e == 0) {
+		n->nlookup++;
+		fill_stat(ns, n, st);
+	} else if (made) {
+		drop_unused(ns, n);
+	}
+	return e;
+}
+
 /* ---- names missing from a listing ---------------------------------------------------------- */
 
 /* Did the store say @name is missing from directory @d less than negative_ttl ago? */
@@ -1035,7 +1087,7 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 	struct node *p = find_ino(ns, op->ino), *n;
 	struct lent *ent;
 	struct bk_meta m;
-	bool is_dir, have_meta, have_perm, made = false;
+	bool is_dir, have_meta, have_perm;
 	int e = 0;
 
 	if (!p)
@@ -1071,15 +1123,7 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 	have_meta = ent->flags & LE_META;
 	have_perm = ent->flags & LE_PERM;
 	lent_meta(p->dir->list, ent, &m);
-	n = find_name(ns, p->ino, op->name);
-	if (n && n->is_dir != is_dir) {
-		unlink_name(ns, n); /* the key changed type: a new inode */
-		n = NULL;
-	}
-	if (n && !is_dir && have_meta && n->nopen && changes(n, &m)) {
-		unlink_name(ns, n); /* files are open on the old version: a new inode */
-		n = NULL;
-	}
+	n = entry_node(ns, p, op->name, is_dir, have_meta ? &m : NULL);
 	if (!is_dir && !have_meta) {
 		/* a manifest names files without metadata: ask the store */
 		if (op->stat == STAT_META && op->have_stat) {
@@ -1098,22 +1142,8 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 			return *ret_path ? STEP_STAT : -ENOMEM;
 		}
 	}
-	if (!n) {
-		if (!(n = node_new(ns, p, op->name, is_dir)))
-			return -ENOMEM;
-		made = true;
-	}
-	if (is_dir && have_perm)
-		take_perm(n, &m);
-	if (!is_dir && have_meta)
-		e = set_version(ns, n, &m, true);
-	if (e == 0) {
-		n->nlookup++;
-		fill_stat(ns, n, &op->st);
-	} else if (made) {
-		drop_unused(ns, n);
-	}
-	return e;
+	return entry_link(ns, p, op->name, n, is_dir, (is_dir ? have_perm : have_meta) ? &m : NULL,
+			  true, &op->st);
 }
 
 static int step_open(struct ns *ns, struct nsop *op, char **ret_path)
@@ -1573,6 +1603,33 @@ const char *ns_dir_name(const struct ns_dir *d, size_t i, bool *ret_is_dir)
 {
 	*ret_is_dir = (d->l->e[i].flags & LE_DIR) != 0;
 	return lname(d->l, &d->l->e[i]);
+}
+
+int ns_dir_lookup(struct ns *ns, const struct ns_dir *d, size_t i, struct stat *ret_st)
+{
+	bool is_dir;
+	const char *name = ns_dir_name(d, i, &is_dir);
+	struct node *p;
+	struct lent *ent;
+	struct bk_meta m;
+	int e = -EAGAIN;
+
+	if (!name)
+		return -EAGAIN;
+	pthread_mutex_lock(&ns->lock);
+	p = find_ino(ns, d->ino);
+	/* the directory's listing now, which may be newer than the handle's */
+	ent = p && p->is_dir && p->dir->list ? find_entry(p->dir->list, name) : NULL;
+	if (ent && ((ent->flags & LE_DIR) || (ent->flags & LE_META))) {
+		bool dir = ent->flags & LE_DIR;
+
+		lent_meta(p->dir->list, ent, &m);
+		e = entry_link(ns, p, name, entry_node(ns, p, name, dir, &m), dir,
+			       !dir || (ent->flags & LE_PERM) ? &m : NULL,
+			       listing_fresh(ns, p->dir), ret_st);
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return e;
 }
 
 int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len)

@@ -1116,9 +1116,19 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	ns_opendir_async(M(req)->ns, ino, reply_opendir, orq);
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi)
+/*
+ * One page of an open directory: entries from @off on, as many as fit in @size bytes. Offsets:
+ * 0 ".", 1 "..", 2 + i for entry i; each entry carries the offset of the next. With @plus
+ * (readdirplus, which the kernel uses for `ls -l` and the first page of any listing), each
+ * entry also carries what a lookup would answer, from memory (ns_dir_lookup), so a stat of
+ * every name costs no round trip of its own; a name memory cannot answer goes without (inode
+ * 0), and the kernel looks it up. "." and ".." never carry attributes: the kernel would not
+ * count them as lookups.
+ */
+static void dir_page(fuse_req_t req, size_t size, off_t off, struct fuse_file_info *fi,
+		     bool plus)
 {
+	struct mount *m = M(req);
 	struct ns_dir *d = (struct ns_dir *)(uintptr_t)fi->fh;
 	size_t count = ns_dir_count(d);
 	char *buf = malloc(size);
@@ -1128,34 +1138,59 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	/* offsets: 0 ".", 1 "..", 2 + i for entry i; each entry carries the offset of the next */
 	for (size_t i = (size_t)off; i < count + 2; i++) {
-		struct stat st = {0};
+		struct fuse_entry_param e = {0};
 		const char *name;
 		bool is_dir;
 		size_t n;
 
 		if (i == 0) {
 			name = ".";
-			st.st_ino = d->ino;
-			st.st_mode = S_IFDIR;
+			e.attr.st_ino = d->ino;
+			e.attr.st_mode = S_IFDIR;
 		} else if (i == 1) {
 			name = "..";
-			st.st_ino = d->parent;
-			st.st_mode = S_IFDIR;
+			e.attr.st_ino = d->parent;
+			e.attr.st_mode = S_IFDIR;
 		} else {
 			name = ns_dir_name(d, i - 2, &is_dir);
 			/* the real inode is made at lookup; d_ino only needs to be non-zero */
-			st.st_ino = (ino_t)(i + 2);
-			st.st_mode = is_dir ? S_IFDIR : S_IFREG;
+			e.attr.st_ino = (ino_t)(i + 2);
+			e.attr.st_mode = is_dir ? S_IFDIR : S_IFREG;
 		}
-		n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
-		if (n > size - used)
+		if (!plus) {
+			n = fuse_add_direntry(req, buf + used, size - used, name, &e.attr,
+					      (off_t)(i + 1));
+			if (n > size - used)
+				break;
+			used += n;
+			continue;
+		}
+		/* the lookup count may only be raised for an entry that is sent */
+		if (fuse_add_direntry_plus(req, NULL, 0, name, NULL, 0) > size - used)
 			break;
-		used += n;
+		if (i >= 2 && ns_dir_lookup(m->ns, d, i - 2, &e.attr) == 0) {
+			e.ino = e.attr.st_ino;
+			e.attr_timeout = ttl(m);
+			e.entry_timeout = ttl(m);
+		}
+		used += fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
+					       (off_t)(i + 1));
 	}
 	fuse_reply_buf(req, buf, used);
 	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	dir_page(req, size, off, fi, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	dir_page(req, size, off, fi, true);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1289,6 +1324,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.release = op_release,
 	.opendir = op_opendir,
 	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
 	.releasedir = op_releasedir,
 	.statfs = op_statfs,
 	.setxattr = op_setxattr,

@@ -196,6 +196,25 @@ def test_failed_refresh_keeps_last_good_listing(mount, proxy, store):
     assert len(lines) == 1, lines
 
 
+def test_readdirplus_gives_real_inodes(mount, store):
+    """`ls -l` costs no lookup per name: a listing's entries come with their attributes
+    (readdirplus) from the namespace. Seen from outside: d_ino is the inode stat gives, and
+    the sizes are right, also after the kernel forgot every inode (the lookup counts the
+    entries took are given back, and the next listing makes them again)."""
+    m = mount(store.url, ["metadata_ttl=600"])
+    d = m.path("d")
+    for attempt in range(2):
+        with os.scandir(d) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        assert [e.name for e in entries] == [f"f{i:02d}.bin" for i in range(20)]
+        for i, e in enumerate(entries):
+            st = os.stat(e.path)
+            assert e.inode() == st.st_ino, f"{e.name}: d_ino {e.inode()}, st_ino {st.st_ino}"
+            assert st.st_size == 1000 + i
+        with open("/proc/sys/vm/drop_caches", "w") as f:  # dentries and inodes
+            f.write("2\n")
+
+
 def _rss_peak_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:

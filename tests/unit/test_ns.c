@@ -391,6 +391,72 @@ static void test_new_version_new_inode(void **state)
 	ns_free(ns);
 }
 
+/* The entry of name @want in open directory @d: its index. */
+static size_t dir_index(const struct ns_dir *d, const char *want)
+{
+	bool is_dir;
+
+	for (size_t i = 0; i < ns_dir_count(d); i++)
+		if (strcmp(ns_dir_name(d, i, &is_dir), want) == 0)
+			return i;
+	fail_msg("%s not in the listing", want);
+	return 0;
+}
+
+/* readdirplus entries (ns_dir_lookup) answer as a lookup would, from memory, and count as
+ * lookups: the same inode, the same attributes, one forget per entry sent; a name the
+ * directory's listing no longer has, or has no metadata for, is left to a real lookup. */
+static void test_readdirplus_entries(void **state)
+{
+	struct ns *ns = mk(60, 1);
+	struct ns_dir *d;
+	struct stat st, lst;
+	size_t i;
+
+	(void)state;
+	put("a.log", 100, "\"e1\"");
+	put("b.log", 5, "\"e2\"");
+	put("sub/c.log", 7, "\"e3\"");
+	S.o[1].no_meta = true; /* b.log: named by an index without metadata */
+	assert_int_equal(ns_opendir(ns, 1, &d), 0);
+	int lists = S.lists, stats = S.stats;
+
+	i = dir_index(d, "a.log");
+	assert_int_equal(ns_dir_lookup(ns, d, i, &st), 0);
+	assert_int_equal(st.st_size, 100);
+	assert_true(S_ISREG(st.st_mode));
+	/* a lookup finds the same inode and attributes; two lookups now to forget */
+	assert_int_equal(lookup_ok(ns, 1, "a.log", &lst), st.st_ino);
+	assert_int_equal(lst.st_size, 100);
+	ns_forget(ns, st.st_ino, 1);
+	assert_int_equal(ns_getattr(ns, st.st_ino, &lst), 0); /* one lookup left */
+	ns_forget(ns, st.st_ino, 1);
+	assert_int_equal(ns_getattr(ns, st.st_ino, &lst), -ENOENT);
+
+	i = dir_index(d, "sub");
+	assert_int_equal(ns_dir_lookup(ns, d, i, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(ns_dir_lookup(ns, d, dir_index(d, "b.log"), &st), -EAGAIN);
+	assert_int_equal(S.lists, lists); /* memory only: the store was never asked */
+	assert_int_equal(S.stats, stats);
+	ns_dir_put(d);
+
+	/* a handle on an older listing: a name gone since is not answered from it */
+	assert_int_equal(ns_opendir(ns, 1, &d), 0);
+	i = dir_index(d, "a.log");
+	S.o[0].present = false;
+	S.now += 61 * SEC;
+	struct ns_dir *d2;
+	assert_int_equal(ns_opendir(ns, 1, &d2), 0); /* stale: served, refreshed behind */
+	ns_dir_put(d2);
+	assert_int_equal(ns_opendir(ns, 1, &d2), 0);
+	assert_int_equal(ns_dir_count(d2), ns_dir_count(d) - 1);
+	assert_int_equal(ns_dir_lookup(ns, d, i, &st), -EAGAIN);
+	ns_dir_put(d2);
+	ns_dir_put(d);
+	ns_free(ns);
+}
+
 /* ns_move: the only open file, having served nothing, moves; with a second open it cannot. */
 static void test_move(void **state)
 {
@@ -719,6 +785,7 @@ int main(void)
 	    cmocka_unit_test(test_failed_lookup_frees_node),
 	    cmocka_unit_test(test_new_version_new_inode),
 	    cmocka_unit_test(test_move),
+	    cmocka_unit_test(test_readdirplus_entries),
 	    cmocka_unit_test(test_single_flight_listing),
 	    cmocka_unit_test(test_stale_while_revalidate),
 	    cmocka_unit_test(test_last_good_listing),
