@@ -119,7 +119,7 @@ struct dirst {
 struct node {
 	uint64_t ino;
 	uint64_t parent;     /* parent's inode; the root's is itself */
-	char *name;          /* last path segment */
+	const char *name;    /* last path segment: the tail of path, not an allocation */
 	char *path;          /* relative path in the store, "" for the root */
 	bool is_dir;
 	bool unlinked;       /* no longer in by_name (replaced by a node of another type) */
@@ -523,7 +523,6 @@ static void node_free(struct node *n)
 			free(n->dir->negs[i].name);
 		free(n->dir);
 	}
-	free(n->name);
 	free(n->path);
 	free(n);
 }
@@ -548,10 +547,10 @@ struct ns *ns_new(const struct ns_cfg *cfg)
 	root->parent = ROOT_INO;
 	root->is_dir = true;
 	root->nlookup = 1;
-	root->name = strdup("");
 	root->path = strdup("");
+	root->name = root->path;
 	root->dir = dirst_new();
-	if (!root->name || !root->path || !root->dir)
+	if (!root->path || !root->dir)
 		goto fail;
 	pthread_mutex_init(&ns->lock, NULL);
 	ns->next_ino = ROOT_INO + 1;
@@ -765,11 +764,12 @@ static struct node *node_new(struct ns *ns, struct node *parent, const char *nam
 	n->ino = ns->next_ino++;
 	n->parent = parent->ino;
 	n->is_dir = is_dir;
-	n->name = strdup(name);
 	n->path = child_path(parent, name);
+	if (n->path)
+		n->name = n->path + strlen(n->path) - strlen(name);
 	if (is_dir)
 		n->dir = dirst_new();
-	if (!n->name || !n->path || (is_dir && !n->dir)) {
+	if (!n->path || (is_dir && !n->dir)) {
 		node_free(n);
 		return NULL;
 	}
@@ -1679,7 +1679,7 @@ void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
 	bytes += msize(ns->by_ino) + msize(ns->by_name) + msize(ns->store);
 	for (size_t i = 0; i < ns->nbuckets; i++) {
 		for (struct node *n = ns->by_ino[i]; n; n = n->next_ino) {
-			bytes += msize(n) + msize(n->name) + msize(n->path) + msize(n->cur);
+			bytes += msize(n) + msize(n->path) + msize(n->cur);
 			if (!n->dir)
 				continue;
 			bytes += msize(n->dir);
