@@ -131,9 +131,11 @@ enum piece_pin {
 /* One block's part of a read. */
 struct piece {
 	struct piece *wnext; /* next waiter of the same flight; c->lock */
+	struct flight *wait; /* that flight, while waiting for it; c->lock */
 	struct pread *pr;    /* the read it belongs to */
-	const char *data;    /* the block's bytes once available */
-	uint32_t len;        /* the block's length */
+	const char *data;    /* the bytes once available: the block's, or a part's */
+	uint32_t start;      /* where they start in the block: 0, or a part's offset */
+	uint32_t len;        /* their length */
 	enum piece_pin pin;  /* what it holds */
 	uint8_t tier;        /* PIN_RING: the tier whose ring it is pinned in */
 	struct ring_ref ref;
@@ -285,6 +287,62 @@ static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint
 	return (uint32_t)((end > o->size ? o->size : end) - start);
 }
 
+/*
+ * Parts. A random read of a lagging object fetches only the aligned part of each block it
+ * touches: the CACHE_PART_UNIT-aligned range around what it reads, up to CACHE_PART_MAX; a
+ * read that needs more of a block takes the whole block. A part is stored in the lagging ring
+ * under a key of its own: the block index with PART_TAG set, the part's first unit and its
+ * length in units, so single-flight holds per part, a part is only ever served for reads it
+ * covers, and the whole block's key never finds it (a sequential reader fetches the block).
+ */
+#define PART_TAG (1ull << 63)
+#define PART_BLK_MAX (1ull << 47) /* block indexes a part key can carry */
+
+struct part {
+	struct cache_key key;
+	uint32_t start; /* offset in the block */
+	uint32_t len;
+};
+
+/* The part of block @blk of @o that a read of [@off, @off + @len) needs. @return false when
+ * it needs the whole block (or more than CACHE_PART_MAX of it). */
+static bool part_of(const struct cache *c, const struct cache_obj *o, uint64_t blk,
+		    uint64_t off, size_t len, struct part *ret)
+{
+	const uint64_t unit = CACHE_PART_UNIT;
+	uint64_t bstart = blk << c->shift, blen = block_len(c, o, blk);
+	uint64_t a = off > bstart ? off - bstart : 0, b = off + len - bstart;
+	uint64_t ps, pe;
+
+	if (b > blen)
+		b = blen;
+	ps = a & ~(unit - 1);
+	pe = (b + unit - 1) & ~(unit - 1);
+	if (pe > blen)
+		pe = blen;
+	if (pe - ps > CACHE_PART_MAX || pe - ps >= blen || blk >= PART_BLK_MAX)
+		return false;
+	ret->start = (uint32_t)ps;
+	ret->len = (uint32_t)(pe - ps);
+	ret->key = (struct cache_key){o->id, PART_TAG | blk << 16 | (ps / unit) << 3 |
+						   (pe - ps + unit - 1) / unit};
+	return true;
+}
+
+/* Look part @pt up in the lagging tier. Fills the piece with a pin. */
+static bool part_lookup(struct cache *c, const struct part *pt, uint64_t now, struct piece *p)
+{
+	if (ring_lookup(c->tier[CACHE_LAG].ring, pt->key, now, &p->ref) != 0)
+		return false;
+	p->pin = PIN_RING;
+	p->tier = CACHE_LAG;
+	p->data = p->ref.data;
+	p->start = pt->start;
+	p->len = p->ref.len;
+	STAT_ADD(c, CACHE_LAG, hits, 1);
+	return true;
+}
+
 /* Look a block up in each tier in list order. Fills the piece with a pin. */
 static bool lookup(struct cache *c, struct cache_key k, uint64_t now, struct piece *p)
 {
@@ -295,6 +353,7 @@ static bool lookup(struct cache *c, struct cache_key k, uint64_t now, struct pie
 			p->pin = PIN_RING;
 			p->tier = (uint8_t)t;
 			p->data = p->ref.data;
+			p->start = 0;
 			p->len = p->ref.len;
 			STAT_ADD(c, t, hits, 1);
 			return true;
@@ -358,7 +417,7 @@ static void answer(struct cache *c, struct piece *p, uint32_t n, uint64_t first,
 	uint64_t pos = off;
 	size_t left = len;
 	for (uint32_t i = 0; i < n; i++) {
-		uint64_t bstart = (first + i) << c->shift;
+		uint64_t bstart = ((first + i) << c->shift) + p[i].start;
 		size_t skip = (size_t)(pos - bstart);
 		size_t take = p[i].len - skip;
 
@@ -671,23 +730,25 @@ static void drain_fire(void *arg)
 }
 
 /*
- * Create a flight for block @blk of @o (c->lock held). Flights of a tier without a limiter go
+ * Create a flight for @len bytes at @off of @o, stored under @k: a whole block, or a part of
+ * one (part_of) (c->lock held). Flights of a tier without a limiter go
  * on @go to be started by the caller; the others join the throttle queue, and whatever the
  * queue lets through goes on @go as well. @return the flight, or NULL if out of memory.
  */
-static struct flight *flight_new(struct cache *c, const struct cache_obj *o, uint64_t blk,
-				 enum cache_tier tier, uint64_t now, struct flight ***go_tail)
+static struct flight *flight_new(struct cache *c, const struct cache_obj *o, struct cache_key k,
+				 uint64_t off, uint32_t len, enum cache_tier tier, uint64_t now,
+				 struct flight ***go_tail)
 {
 	struct flight *f = calloc(1, sizeof(*f));
 
 	if (!f)
 		return NULL;
 	f->c = c;
-	f->key = (struct cache_key){o->id, blk};
+	f->key = k;
 	f->ctx = o->ctx;
 	c->env.hold(o->ctx);
-	f->off = blk << c->shift;
-	f->len = block_len(c, o, blk);
+	f->off = off;
+	f->len = len;
 	f->tier = (uint8_t)tier;
 	unsigned b = bucket(f->key);
 	f->hnext = c->table[b];
@@ -767,6 +828,7 @@ static void flight_done(void *arg, int err)
 		struct pread *pr = p->pr;
 
 		next = p->wnext;
+		p->wait = NULL;
 		if (err) {
 			if (!pr->err)
 				pr->err = err;
@@ -922,7 +984,7 @@ static void readahead(struct cache *c, const struct cache_obj *o, uint64_t from,
 			break;
 		if (resident(c, k, now))
 			continue;
-		if (!flight_new(c, o, b, tier, now, &go_tail))
+		if (!flight_new(c, o, k, b << c->shift, block_len(c, o, b), tier, now, &go_tail))
 			break;
 		added++;
 		STAT_ADD(c, tier, readaheads, 1);
@@ -939,6 +1001,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	uint64_t first, last, now, ra_from = 1, ra_to = 0;
 	uint32_t n, missing = 0;
 	enum cache_tier tier;
+	bool parts = false; /* a random read of a lagging object: fetch parts of blocks */
 
 	if (off >= o->size || len == 0) {
 		reply(req, NULL, 0, 0);
@@ -964,11 +1027,14 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 			    first + 1 >= (prev - 1) >> c->shift &&
 			    first <= __atomic_load_n(&s->ra_next, __ATOMIC_RELAXED);
 
-		if ((off == prev || off == 0 || near) && c->cfg.readahead)
+		bool seq = off == prev || off == 0 || near;
+
+		if (seq && c->cfg.readahead)
 			readahead_plan(c, o, s, last, off == 0 && prev != 0, tier, &ra_from,
 				       &ra_to);
-		else
+		else if (!seq)
 			__atomic_store_n(&s->ra_win, 0, __ATOMIC_RELAXED); /* a seek */
+		parts = !seq && tier == CACHE_LAG;
 	}
 
 	if (n > STACK_PIECES) {
@@ -980,9 +1046,14 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 		p = pr->p;
 	}
 	for (uint32_t i = 0; i < n; i++) {
+		struct part pt;
+
 		p[i].pin = PIN_NONE;
-		if (!lookup(c, (struct cache_key){o->id, first + i}, now, &p[i]))
-			missing++;
+		if (lookup(c, (struct cache_key){o->id, first + i}, now, &p[i]))
+			continue;
+		if (parts && part_of(c, o, first + i, off, len, &pt) && part_lookup(c, &pt, now, &p[i]))
+			continue;
+		missing++;
 	}
 
 	if (!missing) {
@@ -1019,25 +1090,42 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < n; i++) {
 		struct cache_key k = {o->id, first + i};
+		struct part pt;
+		bool part;
 		struct flight *f;
 
 		if (p[i].pin != PIN_NONE)
 			continue;
 		p[i].pr = pr;
+		p[i].start = 0;
+		part = parts && part_of(c, o, k.blk, off, len, &pt);
+		/* a fetch of the whole block serves a part too */
 		f = flight_find(c, k);
+		if (!f && part && (f = flight_find(c, pt.key)))
+			p[i].start = pt.start;
 		if (f) {
 			STAT_ADD(c, f->tier, joins, 1);
 			pump |= f->mwait; /* waited, may now take a bounce buffer */
-		} else if (lookup(c, k, now, &p[i])) {
+		} else if (lookup(c, k, now, &p[i]) || (part && part_lookup(c, &pt, now, &p[i]))) {
 			continue; /* committed since the first look */
 		} else {
-			f = flight_new(c, o, k.blk, tier, now, &go_tail);
+			if (part) {
+				p[i].start = pt.start;
+				f = flight_new(c, o, pt.key, (k.blk << c->shift) + pt.start, pt.len,
+					       tier, now, &go_tail);
+			} else {
+				f = flight_new(c, o, k, k.blk << c->shift, block_len(c, o, k.blk),
+					       tier, now, &go_tail);
+			}
 			if (!f) {
 				pr->err = -ENOMEM;
 				continue;
 			}
 			STAT_ADD(c, tier, misses, 1);
+			if (part)
+				STAT_ADD(c, tier, parts, 1);
 		}
+		p[i].wait = f;
 		p[i].wnext = f->waiters;
 		f->waiters = &p[i];
 		pr->pending++;
@@ -1091,7 +1179,7 @@ void cache_cancel(struct cache *c, uint64_t ticket)
 
 		if (p->pin != PIN_NONE)
 			continue; /* arrived (pinned) or never registered */
-		f = flight_find(c, (struct cache_key){pr->obj, pr->first + i});
+		f = p->wait;
 		if (!f)
 			continue;
 		bool mine = false;
@@ -1327,8 +1415,8 @@ static void resident_add(void *arg, uint64_t blk)
 {
 	struct resident *rs = arg;
 
-	if (rs->oom)
-		return;
+	if (rs->oom || (blk & PART_TAG))
+		return; /* a part is not the block */
 	if (rs->n == rs->cap) {
 		size_t cap = rs->cap ? 2 * rs->cap : 64;
 		uint64_t *v = realloc(rs->v, cap * sizeof(*v));

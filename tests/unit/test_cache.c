@@ -150,14 +150,20 @@ static int f_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, 
 		   cache_done_fn done, void *done_arg)
 {
 	struct fobj *o = ctx;
-	uint64_t end = off + W.bs < o->size ? off + W.bs : o->size;
+	uint64_t bstart = off / W.bs * W.bs;
+	uint64_t end = bstart + W.bs < o->size ? bstart + W.bs : o->size;
+	/* a part of a block (random lagging reads): aligned, at most CACHE_PART_MAX, inside
+	 * its block, whole units unless it ends with the block */
+	bool part = off % CACHE_PART_UNIT == 0 && len <= CACHE_PART_MAX && len < end - bstart &&
+		    off + len <= end && (len % CACHE_PART_UNIT == 0 || off + len == end);
 
 	(void)arg;
 	W.attempts++;
-	if (off % W.bs || off >= o->size || len != end - off || !dst || !done)
+	if ((off != bstart && !part) || off >= o->size || (len != end - off && !part) || !dst ||
+	    !done)
 		W.fetch_bad++;
 	for (size_t i = 0; i < W.nf; i++)
-		if (W.f[i].open && W.f[i].o->id == o->id && W.f[i].off == off)
+		if (W.f[i].open && W.f[i].o->id == o->id && W.f[i].off == off && W.f[i].len == len)
 			W.single_dup++;
 	if (W.fetch_err)
 		return W.fetch_err;
@@ -3299,6 +3305,139 @@ static void test_readahead_inflight_bound(void **state)
 	shut(c);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Parts: random reads of lagging objects fetch what they read, not whole blocks
+ * ------------------------------------------------------------------------------------------ */
+
+/* The last fetch started: at @off, @len bytes. */
+static void assert_last_fetch(uint64_t off, uint32_t len)
+{
+	assert_true(W.nf > 0);
+	assert_int_equal(W.f[W.nf - 1].off, off);
+	assert_int_equal(W.f[W.nf - 1].len, len);
+}
+
+static void test_parts(void **state)
+{
+	const uint32_t bs = 1u << 20, U = CACHE_PART_UNIT;
+	struct cache_cfg cfg = base_cfg();
+	struct fobj fo;
+	struct cache_obj old = mkobj(&fo, 91, 8ull * bs + 100 * KIB, OLD);
+	struct cache_stream s = {0}, seq = {0};
+	struct rep r = {0}, r2 = {0};
+	struct cache_stats st;
+	struct cache *c;
+	char res[16];
+
+	(void)state;
+	cfg.block_size = bs;
+	cfg.hot_size = 16ull * bs;
+	cfg.lagging_size = 16ull * bs;
+	cfg.lagging_rate = 8ull * bs;
+	cfg.lagging_burst = 8ull * bs;
+	c = mk(&cfg);
+
+	/* a 4 KiB read at a random offset: the 64 KiB unit around it, charged as such */
+	assert_false(rd(c, &old, &s, 3ull * bs + 5 * U + 100, 4096, &r));
+	assert_int_equal(W.nf, 1);
+	assert_last_fetch(3ull * bs + 5 * U, U);
+	assert_true(W.f[0].lagging);
+	st = stats(c);
+	assert_true(st.tier[CACHE_LAG].tokens <= 8.0 * bs - U + 1);
+	assert_true(st.tier[CACHE_LAG].tokens >= 8.0 * bs - U - 1);
+	complete_all(0);
+	check_ok(&r);
+
+	/* another read inside the part: a hit */
+	assert_true(rd(c, &old, &s, 3ull * bs + 5 * U + 9000, 8192, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 1);
+	/* the same block elsewhere: the part is never served beyond its range */
+	assert_false(rd(c, &old, &s, 3ull * bs + 9 * U, 100, &r));
+	assert_last_fetch(3ull * bs + 9 * U, U);
+	complete_all(0);
+	check_ok(&r);
+	/* across a unit boundary: both units, one fetch */
+	assert_false(rd(c, &old, &s, 5ull * bs + 2 * U - 10, 20, &r));
+	assert_last_fetch(5ull * bs + U, 2 * U);
+	complete_all(0);
+	check_ok(&r);
+	/* the short last block: its part ends with the object */
+	assert_false(rd(c, &old, &s, 8ull * bs + U + 7, 10, &r));
+	assert_last_fetch(8ull * bs + U, 100 * KIB - U);
+	complete_all(0);
+	check_ok(&r);
+	/* more than CACHE_PART_MAX of a block: the whole block */
+	assert_false(rd(c, &old, &s, 1ull * bs + 100, 300 * KIB, &r));
+	assert_last_fetch(1ull * bs, bs);
+	complete_all(0);
+	check_ok(&r);
+
+	/* single flight per part: two readers of one part, one fetch */
+	size_t nf = W.nf;
+	assert_false(rd(c, &old, &s, 6ull * bs + 100, 10, &r));
+	assert_false(rd(c, &old, &seq, 6ull * bs + 2000, 10, &r2)); /* a first read: random */
+	assert_int_equal(W.nf, nf + 1);
+	complete_all(0);
+	check_ok(&r);
+	check_ok(&r2);
+
+	/* a reader waiting on a whole block's fetch is not given a part of it */
+	nf = W.nf;
+	struct cache_stream q = {0};
+	assert_false(rd(c, &old, &q, 0, 4096, &r)); /* offset 0: sequential, whole block 0 */
+	assert_last_fetch(0, bs);
+	assert_false(rd(c, &old, &s, 3 * U, 4096, &r2)); /* random, joins the block's fetch */
+	assert_int_equal(W.nf, nf + 1);
+	complete_all(0);
+	check_ok(&r);
+	check_ok(&r2);
+
+	/* residency shows whole blocks only; parts are counted */
+	cache_residency(c, &old, res, sizeof(res));
+	assert_string_equal(res, "ll-------");
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].parts, 5);
+	assert_int_equal(st.tier[CACHE_HOT].parts, 0);
+	rep_done(&r);
+	rep_done(&r2);
+	shut(c);
+}
+
+/* A young object's random reads keep whole blocks (the hot tier serves sequential tails), and
+ * a cancelled read waiting on a part leaves nothing behind. */
+static void test_parts_hot_and_cancel(void **state)
+{
+	const uint32_t bs = 1u << 20;
+	struct cache_cfg cfg = base_cfg();
+	struct fobj fy, fo;
+	struct cache_obj young = mkobj(&fy, 92, 4ull * bs, WALL0 - 5);
+	struct cache_obj old = mkobj(&fo, 93, 4ull * bs, OLD);
+	struct cache_stream s = {0};
+	struct rep r = {0};
+	struct cache *c;
+
+	(void)state;
+	cfg.block_size = bs;
+	cfg.hot_size = 16ull * bs;
+	cfg.lagging_size = 16ull * bs;
+	c = mk(&cfg);
+	assert_false(rd(c, &young, &s, 2ull * bs + 4096, 4096, &r));
+	assert_last_fetch(2ull * bs, bs);
+	complete_all(0);
+	check_ok(&r);
+
+	rep_init(&r, &old, bs + 4096, 4096);
+	cache_read(c, &old, &s, bs + 4096, 4096, 77, on_reply, &r);
+	assert_int_equal(r.calls, 0);
+	assert_last_fetch(bs, CACHE_PART_UNIT);
+	cache_cancel(c, 77);
+	check_err(&r, -EINTR);
+	complete_all(0); /* the fetch completes with nobody waiting */
+	rep_done(&r);
+	shut(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3340,6 +3479,8 @@ int main(void)
 	    cmocka_unit_test(test_readahead_window),
 	    cmocka_unit_test(test_readahead_window_caps),
 	    cmocka_unit_test(test_readahead_inflight_bound),
+	    cmocka_unit_test(test_parts),
+	    cmocka_unit_test(test_parts_hot_and_cancel),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, group_teardown);
