@@ -173,8 +173,8 @@ struct req {
 	size_t put_len;          /* OP_PUT: bytes counted in st.put_queued */
 	char *value;             /* OP_PUT: the value, freed once hiredis has copied it */
 	int argc;
-	const char *argv[8];
-	size_t argvlen[8];
+	const char *argv[12];
+	size_t argvlen[12];
 	char buf[];              /* the arguments' bytes */
 };
 
@@ -510,7 +510,7 @@ int bk_shared_eval(struct bk_shared *s, const char *script, const char *key,
 	struct req *q;
 	char *w;
 
-	if (nargs < 0 || nargs > 4)
+	if (nargs < 0 || nargs > 8)
 		return -EINVAL;
 	for (int i = 0; i < nargs; i++)
 		need += strlen(args[i]) + 1;

@@ -89,7 +89,7 @@ int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t 
 /* Answer of a script: @err 0 and its array of @n integers, or -errno as for a GET. */
 typedef void (*bk_shared_eval_fn)(void *arg, int err, const long long *vals, int n);
 
-/* EVAL @script (static text) with KEYS[1] = @key and ARGV = @args (copied) on the server the
+/* EVAL @script (static text) with KEYS[1] = @key and ARGV = @args (at most 8, copied) on the server the
  * ring picks for @key; abandoned (-ETIMEDOUT) after @timeout_ns. @done runs exactly once on
  * the I/O thread. @return 0 or -errno (done not called). */
 int bk_shared_eval(struct bk_shared *s, const char *script, const char *key,

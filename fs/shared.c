@@ -512,6 +512,7 @@ void fs_shared_get_stats(struct fs_shared *sh, struct fs_shared_stats *ret,
 	ret->fleet_grants = __atomic_load_n(&s->fleet_grants, __ATOMIC_RELAXED);
 	ret->fleet_waits = __atomic_load_n(&s->fleet_waits, __ATOMIC_RELAXED);
 	ret->fleet_queued = __atomic_load_n(&s->fleet_queued, __ATOMIC_RELAXED);
+	ret->fleet_errors = __atomic_load_n(&s->fleet_errors, __ATOMIC_RELAXED);
 	ret->fleet_fallbacks = __atomic_load_n(&s->fleet_fallbacks, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&sh->lock);
 	ret->fleet_fallback = sh->fallback;
