@@ -44,6 +44,10 @@
  * allocated with it and hidden here. The schemes share io_read (a range GET, If-Match) and
  * io_head (size, mtime, ETag) at the end of this file.
  *
+ * One poller (io_set_poller: the shared tier's Redis client, shared.c) may add sockets of its
+ * own to the same curl_multi_poll, so Redis replies are read on this thread too and no other
+ * thread or event loop is needed; its timeouts are io_defer timers.
+ *
  * Locking: io->lock guards the incoming lists and the stopping flag; everything else belongs
  * to the I/O thread alone. Stats are relaxed atomics.
  */
@@ -114,6 +118,7 @@ struct io {
 	struct io_req *running;		  /* transfers in the multi handle, linked by next */
 	CURL *pool[POOL_MAX];
 	unsigned npool;
+	struct io_poller poller;	  /* set while stopped; fds NULL: none */
 
 	struct bk_stats st; /* relaxed atomics */
 };
@@ -873,9 +878,12 @@ static void shutdown_all(struct io *io)
 	} while (stopping);
 }
 
+#define POLLER_FDS 16
+
 static void *loop(void *arg)
 {
 	struct io *io = arg;
+	struct curl_waitfd pfd[POLLER_FDS];
 	bool stopping;
 
 	for (;;) {
@@ -893,8 +901,17 @@ static void *loop(void *arg)
 		timeout = run_timers(io, now_ns(io));
 		start_queued(io);
 		/* a submission meanwhile wakes the poll (curl_multi_wakeup) */
-		curl_multi_poll(io->multi, NULL, 0, timeout, NULL);
+		unsigned npfd = io->poller.fds ? io->poller.fds(io->poller.arg, pfd, POLLER_FDS) : 0;
+		curl_multi_poll(io->multi, pfd, npfd, timeout, NULL);
+		for (unsigned i = 0; i < npfd; i++) {
+			if (pfd[i].revents) {
+				io->poller.ready(io->poller.arg, pfd, npfd);
+				break;
+			}
+		}
 	}
+	if (io->poller.stop)
+		io->poller.stop(io->poller.arg);
 	shutdown_all(io);
 	return NULL;
 }
@@ -1041,6 +1058,19 @@ int io_defer(struct io *io, uint64_t delay_ns, void (*fn)(void *), void *arg)
 	pthread_mutex_unlock(&io->lock);
 	curl_multi_wakeup(io->multi);
 	return 0;
+}
+
+void io_set_poller(struct io *io, const struct io_poller *p)
+{
+	if (p)
+		io->poller = *p;
+	else
+		memset(&io->poller, 0, sizeof(io->poller));
+}
+
+uint64_t io_now_ns(struct io *io)
+{
+	return now_ns(io);
 }
 
 void io_get_stats(struct io *io, struct bk_stats *ret)

@@ -86,6 +86,27 @@ void io_req_free(struct io_req *r);
 /* Add "Name: value" to r->headers. @return 0 or -ENOMEM. */
 int io_req_header(struct io_req *r, const char *name, const char *value);
 
+/*
+ * Other sockets served by the I/O thread (the shared tier's Redis connections), polled with
+ * curl's in one curl_multi_poll. All three run on the I/O thread: @fds fills up to @max
+ * descriptors to wait on (events set, revents zero) and returns how many; @ready gets them
+ * back with revents after the poll (called only when one is set); @stop runs when the thread
+ * stops, before the pending timers, so the poller can close its sockets and answer its
+ * requests.
+ */
+struct io_poller {
+	unsigned (*fds)(void *arg, struct curl_waitfd *fds, unsigned max);
+	void (*ready)(void *arg, const struct curl_waitfd *fds, unsigned n);
+	void (*stop)(void *arg);
+	void *arg;
+};
+
+/* Set the one poller (NULL: none), while the thread is stopped. */
+void io_set_poller(struct io *io, const struct io_poller *p);
+
+/* The loop's clock (io_cfg's mono_ns). */
+uint64_t io_now_ns(struct io *io);
+
 void io_get_stats(struct io *io, struct bk_stats *ret);
 /* Count a read done outside curl (file://): one request, @bytes received or an error. */
 void io_account(struct io *io, uint64_t bytes, bool error);

@@ -41,6 +41,7 @@
 #include <fuse_log.h>
 
 #include "fs_i.h"
+#include "shared.h"
 
 #define XATTR_PREFIX "user.tierfs."
 
@@ -162,6 +163,69 @@ static void mount_metric(struct text *t, const char *name, const char *type, con
 	    name, (unsigned long long)v);
 }
 
+/* One metric family of the shared tier, labelled like the memory tiers' ones. */
+static void shared_metric(struct text *t, const char *name, const char *type, const char *help,
+			  uint64_t v)
+{
+	put(t, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\ntierfs_%s{tier=\"shared\"} %llu\n", name,
+	    help, name, type, name, (unsigned long long)v);
+}
+
+static void shared_text(struct mount *m, struct text *t)
+{
+	struct fs_shared_stats s;
+	struct bk_shared_stats r;
+
+	fs_shared_get_stats(m->sh, &s, &r);
+	shared_metric(t, "shared_hits_total", "counter",
+		      "Blocks served from the shared tier, their value checked.", s.hits);
+	shared_metric(t, "shared_served_bytes_total", "counter",
+		      "Bytes of blocks served from the shared tier.", s.hit_bytes);
+	shared_metric(t, "shared_misses_total", "counter", "Blocks the shared tier did not hold.",
+		      s.misses);
+	shared_metric(t, "shared_rejected_total", "counter",
+		      "Values refused by the check (wrong bytes, truncated, another block's, "
+		      "foreign): read from the store instead.", s.rejected);
+	shared_metric(t, "shared_unavailable_total", "counter",
+		      "Lookups Redis did not answer in time, or answered with an error, or "
+		      "could not take (down).", s.unavailable);
+	shared_metric(t, "shared_timeouts_total", "counter",
+		      "Redis calls abandoned after shared_timeout.", r.timeouts);
+	shared_metric(t, "shared_errors_total", "counter",
+		      "Redis calls failed: server down, connection lost, error reply.", r.errors);
+	shared_metric(t, "shared_received_bytes_total", "counter",
+		      "Value bytes received from Redis.", r.bytes_in);
+	shared_metric(t, "shared_puts_total", "counter", "Blocks written to Redis.", r.puts);
+	shared_metric(t, "shared_put_bytes_total", "counter", "Value bytes written to Redis.",
+		      r.put_bytes);
+	shared_metric(t, "shared_put_drops_total", "counter",
+		      "Blocks not written: too many bytes queued, or the server down.", r.put_drops);
+	shared_metric(t, "shared_put_errors_total", "counter",
+		      "Writes refused by Redis or lost with the connection.", r.put_errors);
+	shared_metric(t, "shared_put_queued_bytes", "gauge",
+		      "Bytes of writes sent to Redis and not answered yet.", r.put_queued);
+	shared_metric(t, "shared_store_fetches_total", "counter",
+		      "Blocks fetched from the store after the shared tier.", s.store_fetches);
+	shared_metric(t, "shared_servers", "gauge", "Redis servers configured.", r.servers);
+	shared_metric(t, "shared_servers_down", "gauge", "Redis servers thought down now.",
+		      r.servers_down);
+	shared_metric(t, "fleet_calls_total", "counter", "Fleet budget grant scripts called.",
+		      s.fleet_calls);
+	shared_metric(t, "fleet_grants_total", "counter", "Fleet budget chunks granted.",
+		      s.fleet_grants);
+	shared_metric(t, "fleet_waits_total", "counter",
+		      "Fleet budget calls told to wait: the fleet is at its rate.", s.fleet_waits);
+	shared_metric(t, "fleet_errors_total", "counter", "Fleet budget calls that failed.",
+		      s.fleet_errors);
+	shared_metric(t, "fleet_queued_fetches_total", "counter",
+		      "Lagging fetches that waited for fleet tokens.", s.fleet_queued);
+	shared_metric(t, "fleet_fallbacks_total", "counter",
+		      "Times the fleet budget fell back to local limits (Redis failed).",
+		      s.fleet_fallbacks);
+	shared_metric(t, "fleet_fallback", "gauge",
+		      "1 while the fleet budget is on local limits only.", s.fleet_fallback);
+}
+
 #define F(field) offsetof(struct cache_tier_stats, field)
 
 static void stats_text(struct mount *m, struct text *t)
@@ -261,6 +325,8 @@ static void stats_text(struct mount *m, struct text *t)
 	mount_metric(t, "backend_request_window", "gauge",
 		     "Requests allowed at once now (AIMD; max_conns when the store is happy).",
 		     bs.window);
+	if (m->sh)
+		shared_text(m, t);
 }
 
 int ctl_read_all(struct mount *m, uint64_t ino, char **ret, size_t *ret_len)

@@ -52,6 +52,14 @@ struct fs_opts {
 	uint64_t file_mode;   /* permission bits of files, 0..0777; default 0644 */
 	uint64_t dir_mode;    /* permission bits of directories, 0..0777; default 0755 */
 
+	char *shared;         /* redis://HOST:PORT[,HOST:PORT...]: the shared tier; NULL = none */
+	uint64_t shared_timeout; /* milliseconds a Redis call may take; default 10 */
+	char *shared_prefix;  /* prefix of every key, one per fleet; default "tierfs:" */
+	char *shared_password_file; /* AUTH password's file (or TIERFS_SHARED_PASSWORD) */
+	bool shared_fill_lagging; /* lagging fetches fill the shared tier too; default off */
+	uint64_t fleet_lagging_rate; /* bytes/s of lagging fetches, the fleet together; 0 = none */
+	uint64_t fleet_lagging_ops;  /* fetches/s of lagging fetches, the fleet together; 0 = none */
+
 	bool foreground;      /* -f */
 	bool debug;           /* -d */
 	bool single_thread;   /* -s */

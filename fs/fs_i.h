@@ -195,10 +195,48 @@ struct fs_log_slot {
 
 #define FS_LOG_SLOTS 64
 
+/* ---------------------------------------------------------------------------------------------
+ * shared.c: the shared tier (Redis) and the fleet lagging budget, decorating the cache's fetch.
+ * ------------------------------------------------------------------------------------------ */
+
+struct fs_shared;
+struct mount;
+struct fs_opts;
+struct bk_shared_stats;
+
+struct fs_shared_stats {
+	uint64_t hits;            /* blocks served from Redis (value checked) */
+	uint64_t hit_bytes;       /* their bytes */
+	uint64_t misses;          /* Redis had no value */
+	uint64_t rejected;        /* values refused by the check (wrong, truncated, foreign) */
+	uint64_t unavailable;     /* Redis did not answer in time, or is down, or erred */
+	uint64_t store_fetches;   /* blocks fetched from the store through the decorator */
+	uint64_t fleet_calls;     /* grant scripts called */
+	uint64_t fleet_grants;    /* chunks granted */
+	uint64_t fleet_waits;     /* calls told to wait */
+	uint64_t fleet_errors;    /* calls that failed (Redis down or slow) */
+	uint64_t fleet_queued;    /* lagging fetches that waited for fleet tokens */
+	uint64_t fleet_fallbacks; /* times the budget fell back to local limits */
+	bool fleet_fallback;      /* on local limits only now */
+};
+
+/* Connect the mount to the shared tier o->shared (no network until the first fetch).
+ * @return 0 and *ret, or -errno with one line in @err. */
+int fs_shared_new(struct mount *m, const struct fs_opts *o, struct fs_shared **ret, char *err,
+		  size_t errlen);
+/* After backend_stop. Accepts NULL. */
+void fs_shared_free(struct fs_shared *sh);
+/* env->fetch through the shared tier (cache.h's contract: 0 and done later, or -errno). */
+int fs_shared_fetch(struct fs_shared *sh, struct fobj *o, uint64_t off, uint32_t len, void *dst,
+		    bool lagging, cache_done_fn done, void *done_arg);
+void fs_shared_get_stats(struct fs_shared *sh, struct fs_shared_stats *ret,
+			 struct bk_shared_stats *ret_redis);
+
 struct mount {
 	struct fs_opts *o;        /* settings; the live-changeable ones under opts_lock */
 	pthread_mutex_t opts_lock;
 	struct backend *b;
+	struct fs_shared *sh;     /* the shared tier, or NULL; set before the cache */
 	struct cache *c;
 	struct ns *ns;
 	struct fuse_session *se;
@@ -290,9 +328,10 @@ bool fs_log_once(struct mount *m, enum fuse_log_level level, const char *obj, co
 
 extern const struct fuse_lowlevel_ops fs_ops;
 
-/* What the cache is given (cache_new): the clocks, fetches of fobj blocks through @b at the
- * priority of their tier, and references on the fobjs. */
-struct cache_env fs_cache_env(struct backend *b);
+/* What the cache is given (cache_new): the clocks, fetches of fobj blocks through m->b at the
+ * priority of their tier (through the shared tier m->sh first, if any), and references on the
+ * fobjs. */
+struct cache_env fs_cache_env(struct mount *m);
 
 /* The backend's log callback (backend_cfg.log); @arg is the mount. Silent until m->live. */
 void fs_backend_log(void *arg, int level, const char *line);

@@ -2,6 +2,7 @@
  * mount.c - a mount's life: settings to configurations, setup, the session loop, teardown.
  *
  *   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
+ *           ──► fs_shared_new (shared=: the Redis tier below the cache, shared.c)
  *           ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, fetches, references)
  *           ──► ns_cfg      ──► ns_new (the root's first listing starts once the I/O
  *                                        thread runs)
@@ -136,6 +137,14 @@ int fs_main(struct fs_opts *o)
 		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
 		goto out;
 	}
+	/* the shared tier's sockets join the I/O loop: attach before it starts */
+	if (o->shared) {
+		r = fs_shared_new(&m, o, &m.sh, err, sizeof(err));
+		if (r < 0) {
+			fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
+			goto out;
+		}
+	}
 	r = backend_start(m.b);
 	if (r == 0)
 		r = backend_check(m.b, err, sizeof(err));
@@ -143,7 +152,7 @@ int fs_main(struct fs_opts *o)
 		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
 		goto out;
 	}
-	struct cache_env env = fs_cache_env(m.b);
+	struct cache_env env = fs_cache_env(&m);
 	r = cache_new(&cc, &env, &m.c);
 	if (r < 0) {
 		fprintf(stderr, "tierfs: cannot allocate the cache (hot_size + lagging_size): %s\n",
@@ -242,6 +251,7 @@ out:
 	fs_ops_drain(&m);
 	cache_free(m.c);
 	ns_free(m.ns);
+	fs_shared_free(m.sh);
 	backend_free(m.b);
 	if (m.se)
 		fuse_session_destroy(m.se);

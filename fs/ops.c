@@ -96,15 +96,18 @@ static int64_t env_wall(void *arg)
 static int env_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, bool lagging,
 		     cache_done_fn done, void *done_arg)
 {
+	struct mount *m = arg;
 	struct fobj *o = ctx;
 
+	if (m->sh)
+		return fs_shared_fetch(m->sh, o, off, len, dst, lagging, done, done_arg);
 	return backend_read(o->backend, o->path, o->etag, off, len, dst,
 			    lagging ? BK_BACKGROUND : BK_URGENT, done, done_arg);
 }
 
 static int env_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg)
 {
-	return backend_defer(arg, delay_ns, cb, cb_arg);
+	return backend_defer(((struct mount *)arg)->b, delay_ns, cb, cb_arg);
 }
 
 static void env_hold(void *ctx)
@@ -122,10 +125,10 @@ static struct cache_obj cobj(const struct fobj *o)
 	return (struct cache_obj){.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
 }
 
-struct cache_env fs_cache_env(struct backend *b)
+struct cache_env fs_cache_env(struct mount *m)
 {
 	return (struct cache_env){
-		.arg = b,
+		.arg = m,
 		.mono_ns = env_mono,
 		.wall_s = env_wall,
 		.fetch = env_fetch,

@@ -115,7 +115,7 @@ enum opt_kind {
 	OPT_MODE,    /* permission bits in octal, 0..0777: 0644, 644, 0 */
 };
 
-enum opt_group { GROUP_CACHE, GROUP_LAGGING, GROUP_STORE, GROUP_MOUNT, N_GROUPS };
+enum opt_group { GROUP_CACHE, GROUP_LAGGING, GROUP_SHARED, GROUP_STORE, GROUP_MOUNT, N_GROUPS };
 
 enum opt_check {
 	CHECK_NONE,
@@ -123,6 +123,8 @@ enum opt_check {
 	CHECK_HTTP_URL, /* http:// or https:// and a host */
 	CHECK_SEGMENT,	/* one path segment: no '/', not "." or ".." */
 	CHECK_REGION,	/* letters, digits, '-', '_', '.' */
+	CHECK_REDIS_URL, /* redis://host:port[,host:port...] */
+	CHECK_PREFIX,	/* a key prefix: printable, no space, at most 64 bytes */
 };
 
 /* One -o setting. All fields are constant. */
@@ -196,6 +198,29 @@ static const struct opt opt_table[] = {
 	 .off = OFF(lagging_page_cache),
 	 .help = "keep the page cache for lagging files"},
 
+	/* the shared tier: Redis servers a fleet of mounts shares */
+	{.name = "shared", .kind = OPT_STRING, .group = GROUP_SHARED, .off = OFF(shared),
+	 .check = CHECK_REDIS_URL, .meta = "URL",
+	 .help = "redis://HOST:PORT[\\,HOST:PORT...]: shared tier"},
+	{.name = "shared_timeout", .kind = OPT_COUNT, .group = GROUP_SHARED,
+	 .off = OFF(shared_timeout), .min = 1, .max = 10000, .def = 10, .meta = "MS",
+	 .help = "ms a Redis call may take, then the store"},
+	{.name = "shared_prefix", .kind = OPT_STRING, .group = GROUP_SHARED,
+	 .off = OFF(shared_prefix), .def_str = "tierfs:", .check = CHECK_PREFIX,
+	 .meta = "TEXT", .help = "prefix of the fleet's Redis keys"},
+	{.name = "shared_password_file", .kind = OPT_PATH, .group = GROUP_SHARED,
+	 .off = OFF(shared_password_file), .meta = "FILE",
+	 .help = "password file; or $TIERFS_SHARED_PASSWORD"},
+	{.name = "shared_fill_lagging", .kind = OPT_BOOL, .group = GROUP_SHARED,
+	 .off = OFF(shared_fill_lagging), .def = 0,
+	 .help = "lagging misses fill the shared tier"},
+	{.name = "fleet_lagging_rate", .kind = OPT_SIZE, .group = GROUP_SHARED,
+	 .off = OFF(fleet_lagging_rate), .min = RATE_MIN, .max = RATE_MAX, .zero_ok = true,
+	 .def = 0, .help = "fleet's lagging bytes/s (0 or >= 64K)"},
+	{.name = "fleet_lagging_ops", .kind = OPT_COUNT, .group = GROUP_SHARED,
+	 .off = OFF(fleet_lagging_ops), .min = OPS_MIN, .max = 1000000, .zero_ok = true,
+	 .def = 0, .help = "fleet's lagging fetches/s (0 or >= 4)"},
+
 	/* the object store */
 	{.name = "endpoint", .kind = OPT_STRING, .group = GROUP_STORE, .off = OFF(endpoint),
 	 .check = CHECK_HTTP_URL, .meta = "URL", .help = "S3 endpoint, http:// or https://"},
@@ -250,6 +275,7 @@ static const struct opt opt_table[] = {
 static const char *const group_title[N_GROUPS] = {
     [GROUP_CACHE] = "cache:",
     [GROUP_LAGGING] = "lagging tier (reads of objects older than hot_ttl):",
+    [GROUP_SHARED] = "shared tier (Redis) and fleet budget:",
     [GROUP_STORE] = "store:",
     [GROUP_MOUNT] = "FUSE and mount:",
 };
@@ -680,6 +706,23 @@ static int set_string(struct fs_opts *o, const struct opt *d, const char *value,
 			return fail(err, errlen, -EINVAL,
 				    "%s=%s: not a region name (letters, digits, '-', '_' and '.')",
 				    d->name, value);
+		break;
+	case CHECK_REDIS_URL:
+		if (!starts_with_ci(value, "redis://") || !value[8] || strchr(value + 8, '@') ||
+		    value[8 + strspn(value + 8, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+						"0123456789-_.:,[]")])
+			return fail(err, errlen, -EINVAL,
+				    "%s=%s: must be redis://HOST:PORT[,HOST:PORT...] (no password: "
+				    "use shared_password_file or TIERFS_SHARED_PASSWORD)",
+				    d->name, value);
+		break;
+	case CHECK_PREFIX:
+		if (strlen(value) > 64 || value[strspn(value, "abcdefghijklmnopqrstuvwxyz"
+							      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+							      "0123456789-_.:/{}")])
+			return fail(err, errlen, -EINVAL,
+				    "%s=%s: at most 64 letters, digits and -_.:/{}", d->name,
+				    value);
 		break;
 	default:
 		break;

@@ -50,6 +50,10 @@ static const char *const all_options[] = {
     "retries",	    "control_dir",
     "uid",	    "gid",
     "file_mode",    "dir_mode",
+    "shared",	    "shared_timeout",
+    "shared_prefix", "shared_password_file",
+    "shared_fill_lagging", "fleet_lagging_rate",
+    "fleet_lagging_ops",
 };
 #define N_ALL (sizeof(all_options) / sizeof(all_options[0]))
 
@@ -368,6 +372,13 @@ static void test_every_option(void **state)
 	assert_true(o.lagging_rate == 64 * KIB && o.lagging_burst == 64 * KIB);
 	assert_true(o.lagging_ops == 4);
 	fs_opts_done(&o);
+	expect_ok("shared=redis://10.0.0.1:6379\\,[::1]:6380,shared_timeout=10000,"
+		  "fleet_lagging_rate=64K,fleet_lagging_ops=4,shared_prefix=fleet-a:", &o);
+	assert_string_equal(o.shared, "redis://10.0.0.1:6379,[::1]:6380");
+	assert_true(o.shared_timeout == 10000 && o.fleet_lagging_rate == 64 * KIB);
+	assert_true(o.fleet_lagging_ops == 4);
+	assert_string_equal(o.shared_prefix, "fleet-a:");
+	fs_opts_done(&o);
 	expect_ok("lagging_rate=0,lagging_burst=0,lagging_ops=0", &o);
 	assert_true(o.lagging_rate == 0 && o.lagging_burst == 0 && o.lagging_ops == 0);
 	fs_opts_done(&o);
@@ -537,6 +548,19 @@ static void test_errors(void **state)
 	    {"dir_mode=8", -EINVAL, "dir_mode=8: not an octal mode (use digits 0-7, e.g. 0644)"},
 	    {"dir_mode=01777", -EINVAL,
 	     "dir_mode=01777: must be at most 0777 (no setuid, setgid or sticky bits)"},
+	    {"shared=http://h:1", -EINVAL,
+	     "shared=http://h:1: must be redis://HOST:PORT[,HOST:PORT...] (no password: use "
+	     "shared_password_file or TIERFS_SHARED_PASSWORD)"},
+	    {"shared=redis://u:secret@h:1", -EINVAL,
+	     "shared=redis://u:secret@h:1: must be redis://HOST:PORT[,HOST:PORT...] (no "
+	     "password: use shared_password_file or TIERFS_SHARED_PASSWORD)"},
+	    {"shared_timeout=0", -EINVAL, "shared_timeout=0: must be between 1 and 10000"},
+	    {"shared_timeout=10001", -EINVAL, "shared_timeout=10001: must be between 1 and 10000"},
+	    {"shared_prefix=a b", -EINVAL,
+	     "shared_prefix=a b: at most 64 letters, digits and -_.:/{}"},
+	    {"fleet_lagging_rate=1K", -EINVAL,
+	     "fleet_lagging_rate=1K: must be 0 or between 64K and 1T"},
+	    {"fleet_lagging_ops=3", -EINVAL, "fleet_lagging_ops=3: must be 0 or between 4 and 1000000"},
 	    {"foo", -EINVAL, "unknown option 'foo'"},
 	    {"foo=bar", -EINVAL, "unknown option 'foo'"},
 	    {"Block_size=4M", -EINVAL, "unknown option 'Block_size'"},
@@ -1012,6 +1036,11 @@ static void test_format(void **state)
 		 "lagging_rate=52428800\n"
 		 "lagging_burst=0\n"
 		 "lagging_ops=0\n"
+		 "shared_timeout=10\n"
+		 "shared_prefix=tierfs:\n"
+		 "shared_fill_lagging=off\n"
+		 "fleet_lagging_rate=0\n"
+		 "fleet_lagging_ops=0\n"
 		 "max_conns=16\n"
 		 "timeout=30\n"
 		 "retries=3\n"
@@ -1029,10 +1058,10 @@ static void test_format(void **state)
 	assert_int_equal(fs_opts_format(&o, NULL, 0), need);
 	fs_opts_done(&o);
 
-	round_trip("", 21);
+	round_trip("", 26);
 	/* a mode round-trips as octal, whatever its digits */
-	round_trip("file_mode=0,dir_mode=7", 21);
-	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 21);
+	round_trip("file_mode=0,dir_mode=7", 26);
+	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 26);
 	/* every option set to something other than its default */
 	round_trip("block_size=64K,hot_size=512K,hot_ttl=1,lagging=off,lagging_size=0,"
 		   "lagging_ttl=100000,lagging_rate=0,lagging_burst=1T,lagging_ops=7,"
@@ -1040,13 +1069,16 @@ static void test_format(void **state)
 		   "endpoint=http://127.0.0.1:9000/,region=us-east-1,path_style,profile=p r,"
 		   "credentials=c,manifest=/m.json,ca_file=/ca.pem,insecure,max_conns=256,"
 		   "timeout=3600,retries=20,cache_dir=/var/cache/x,control_dir=..x,uid=1234,"
-		   "gid=5678,file_mode=0400,dir_mode=0500",
+		   "gid=5678,file_mode=0400,dir_mode=0500,shared=redis://h:1\\,g:2,"
+		   "shared_timeout=50,shared_prefix=f:,shared_password_file=/pw,"
+		   "shared_fill_lagging=on,fleet_lagging_rate=30M,fleet_lagging_ops=100",
 		   N_ALL);
 
 	/* with every option set, format names each exactly once, in the order of the list */
 	assert_non_null(getcwd(cwd, sizeof(cwd)));
 	expect_ok("immutable,lagging_page_cache,path_style,insecure,endpoint=https://e,"
-		  "region=r,profile=p,credentials=/c,manifest=/m,ca_file=/a,cache_dir=/d",
+		  "region=r,profile=p,credentials=/c,manifest=/m,ca_file=/a,cache_dir=/d,"
+		  "shared=redis://h:1,shared_password_file=/p",
 		  &o);
 	fs_opts_format(&o, buf, sizeof(buf));
 	{

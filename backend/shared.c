@@ -1,0 +1,710 @@
+/*
+ * shared.c - the shared tier's Redis client: hiredis's asynchronous API on the backend's I/O
+ * thread, a consistent-hash ring over the servers, and timeouts that no reader waits past.
+ *
+ *   any thread                          I/O thread (io.c's loop)
+ *   bk_shared_get ─► req ─io_defer(0)─► start: ring picks a server ─► redisAsyncCommandArgv
+ *   bk_shared_put ─► req (value copied)     │  (connect on first use)       │
+ *   bk_shared_eval                          └─ io_defer(timeout) ─► on_timeout ─┐
+ *                                     curl_multi_poll(extra fds) ─► on_reply ───┴─► done, once
+ *
+ * hiredis runs with an event adapter of our own (the ev hooks only record whether a server's
+ * socket wants reading or writing); io.c's poller hook hands those sockets to the same
+ * curl_multi_poll that waits for curl's, and calls redisAsyncHandleRead/Write when they are
+ * ready. So there is no second thread or event loop, and every hiredis call is made on the
+ * I/O thread: requests from other threads hop there by io_defer.
+ *
+ * A request is answered exactly once: by its reply, or by its timer when the reply is late
+ * (then the reply, if it ever comes, is dropped). It is freed when both have let go of it
+ * (refs). A server that does not answer three requests in a row (a hung process: SIGSTOP, a
+ * swap storm) is disconnected; one that refuses connections is down; either way requests to it
+ * fail at once for RETRY_NS, then a new connection is tried. A reader therefore pays at most
+ * timeout_ns for a server that hangs, a few times per RETRY_NS, and nothing for one that is
+ * down. Going down and coming back are logged once each.
+ *
+ * Puts are fire and forget. Their bytes are counted from submission to Redis's answer, and a
+ * put that would take more than put_limit in flight is dropped: a slow Redis costs memory up to
+ * put_limit, never more. Puts to a server thought down are dropped too.
+ *
+ * The ring: BK_CHASH_VNODES points per server, at hashes of "host:port#i"; a key belongs to
+ * the first point at or after its own hash. A server added takes the arcs its points cut off,
+ * about 1/(n+1) of the keys, and no key moves between the old servers.
+ *
+ * Locking: the ring, the servers' names and the configuration are read-only after
+ * bk_shared_new; everything else (connections, requests, server state) is the I/O thread's.
+ * Stats are relaxed atomics.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "io.h"
+#include "scheme.h"
+#include "shared.h"
+
+#define RETRY_NS   (1000 * 1000000ULL) /* a server down is tried again after this */
+#define MAX_STRIKES 3                  /* timeouts in a row that disconnect a server */
+#define MAX_SERVERS 16                 /* io.c polls at most 16 extra sockets */
+
+#define STAT_ADD(s, f, v) __atomic_fetch_add(&(s)->st.f, (v), __ATOMIC_RELAXED)
+#define STAT_SUB(s, f, v) __atomic_fetch_sub(&(s)->st.f, (v), __ATOMIC_RELAXED)
+
+/* ---- the ring ------------------------------------------------------------------------------ */
+
+/* FNV-1a, then splitmix64's finaliser: FNV alone clusters short, similar strings. */
+static uint64_t hash64(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ c[i]) * 0x100000001b3ULL;
+	h ^= h >> 30;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 27;
+	h *= 0x94d049bb133111ebULL;
+	return h ^ (h >> 31);
+}
+
+static int point_cmp(const void *a, const void *b)
+{
+	const struct bk_chash_point *x = a, *y = b;
+
+	if (x->h != y->h)
+		return x->h < y->h ? -1 : 1;
+	return x->srv < y->srv ? -1 : x->srv > y->srv; /* a collision resolves the same everywhere */
+}
+
+int bk_chash_build(struct bk_chash *ch, const char *const *names, unsigned n, unsigned vnodes)
+{
+	char buf[300];
+
+	if (n == 0 || vnodes == 0)
+		return -EINVAL;
+	ch->pts = calloc((size_t)n * vnodes, sizeof(*ch->pts));
+	if (!ch->pts)
+		return -ENOMEM;
+	ch->npts = n * vnodes;
+	for (unsigned s = 0; s < n; s++) {
+		for (unsigned i = 0; i < vnodes; i++) {
+			int l = snprintf(buf, sizeof(buf), "%s#%u", names[s], i);
+
+			ch->pts[s * vnodes + i] = (struct bk_chash_point){
+				.h = hash64(buf, l > 0 && (size_t)l < sizeof(buf) ? (size_t)l : 0),
+				.srv = s,
+			};
+		}
+	}
+	qsort(ch->pts, ch->npts, sizeof(*ch->pts), point_cmp);
+	return 0;
+}
+
+void bk_chash_done(struct bk_chash *ch)
+{
+	free(ch->pts);
+	ch->pts = NULL;
+	ch->npts = 0;
+}
+
+unsigned bk_chash_pick(const struct bk_chash *ch, const void *key, size_t len)
+{
+	uint64_t h = hash64(key, len);
+	unsigned lo = 0, hi = ch->npts;
+
+	while (lo < hi) { /* first point with h >= key's */
+		unsigned mid = lo + (hi - lo) / 2;
+
+		if (ch->pts[mid].h < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return ch->pts[lo == ch->npts ? 0 : lo].srv;
+}
+
+/* ---- the client ------------------------------------------------------------------------------ */
+
+struct bk_shared;
+
+/* One server. I/O thread only, but for name, host, port. */
+struct srv {
+	struct bk_shared *s;
+	char name[280];          /* "host:port" */
+	char host[256];
+	int port;
+	redisAsyncContext *ac;   /* NULL: not connected */
+	bool rd, wr;             /* hiredis wants to read / write its socket */
+	bool down;               /* thought down (logged once when it went) */
+	uint64_t retry_ns;       /* not connected: no new connection before this */
+	unsigned strikes;        /* timeouts in a row */
+};
+
+struct bk_shared {
+	struct backend *b;
+	struct io *io;
+	struct srv *srv;
+	unsigned nsrv;
+	struct bk_chash ring;
+	char *password;
+	uint64_t timeout_ns, put_limit;
+	bool stopped;            /* the loop stopped (io's poller stop); I/O thread */
+	struct srv *polled[MAX_SERVERS]; /* which server each polled fd is; I/O thread */
+	struct bk_shared_stats st;
+};
+
+enum op { OP_GET, OP_PUT, OP_EVAL };
+
+/* One command. Freed when refs reaches 0; I/O thread only once started. */
+struct req {
+	struct bk_shared *s;
+	struct srv *v;
+	enum op op;
+	unsigned refs;           /* the reply callback's and the timer's */
+	bool answered;
+	uint64_t timeout_ns;
+	bk_shared_get_fn get_done;
+	bk_shared_eval_fn eval_done;
+	void *arg;
+	size_t put_len;          /* OP_PUT: bytes counted in st.put_queued */
+	char *value;             /* OP_PUT: the value, freed once hiredis has copied it */
+	int argc;
+	const char *argv[12];
+	size_t argvlen[12];
+	char buf[];              /* the arguments' bytes */
+};
+
+static void logf_(struct bk_shared *s, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void logf_(struct bk_shared *s, int level, const char *fmt, ...)
+{
+	char line[400];
+	va_list ap;
+
+	if (!s->b->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	s->b->log(s->b->log_arg, level, line);
+}
+
+static void mark_down(struct srv *v, const char *why)
+{
+	v->retry_ns = io_now_ns(v->s->io) + RETRY_NS;
+	if (v->down)
+		return;
+	v->down = true;
+	STAT_ADD(v->s, servers_down, 1);
+	logf_(v->s, 1, "shared tier: redis %s is unavailable (%s): its blocks are read from the "
+		       "store until it answers again", v->name, why);
+}
+
+static void mark_up(struct srv *v)
+{
+	v->strikes = 0;
+	if (!v->down)
+		return;
+	v->down = false;
+	STAT_SUB(v->s, servers_down, 1);
+	logf_(v->s, 2, "shared tier: redis %s answers again", v->name);
+}
+
+/* The event adapter: hiredis says what it waits for; the poller passes it to curl_multi_poll. */
+static void ev_add_read(void *p) { ((struct srv *)p)->rd = true; }
+static void ev_del_read(void *p) { ((struct srv *)p)->rd = false; }
+static void ev_add_write(void *p) { ((struct srv *)p)->wr = true; }
+static void ev_del_write(void *p) { ((struct srv *)p)->wr = false; }
+static void ev_cleanup(void *p)
+{
+	struct srv *v = p;
+
+	v->rd = v->wr = false;
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+	struct srv *v = ac->data;
+
+	if (status == REDIS_OK)
+		return; /* up once something is answered */
+	if (v->ac == ac)
+		v->ac = NULL; /* hiredis frees it after this callback */
+	mark_down(v, ac->errstr[0] ? ac->errstr : "cannot connect");
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct srv *v = ac->data;
+
+	if (v->ac == ac)
+		v->ac = NULL;
+	if (status != REDIS_OK)
+		mark_down(v, ac->errstr[0] ? ac->errstr : "connection lost");
+}
+
+static void on_auth(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	struct srv *v = ac->data;
+
+	if (reply && reply->type == REDIS_REPLY_ERROR)
+		logf_(v->s, 0, "shared tier: redis %s refused AUTH: %.200s", v->name, reply->str);
+}
+
+/* A connection to @v, made now if there is none and it is not in its retry pause. */
+static redisAsyncContext *conn(struct srv *v)
+{
+	redisAsyncContext *ac;
+
+	if (v->ac)
+		return v->ac;
+	if (io_now_ns(v->s->io) < v->retry_ns)
+		return NULL;
+	ac = redisAsyncConnect(v->host, v->port);
+	if (!ac)
+		return NULL;
+	if (ac->err) {
+		mark_down(v, ac->errstr);
+		redisAsyncFree(ac);
+		return NULL;
+	}
+	ac->data = v;
+	ac->ev.data = v;
+	ac->ev.addRead = ev_add_read;
+	ac->ev.delRead = ev_del_read;
+	ac->ev.addWrite = ev_add_write;
+	ac->ev.delWrite = ev_del_write;
+	ac->ev.cleanup = ev_cleanup;
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	v->ac = ac;
+	if (v->s->password)
+		redisAsyncCommand(ac, on_auth, NULL, "AUTH %s", v->s->password);
+	return ac;
+}
+
+static void req_put(struct req *q)
+{
+	if (--q->refs == 0) {
+		free(q->value);
+		free(q);
+	}
+}
+
+/* The one answer of a GET or EVAL (puts have nobody to answer). */
+static void answer(struct req *q, int err, const redisReply *reply)
+{
+	long long vals[8];
+	int n = 0;
+
+	if (q->answered)
+		return;
+	q->answered = true;
+	if (q->op == OP_GET) {
+		if (err == 0 && reply->type == REDIS_REPLY_STRING) {
+			STAT_ADD(q->s, found, 1);
+			STAT_ADD(q->s, bytes_in, (uint64_t)reply->len);
+			q->get_done(q->arg, 0, reply->str, (size_t)reply->len);
+			return;
+		}
+		if (err == 0 && reply->type == REDIS_REPLY_NIL) {
+			STAT_ADD(q->s, missing, 1);
+			err = -ENOENT;
+		} else if (err == 0) {
+			err = -EIO;
+		}
+		if (err != -ENOENT && err != -ETIMEDOUT)
+			STAT_ADD(q->s, errors, 1);
+		q->get_done(q->arg, err, NULL, 0);
+	} else if (q->op == OP_EVAL) {
+		if (err == 0 && reply->type == REDIS_REPLY_ARRAY) {
+			for (size_t i = 0; i < reply->elements && n < 8; i++) {
+				if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+					err = -EIO;
+					break;
+				}
+				vals[n++] = reply->element[i]->integer;
+			}
+		} else if (err == 0) {
+			err = -EIO;
+		}
+		if (err == 0)
+			STAT_ADD(q->s, evals, 1);
+		else if (err != -ETIMEDOUT)
+			STAT_ADD(q->s, errors, 1);
+		q->eval_done(q->arg, err, err ? NULL : vals, err ? 0 : n);
+	}
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	struct req *q = priv;
+
+	if (reply)
+		mark_up(q->v);
+	if (q->op == OP_PUT) {
+		STAT_SUB(q->s, put_queued, q->put_len);
+		if (reply && reply->type == REDIS_REPLY_STATUS) {
+			STAT_ADD(q->s, puts, 1);
+			STAT_ADD(q->s, put_bytes, q->put_len);
+		} else {
+			STAT_ADD(q->s, put_errors, 1);
+		}
+	} else if (!reply) {
+		answer(q, q->s->stopped ? -ESHUTDOWN : -ECONNRESET, NULL);
+	} else if (reply->type == REDIS_REPLY_ERROR) {
+		answer(q, -EIO, NULL);
+	} else {
+		answer(q, 0, reply);
+	}
+	req_put(q);
+}
+
+static void on_timeout(void *p)
+{
+	struct req *q = p;
+	struct srv *v = q->v;
+
+	if (!q->answered) {
+		STAT_ADD(q->s, timeouts, 1);
+		answer(q, -ETIMEDOUT, NULL);
+		if (++v->strikes >= MAX_STRIKES && v->ac) {
+			redisAsyncContext *ac = v->ac;
+
+			/* a server that stopped answering: drop its queue (the replies still owed
+			 * come back NULL, to requests already answered) and pause it */
+			v->ac = NULL;
+			mark_down(v, "not answering");
+			redisAsyncFree(ac);
+		}
+	}
+	req_put(q);
+}
+
+/* On the I/O thread: send @q to its server. */
+static void start(void *p)
+{
+	struct req *q = p;
+	struct bk_shared *s = q->s;
+	redisAsyncContext *ac = s->stopped ? NULL : conn(q->v);
+
+	if (!ac) {
+		if (q->op == OP_PUT) {
+			STAT_SUB(s, put_queued, q->put_len);
+			STAT_ADD(s, put_drops, 1);
+		}
+		answer(q, s->stopped ? -ESHUTDOWN : -ECONNREFUSED, NULL);
+		req_put(q);
+		return;
+	}
+	if (redisAsyncCommandArgv(ac, on_reply, q, q->argc, q->argv, q->argvlen) != REDIS_OK) {
+		if (q->op == OP_PUT) {
+			STAT_SUB(s, put_queued, q->put_len);
+			STAT_ADD(s, put_errors, 1);
+		}
+		answer(q, -EIO, NULL);
+		req_put(q);
+		return;
+	}
+	if (q->op == OP_PUT) { /* hiredis copied it into its output buffer */
+		free(q->value);
+		q->value = NULL;
+		return;
+	}
+	q->refs++;
+	if (io_defer(s->io, q->timeout_ns, on_timeout, q) < 0)
+		q->refs--; /* stopping: the stop hook answers it */
+}
+
+static struct req *req_new(struct bk_shared *s, enum op op, const char *route, size_t extra)
+{
+	struct req *q = calloc(1, sizeof(*q) + extra);
+
+	if (!q)
+		return NULL;
+	q->s = s;
+	q->op = op;
+	q->refs = 1;
+	q->timeout_ns = s->timeout_ns;
+	q->v = &s->srv[s->nsrv == 1 ? 0 : bk_chash_pick(&s->ring, route, strlen(route))];
+	return q;
+}
+
+static int submit(struct req *q)
+{
+	int e = io_defer(q->s->io, 0, start, q);
+
+	if (e < 0) {
+		if (q->op == OP_PUT)
+			STAT_SUB(q->s, put_queued, q->put_len);
+		free(q->value);
+		free(q);
+	}
+	return e;
+}
+
+int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, void *arg)
+{
+	size_t kl = strlen(key);
+	struct req *q = req_new(s, OP_GET, key, kl + 1);
+
+	if (!q)
+		return -ENOMEM;
+	memcpy(q->buf, key, kl + 1);
+	q->get_done = done;
+	q->arg = arg;
+	q->argc = 2;
+	q->argv[0] = "GET";
+	q->argvlen[0] = 3;
+	q->argv[1] = q->buf;
+	q->argvlen[1] = kl;
+	STAT_ADD(s, gets, 1);
+	return submit(q);
+}
+
+int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t hlen,
+		  const void *data, size_t len)
+{
+	size_t kl = strlen(key), vl = hlen + len;
+	struct req *q;
+
+	if (__atomic_add_fetch(&s->st.put_queued, vl, __ATOMIC_RELAXED) > s->put_limit) {
+		STAT_SUB(s, put_queued, vl);
+		STAT_ADD(s, put_drops, 1);
+		return -ENOBUFS;
+	}
+	q = req_new(s, OP_PUT, key, kl + 1);
+	if (q)
+		q->value = malloc(vl);
+	if (!q || !q->value) {
+		STAT_SUB(s, put_queued, vl);
+		free(q);
+		return -ENOMEM;
+	}
+	memcpy(q->buf, key, kl + 1);
+	memcpy(q->value, hdr, hlen);
+	memcpy(q->value + hlen, data, len);
+	q->put_len = vl;
+	q->answered = true; /* nobody to answer */
+	q->argc = 3;
+	q->argv[0] = "SET";
+	q->argvlen[0] = 3;
+	q->argv[1] = q->buf;
+	q->argvlen[1] = kl;
+	q->argv[2] = q->value;
+	q->argvlen[2] = vl;
+	return submit(q);
+}
+
+int bk_shared_eval(struct bk_shared *s, const char *script, const char *key,
+		   const char *const *args, int nargs, uint64_t timeout_ns, bk_shared_eval_fn done,
+		   void *arg)
+{
+	size_t need = strlen(key) + 1;
+	struct req *q;
+	char *w;
+
+	if (nargs < 0 || nargs > 8)
+		return -EINVAL;
+	for (int i = 0; i < nargs; i++)
+		need += strlen(args[i]) + 1;
+	q = req_new(s, OP_EVAL, key, need);
+	if (!q)
+		return -ENOMEM;
+	q->eval_done = done;
+	q->arg = arg;
+	q->timeout_ns = timeout_ns;
+	q->argv[0] = "EVAL";
+	q->argv[1] = script;
+	q->argv[2] = "1";
+	w = q->buf;
+	for (int i = -1; i < nargs; i++) {
+		const char *a = i < 0 ? key : args[i];
+		size_t l = strlen(a);
+
+		memcpy(w, a, l + 1);
+		q->argv[4 + i] = w;
+		w += l + 1;
+	}
+	q->argc = 4 + nargs;
+	for (int i = 0; i < q->argc; i++)
+		q->argvlen[i] = strlen(q->argv[i]);
+	return submit(q);
+}
+
+/* ---- the poller (io.c) ------------------------------------------------------------------------ */
+
+static unsigned poll_fds(void *arg, struct curl_waitfd *fds, unsigned max)
+{
+	struct bk_shared *s = arg;
+	unsigned n = 0;
+
+	s->stopped = false; /* called only by the running loop: after a restart, serve again */
+	for (unsigned i = 0; i < s->nsrv && n < max; i++) {
+		struct srv *v = &s->srv[i];
+
+		if (!v->ac || !(v->rd || v->wr))
+			continue;
+		fds[n] = (struct curl_waitfd){
+			.fd = v->ac->c.fd,
+			.events = (short)((v->rd ? CURL_WAIT_POLLIN : 0) |
+					  (v->wr ? CURL_WAIT_POLLOUT : 0)),
+		};
+		s->polled[n++] = v;
+	}
+	return n;
+}
+
+static void poll_ready(void *arg, const struct curl_waitfd *fds, unsigned n)
+{
+	struct bk_shared *s = arg;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct srv *v = s->polled[i];
+		redisAsyncContext *ac = v->ac;
+
+		/* the context may have gone while an earlier one was handled */
+		if (!ac || ac->c.fd != fds[i].fd)
+			continue;
+		if (fds[i].revents & CURL_WAIT_POLLIN)
+			redisAsyncHandleRead(ac);
+		if (v->ac == ac && (fds[i].revents & CURL_WAIT_POLLOUT))
+			redisAsyncHandleWrite(ac);
+	}
+}
+
+/* The loop stops: close every connection; what was waiting is answered -ESHUTDOWN. */
+static void poll_stop(void *arg)
+{
+	struct bk_shared *s = arg;
+
+	s->stopped = true;
+	for (unsigned i = 0; i < s->nsrv; i++) {
+		redisAsyncContext *ac = s->srv[i].ac;
+
+		s->srv[i].ac = NULL;
+		if (ac)
+			redisAsyncFree(ac);
+	}
+}
+
+/* ---- setup ------------------------------------------------------------------------------------- */
+
+int bk_shared_new(struct backend *b, const struct bk_shared_cfg *cfg, struct bk_shared **ret,
+		  char *err, size_t errlen)
+{
+	struct bk_shared *s;
+	const char *p = cfg->servers, *names[MAX_SERVERS];
+	int e = -EINVAL;
+
+	if (!b->io) {
+		snprintf(err, errlen, "shared tier: this store has no I/O loop");
+		return -EINVAL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->b = b;
+	s->io = b->io;
+	s->timeout_ns = cfg->timeout_ns;
+	s->put_limit = cfg->put_limit;
+	s->srv = calloc(MAX_SERVERS, sizeof(*s->srv));
+	if (!s->srv)
+		goto nomem;
+	if (strncmp(p, "redis://", 8) == 0)
+		p += 8;
+	while (*p) {
+		const char *end = strchr(p, ','), *colon;
+		size_t l = end ? (size_t)(end - p) : strlen(p);
+		struct srv *v;
+		char *tail;
+		long port;
+
+		if (s->nsrv == MAX_SERVERS) {
+			snprintf(err, errlen, "shared: at most %d servers", MAX_SERVERS);
+			goto fail;
+		}
+		v = &s->srv[s->nsrv];
+		colon = memrchr(p, ':', l);
+		if (!colon || colon == p || (size_t)(colon - p) >= sizeof(v->host)) {
+			snprintf(err, errlen, "shared: '%.*s' is not host:port", (int)(l > 100 ? 100 : l), p);
+			goto fail;
+		}
+		port = strtol(colon + 1, &tail, 10);
+		if (tail != p + l || port < 1 || port > 65535) {
+			snprintf(err, errlen, "shared: bad port in '%.*s'", (int)(l > 100 ? 100 : l), p);
+			goto fail;
+		}
+		memcpy(v->host, p, (size_t)(colon - p));
+		v->port = (int)port;
+		snprintf(v->name, sizeof(v->name), "%s:%d", v->host, v->port);
+		v->s = s;
+		names[s->nsrv++] = v->name;
+		p += l;
+		if (*p == ',')
+			p++;
+	}
+	if (s->nsrv == 0) {
+		snprintf(err, errlen, "shared: no server named");
+		goto fail;
+	}
+	e = bk_chash_build(&s->ring, names, s->nsrv, BK_CHASH_VNODES);
+	if (e < 0)
+		goto fail;
+	if (cfg->password && !(s->password = strdup(cfg->password)))
+		goto nomem;
+	s->st.servers = s->nsrv;
+	io_set_poller(s->io, &(struct io_poller){.fds = poll_fds, .ready = poll_ready,
+						 .stop = poll_stop, .arg = s});
+	*ret = s;
+	return 0;
+nomem:
+	e = -ENOMEM;
+fail:
+	bk_shared_free(s);
+	return e;
+}
+
+void bk_shared_free(struct bk_shared *s)
+{
+	if (!s)
+		return;
+	if (s->srv) {
+		poll_stop(s);
+		if (s->nsrv)
+			io_set_poller(s->io, NULL);
+	}
+	bk_chash_done(&s->ring);
+	if (s->password) {
+		explicit_bzero(s->password, strlen(s->password));
+		free(s->password);
+	}
+	free(s->srv);
+	free(s);
+}
+
+void bk_shared_get_stats(struct bk_shared *s, struct bk_shared_stats *ret)
+{
+	struct bk_shared_stats *st = &s->st;
+
+	ret->gets = __atomic_load_n(&st->gets, __ATOMIC_RELAXED);
+	ret->found = __atomic_load_n(&st->found, __ATOMIC_RELAXED);
+	ret->missing = __atomic_load_n(&st->missing, __ATOMIC_RELAXED);
+	ret->timeouts = __atomic_load_n(&st->timeouts, __ATOMIC_RELAXED);
+	ret->errors = __atomic_load_n(&st->errors, __ATOMIC_RELAXED);
+	ret->bytes_in = __atomic_load_n(&st->bytes_in, __ATOMIC_RELAXED);
+	ret->puts = __atomic_load_n(&st->puts, __ATOMIC_RELAXED);
+	ret->put_bytes = __atomic_load_n(&st->put_bytes, __ATOMIC_RELAXED);
+	ret->put_drops = __atomic_load_n(&st->put_drops, __ATOMIC_RELAXED);
+	ret->put_errors = __atomic_load_n(&st->put_errors, __ATOMIC_RELAXED);
+	ret->put_queued = __atomic_load_n(&st->put_queued, __ATOMIC_RELAXED);
+	ret->evals = __atomic_load_n(&st->evals, __ATOMIC_RELAXED);
+	ret->servers_down = __atomic_load_n(&st->servers_down, __ATOMIC_RELAXED);
+	ret->servers = st->servers;
+}

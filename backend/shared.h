@@ -1,0 +1,101 @@
+/*
+ * shared.h - the client of a shared tier: Redis servers (or Valkey) that a fleet of mounts
+ * reads and fills, reached from the backend's I/O thread without blocking anyone.
+ *
+ * Values are opaque bytes here: what a value means and whether it is right is the caller's
+ * business (fs/ frames blocks with cache/sharedval.h). Keys are spread over the servers by a
+ * consistent-hash ring (bk_chash), so adding a server moves only its share of the keys.
+ * Every call returns at once; its answer comes on the I/O thread.
+ */
+#ifndef TIERFS_SHARED_H
+#define TIERFS_SHARED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+/* ---- the ring: pure code, exposed for tests ----------------------------------------------- */
+
+struct bk_chash_point {
+	uint64_t h;       /* position on the ring */
+	unsigned srv;     /* the server owning the arc that ends here */
+};
+
+struct bk_chash {
+	struct bk_chash_point *pts; /* sorted by h */
+	unsigned npts;
+};
+
+#define BK_CHASH_VNODES 160 /* points per server: shares within a few percent of even */
+
+/* Place @n servers, named @names (their "host:port": a server's name, not its place in the
+ * list, fixes its points), @vnodes points each. @return 0 or -ENOMEM/-EINVAL (n 0). */
+int bk_chash_build(struct bk_chash *ch, const char *const *names, unsigned n, unsigned vnodes);
+void bk_chash_done(struct bk_chash *ch);
+/* The server (index into @names) that owns @key. */
+unsigned bk_chash_pick(const struct bk_chash *ch, const void *key, size_t len);
+
+/* ---- the client ----------------------------------------------------------------------------- */
+
+struct bk_shared_cfg {
+	const char *servers;     /* "host:port[,host:port...]" (a redis:// in front is skipped) */
+	const char *password;    /* AUTH with it, or NULL; copied, wiped at free */
+	uint64_t timeout_ns;     /* a GET not answered by then is abandoned (-ETIMEDOUT) */
+	uint64_t put_limit;      /* bytes of SETs queued at once; beyond it puts are dropped */
+};
+
+struct bk_shared_stats {
+	uint64_t gets;           /* GETs asked */
+	uint64_t found;          /* GETs answered with a value */
+	uint64_t missing;        /* GETs answered nil */
+	uint64_t timeouts;       /* GETs abandoned after timeout_ns */
+	uint64_t errors;         /* GETs and scripts failed: server down, refused, error reply */
+	uint64_t bytes_in;       /* value bytes received */
+	uint64_t puts;           /* SETs answered OK */
+	uint64_t put_bytes;      /* value bytes of those */
+	uint64_t put_drops;      /* SETs not sent: over put_limit, or the server down */
+	uint64_t put_errors;     /* SETs answered with an error or lost with the connection */
+	uint64_t put_queued;     /* bytes of SETs sent and not yet answered now */
+	uint64_t evals;          /* scripts answered */
+	uint64_t servers_down;   /* servers thought down now */
+	uint64_t servers;        /* servers configured */
+};
+
+struct bk_shared;
+
+/* Parse @cfg and attach to @b's I/O loop (no connection yet: each server is connected on
+ * first use, on the I/O thread). Call while @b's I/O thread is stopped.
+ * @return 0 and *ret, or -errno with one line in @err. */
+int bk_shared_new(struct backend *b, const struct bk_shared_cfg *cfg, struct bk_shared **ret,
+		  char *err, size_t errlen);
+/* After backend_stop, before backend_free. Accepts NULL. */
+void bk_shared_free(struct bk_shared *s);
+
+/* Answer of a GET: @err 0 and the value (valid during the call only), -ENOENT no such key,
+ * -ETIMEDOUT, -ECONNREFUSED (server down), -EIO (error reply), -ESHUTDOWN. */
+typedef void (*bk_shared_get_fn)(void *arg, int err, const void *val, size_t len);
+
+/* GET @key (copied) from the server the ring picks. @done runs exactly once on the I/O thread.
+ * @return 0 or -errno (done not called). */
+int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, void *arg);
+
+/* SET @key to @hdr followed by @data (both copied before returning), in the background,
+ * nobody waiting. @return 0 queued, -ENOBUFS dropped (put_limit), -ENOMEM. */
+int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t hlen,
+		  const void *data, size_t len);
+
+/* Answer of a script: @err 0 and its array of @n integers, or -errno as for a GET. */
+typedef void (*bk_shared_eval_fn)(void *arg, int err, const long long *vals, int n);
+
+/* EVAL @script (static text) with KEYS[1] = @key and ARGV = @args (at most 8, copied) on the server the
+ * ring picks for @key; abandoned (-ETIMEDOUT) after @timeout_ns. @done runs exactly once on
+ * the I/O thread. @return 0 or -errno (done not called). */
+int bk_shared_eval(struct bk_shared *s, const char *script, const char *key,
+		   const char *const *args, int nargs, uint64_t timeout_ns, bk_shared_eval_fn done,
+		   void *arg);
+
+void bk_shared_get_stats(struct bk_shared *s, struct bk_shared_stats *ret);
+
+#endif
