@@ -392,16 +392,21 @@ int fs_shared_fetch(struct fs_shared *sh, struct fobj *o, uint64_t off, uint32_t
 		    bool lagging, cache_done_fn done, void *done_arg)
 {
 	struct sfetch *f;
+	bool whole = off % sh->block_size == 0 &&
+		     len == (o->size - off < sh->block_size ? o->size - off : sh->block_size);
 
-	if (off % sh->block_size) /* never asked by the cache; safe anyway */
-		return backend_read(o->backend, o->path, o->etag, off, len, dst,
-				    lagging ? BK_BACKGROUND : BK_URGENT, done, done_arg);
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
 	*f = (struct sfetch){.sh = sh, .o = o, .off = off, .len = len, .dst = dst,
 			     .lagging = lagging, .done = done, .done_arg = done_arg,
 			     .k = {.oid = o->id, .blk = off / sh->block_size}};
+	/* the shared tier keeps whole blocks: a part of one (a random read of an old object)
+	 * goes to the store, through the fleet budget like any lagging fetch */
+	if (!whole) {
+		miss(f, false);
+		return 0;
+	}
 	shv_key(f->key, sizeof(f->key), sh->prefix, f->k, sh->block_size);
 	if (bk_shared_get(sh->bs, f->key, got, f) < 0) {
 		STAT_ADD(sh, unavailable, 1);
