@@ -50,7 +50,8 @@
  * and the counters. It is never held for I/O. Readers (disk_get) find a record under the lock,
  * pread it without the lock, and take the lock again to check that the segment's generation
  * did not change meanwhile (a seqlock): a record is never rewritten within a generation, so an
- * unchanged generation means the bytes read are the record's. One writer thread owns all
+ * unchanged generation means the bytes read are the record's. One writer thread, started by
+ * the first disk_put (so that a tier opened before a fork works in the child), owns all
  * writes: disk_put copies the block into a bounded FIFO (drops when full, never waits) and the
  * writer appends it. The first write error (ENOSPC, EIO, EROFS...) turns writes off for the
  * life of the tier, with one log line; reads go on from what is there. A read error drops the
@@ -165,6 +166,7 @@ struct disk {
 	bool stop;                 /* disk_close: finish the queue and exit; d->lock */
 	bool held;                 /* disk_hold_writer: the writer waits; d->lock */
 	pthread_t writer;
+	bool started;              /* the writer runs (from the first put); d->lock */
 	struct disk_stats st;      /* counters; d->lock */
 };
 
@@ -195,7 +197,8 @@ static uint64_t rec_size(uint32_t len)
 	return ((uint64_t)sizeof(struct rec_hdr) + len + REC_ALIGN - 1) / REC_ALIGN * REC_ALIGN;
 }
 
-int disk_geometry(uint64_t size, uint32_t block_size, uint32_t *ret_nseg, uint64_t *ret_seg_size)
+/* The geometry of a tier of @size bytes: @return 0 and the segments, or -EINVAL. */
+static int geometry(uint64_t size, uint32_t block_size, uint32_t *ret_nseg, uint64_t *ret_seg_size)
 {
 	uint64_t nseg, seg;
 
@@ -212,6 +215,19 @@ int disk_geometry(uint64_t size, uint32_t block_size, uint32_t *ret_nseg, uint64
 	*ret_nseg = (uint32_t)nseg;
 	*ret_seg_size = seg;
 	return 0;
+}
+
+int disk_geometry(uint64_t size, uint32_t block_size)
+{
+	uint32_t n;
+	uint64_t seg;
+
+	return geometry(size, block_size, &n, &seg);
+}
+
+uint64_t disk_min_size(uint32_t block_size)
+{
+	return MIN_SEG * (SEG_HDR_SIZE + 2 * rec_size(block_size));
 }
 
 static uint32_t hash(uint64_t hi, uint64_t lo, uint64_t blk)
@@ -617,7 +633,7 @@ int disk_open(const struct disk_cfg *cfg, struct disk **ret)
 	uint64_t seg_size;
 	int r;
 
-	r = disk_geometry(cfg->size, cfg->block_size, &nseg, &seg_size);
+	r = geometry(cfg->size, cfg->block_size, &nseg, &seg_size);
 	if (r < 0)
 		return r;
 	d = calloc(1, sizeof(*d));
@@ -684,13 +700,9 @@ int disk_open(const struct disk_cfg *cfg, struct disk **ret)
 	r = recover(d);
 	if (r < 0)
 		goto fail;
-	r = -pthread_create(&d->writer, NULL, writer_main, d);
-	if (r < 0)
-		goto fail;
 	*ret = d;
 	return 0;
 fail:
-	d->stop = true; /* no writer: disk_close must not join */
 	disk_close(d);
 	return r;
 }
@@ -700,7 +712,7 @@ void disk_close(struct disk *d)
 	if (!d)
 		return;
 	pthread_mutex_lock(&d->lock);
-	bool started = !d->stop;
+	bool started = d->started;
 
 	d->stop = true;
 	pthread_cond_signal(&d->wake);
@@ -808,6 +820,16 @@ void disk_put(struct disk *d, struct cache_key key, const void *src, uint32_t le
 			pthread_mutex_unlock(&d->lock);
 			return;
 		}
+	}
+	if (!d->started && d->writable && !d->stop) {
+		/* started here, not in disk_open: a tier opened before a fork (fuse_daemonize)
+		 * gets its thread in the child */
+		int r = pthread_create(&d->writer, NULL, writer_main, d);
+
+		if (r == 0)
+			d->started = true;
+		else
+			d->writable = false;
 	}
 	if (!d->writable || d->stop || d->qbytes + len > d->cfg.queue_bytes) {
 		d->st.write_drops++;

@@ -95,7 +95,11 @@ void disk_hold_writer(struct disk *d, bool hold);
 void disk_each_block(struct disk *d, struct cache_oid obj, void (*fn)(void *arg, uint64_t blk),
 		     void *arg);
 
-/* The geometry disk_open would use: @return 0 and the number of segments, or -EINVAL. */
-int disk_geometry(uint64_t size, uint32_t block_size, uint32_t *ret_nseg, uint64_t *ret_seg_size);
+/* Can a disk tier of @size bytes hold blocks of @block_size: 4 segments of a header and two
+ * records each? @return 0 or -EINVAL (too small, or @block_size not a power of two). */
+int disk_geometry(uint64_t size, uint32_t block_size);
+
+/* The smallest size disk_geometry accepts for @block_size (about 8 x block_size + 36K). */
+uint64_t disk_min_size(uint32_t block_size);
 
 #endif

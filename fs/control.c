@@ -164,19 +164,71 @@ static void mount_metric(struct text *t, const char *name, const char *type, con
 
 #define F(field) offsetof(struct cache_tier_stats, field)
 
+/* The disk tier's line of the family just printed, when there is a disk tier. */
+static void disk_line(struct text *t, const struct disk_stats *ds, const char *name, uint64_t v)
+{
+	if (ds)
+		put(t, "tierfs_%s{tier=\"disk\"} %llu\n", name, (unsigned long long)v);
+}
+
+/* A family only the disk tier has. */
+static void disk_metric(struct text *t, const struct disk_stats *ds, const char *name,
+			const char *type, const char *help, uint64_t v)
+{
+	if (!ds)
+		return;
+	put(t, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\n", name, help, name, type);
+	disk_line(t, ds, name, v);
+}
+
 static void stats_text(struct mount *m, struct text *t)
 {
 	struct cache_stats cs;
 	struct bk_stats bs;
+	struct disk_stats dstat, *ds = NULL;
 
 	cache_get_stats(m->c, &cs);
 	backend_get_stats(m->b, &bs);
+	if (m->env.disk) {
+		disk_get_stats(m->env.disk, &dstat);
+		ds = &dstat;
+	}
+	/* the disk tier answers misses of the memory tiers: its hits and misses are blocks
+	 * asked of it, its served bytes what it read back (checked) */
 	tier_metric(t, &cs, "cache_hits_total", "counter", "Block lookups answered by the tier.",
 		    F(hits));
+	disk_line(t, ds, "cache_hits_total", ds ? ds->hits : 0);
 	tier_metric(t, &cs, "cache_misses_total", "counter",
 		    "Blocks a reader wanted that were fetched into the tier.", F(misses));
+	disk_line(t, ds, "cache_misses_total", ds ? ds->misses : 0);
 	tier_metric(t, &cs, "cache_served_bytes_total", "counter",
 		    "Bytes answered to readers from the tier.", F(bytes_served));
+	disk_line(t, ds, "cache_served_bytes_total", ds ? ds->bytes_served : 0);
+	disk_metric(t, ds, "disk_writes_total", "counter", "Blocks written to the disk tier.",
+		    ds ? ds->writes : 0);
+	disk_metric(t, ds, "disk_written_bytes_total", "counter",
+		    "Bytes written to the disk tier.", ds ? ds->bytes_written : 0);
+	disk_metric(t, ds, "disk_write_errors_total", "counter",
+		    "Writes to the disk tier that failed (the first turns writes off).",
+		    ds ? ds->write_errors : 0);
+	disk_metric(t, ds, "disk_write_drops_total", "counter",
+		    "Blocks not written to the disk tier: its queue was full, or writes are off.",
+		    ds ? ds->write_drops : 0);
+	disk_metric(t, ds, "disk_writable", "gauge", "1 while the disk tier takes writes.",
+		    ds ? ds->writable : 0);
+	disk_metric(t, ds, "disk_queued_bytes", "gauge", "Bytes waiting to be written to disk.",
+		    ds ? ds->queued_bytes : 0);
+	disk_metric(t, ds, "disk_crc_failures_total", "counter",
+		    "Disk records whose CRC-32C did not match: dropped and fetched again.",
+		    ds ? ds->crc_failures : 0);
+	disk_metric(t, ds, "disk_read_errors_total", "counter",
+		    "Disk reads that failed (EIO...): served from the store.",
+		    ds ? ds->read_errors : 0);
+	disk_metric(t, ds, "disk_recovered_blocks", "gauge",
+		    "Blocks the disk tier found by its scan at mount.",
+		    ds ? ds->recovered_blocks : 0);
+	disk_metric(t, ds, "disk_recovery_ms", "gauge", "How long that scan took, ms.",
+		    ds ? ds->recovery_ms : 0);
 	tier_metric(t, &cs, "cache_fetched_bytes_total", "counter",
 		    "Bytes fetched from the store into the tier.", F(bytes_fetched));
 	tier_metric(t, &cs, "cache_fetches_total", "counter",
@@ -189,6 +241,7 @@ static void stats_text(struct mount *m, struct text *t)
 		    "Block waits that joined a fetch already under way.", F(joins));
 	tier_metric(t, &cs, "cache_evictions_total", "counter",
 		    "Segment rotations (each evicts one segment).", F(rotations));
+	disk_line(t, ds, "cache_evictions_total", ds ? ds->rotations : 0);
 	tier_metric(t, &cs, "cache_bounces_total", "counter",
 		    "Fetches answered but not stored: every segment was pinned.", F(bounces));
 	tier_metric(t, &cs, "cache_memory_waits_total", "counter",
@@ -204,9 +257,12 @@ static void stats_text(struct mount *m, struct text *t)
 		     "holds memory).", cs.bounce_limit);
 	tier_metric(t, &cs, "cache_resident_blocks", "gauge", "Blocks resident in the tier.",
 		    F(blocks));
+	disk_line(t, ds, "cache_resident_blocks", ds ? ds->blocks : 0);
 	tier_metric(t, &cs, "cache_resident_bytes", "gauge", "Bytes resident in the tier.",
 		    F(bytes));
+	disk_line(t, ds, "cache_resident_bytes", ds ? ds->bytes : 0);
 	tier_metric(t, &cs, "cache_size_bytes", "gauge", "Configured size of the tier.", F(size));
+	disk_line(t, ds, "cache_size_bytes", ds ? ds->size : 0);
 	tier_metric(t, &cs, "cache_inflight_fetches", "gauge", "Fetches running now.",
 		    F(inflight));
 	tier_metric(t, &cs, "throttle_waits_total", "counter",

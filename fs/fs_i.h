@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "cache.h"
+#include "disk.h"
 #include "fs.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -188,11 +189,20 @@ struct fs_log_slot {
 
 #define FS_LOG_SLOTS 64
 
+/* What the cache environment's arg points at (a field of struct mount): the store, and the
+ * disk tier behind the memory tiers. Set before cache_new, constant after. */
+struct fs_env {
+	struct backend *b;
+	struct disk *disk;        /* NULL: no disk tier (no cache_dir, or it could not open) */
+	bool disk_lagging;        /* lagging blocks are written to disk too (disk_lagging=on) */
+};
+
 struct mount {
 	struct fs_opts *o;        /* settings; the live-changeable ones under opts_lock */
 	pthread_mutex_t opts_lock;
 	struct backend *b;
 	struct cache *c;
+	struct fs_env env;        /* the cache's environment arg (fs_cache_env) */
 	struct ns *ns;
 	struct fuse_session *se;
 	bool live;                /* mounted and serving: backend failures get logged */
@@ -283,9 +293,10 @@ bool fs_log_once(struct mount *m, enum fuse_log_level level, const char *obj, co
 
 extern const struct fuse_lowlevel_ops fs_ops;
 
-/* What the cache is given (cache_new): the clocks, fetches of fobj blocks through @b at the
- * priority of their tier, and references on the fobjs. */
-struct cache_env fs_cache_env(struct backend *b);
+/* What the cache is given (cache_new): the clocks, fetches of fobj blocks through @e->b at the
+ * priority of their tier, references on the fobjs, and the disk tier as its lower tier when
+ * @e->disk is set. @e must outlive the cache. */
+struct cache_env fs_cache_env(struct fs_env *e);
 
 /* The backend's log callback (backend_cfg.log); @arg is the mount. Silent until m->live. */
 void fs_backend_log(void *arg, int level, const char *line);

@@ -104,7 +104,36 @@ static int env_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst
 
 static int env_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg)
 {
-	return backend_defer(arg, delay_ns, cb, cb_arg);
+	struct fs_env *e = arg;
+
+	return backend_defer(e->b, delay_ns, cb, cb_arg);
+}
+
+/* The disk tier as the cache's lower tier (cache.c's essay). A disk read runs in the thread
+ * that starts the flight: a FUSE worker, or the I/O thread when a completion starts one. */
+static int env_lower_get(void *arg, struct cache_key key, uint32_t len, void *dst)
+{
+	struct fs_env *e = arg;
+
+	return disk_get(e->disk, key, dst, len);
+}
+
+static bool env_lower_has(void *arg, struct cache_key key)
+{
+	struct fs_env *e = arg;
+
+	return disk_has(e->disk, key);
+}
+
+/* Hot blocks go to disk as they are fetched; lagging ones only with disk_lagging=on, so that
+ * a replay does not wash the tail's blocks out of the disk tier (README, "Disk tier"). */
+static void env_lower_put(void *arg, struct cache_key key, const void *src, uint32_t len,
+			  bool lagging)
+{
+	struct fs_env *e = arg;
+
+	if (!lagging || e->disk_lagging)
+		disk_put(e->disk, key, src, len);
 }
 
 static void env_hold(void *ctx)
@@ -122,16 +151,19 @@ static struct cache_obj cobj(const struct fobj *o)
 	return (struct cache_obj){.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
 }
 
-struct cache_env fs_cache_env(struct backend *b)
+struct cache_env fs_cache_env(struct fs_env *e)
 {
 	return (struct cache_env){
-		.arg = b,
+		.arg = e,
 		.mono_ns = env_mono,
 		.wall_s = env_wall,
 		.fetch = env_fetch,
 		.defer = env_defer,
 		.hold = env_hold,
 		.release = env_release,
+		.lower_get = e->disk ? env_lower_get : NULL,
+		.lower_has = e->disk ? env_lower_has : NULL,
+		.lower_put = e->disk ? env_lower_put : NULL,
 	};
 }
 

@@ -61,7 +61,9 @@ static int teardown(void **state)
 
 static struct disk *open_sized(uint64_t size, uint32_t bs)
 {
-	struct disk_cfg cfg = {.dir = dir, .size = size, .block_size = bs, .log = log_cb};
+	/* a queue that holds every put of a test: a test that wants drops says so */
+	struct disk_cfg cfg = {.dir = dir, .size = size, .block_size = bs,
+			       .queue_bytes = 64u << 20, .log = log_cb};
 	struct disk *d = NULL;
 
 	assert_int_equal(disk_open(&cfg, &d), 0);
@@ -399,15 +401,12 @@ static void second_tier_refused(void **state)
 
 static void geometry(void **state)
 {
-	uint32_t n;
-	uint64_t seg;
-
-	assert_int_equal(disk_geometry(10ull << 30, 4u << 20, &n, &seg), 0);
-	assert_int_equal(n, 64);
-	assert_int_equal(disk_geometry(1u << 20, BS, &n, &seg), 0);
-	assert_int_equal(n, 4);
-	assert_int_equal(disk_geometry(256u << 10, BS, &n, &seg), -EINVAL);
-	assert_int_equal(disk_geometry(1u << 20, 3000, &n, &seg), -EINVAL);
+	assert_int_equal(disk_geometry(10ull << 30, 4u << 20), 0);
+	assert_int_equal(disk_geometry(1u << 20, BS), 0);
+	assert_int_equal(disk_geometry(disk_min_size(BS), BS), 0);
+	assert_int_equal(disk_geometry(disk_min_size(BS) - 4096, BS), -EINVAL);
+	assert_int_equal(disk_geometry(256u << 10, BS), -EINVAL);
+	assert_int_equal(disk_geometry(1u << 20, 3000), -EINVAL);
 }
 
 /* How long the scan takes for N blocks (a TAP comment: the figure, not a bound). */
