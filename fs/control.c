@@ -360,18 +360,102 @@ static int xattr_answer(const char *v, size_t n, char *buf, size_t size)
 	return (int)n;
 }
 
-/* "hot=0-15,32 lagging=16-20", "none", or the first RESIDENCY_RANGES ranges and a count. */
+struct blocks {
+	uint64_t *v;
+	size_t n, cap;
+	bool oom;
+};
+
+static void blocks_add(void *arg, uint64_t blk)
+{
+	struct blocks *b = arg;
+
+	if (b->oom)
+		return;
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : 64;
+		uint64_t *v = realloc(b->v, cap * sizeof(*v));
+
+		if (!v) {
+			b->oom = true;
+			return;
+		}
+		b->v = v;
+		b->cap = cap;
+	}
+	b->v[b->n++] = blk;
+}
+
+static int cmp_blk(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* " disk=0-15,32": the disk tier's blocks of @o as ranges (the first RESIDENCY_RANGES, then a
+ * count), after what the memory tiers hold; nothing when it holds none. The cost is a walk
+ * of the disk tier's index, bounded by disk_size, never by the object's size. */
+static void disk_residency(struct mount *m, const struct fobj *o, struct text *t, bool first)
+{
+	struct blocks b = {0};
+	size_t ranges = 0;
+
+	disk_each_block(m->env.disk, o->id, blocks_add, &b);
+	if (b.oom) {
+		t->oom = true;
+		goto out;
+	}
+	if (!b.n)
+		goto out;
+	qsort(b.v, b.n, sizeof(*b.v), cmp_blk);
+	put(t, "%sdisk=", first ? "" : " ");
+	for (size_t i = 0; i < b.n;) {
+		size_t j = i;
+
+		while (j + 1 < b.n && b.v[j + 1] <= b.v[j] + 1)
+			j++;
+		if (ranges < RESIDENCY_RANGES) {
+			if (b.v[i] == b.v[j])
+				put(t, "%s%llu", ranges ? "," : "", (unsigned long long)b.v[i]);
+			else
+				put(t, "%s%llu-%llu", ranges ? "," : "", (unsigned long long)b.v[i],
+				    (unsigned long long)b.v[j]);
+		}
+		ranges++;
+		i = j + 1;
+	}
+	if (ranges > RESIDENCY_RANGES)
+		put(t, " (+%zu more ranges)", ranges - RESIDENCY_RANGES);
+out:
+	free(b.v);
+}
+
+/* "hot=0-15,32 lagging=16-20 disk=0-40", "none", or the first RESIDENCY_RANGES ranges and a
+ * count (the disk tier's ranges counted on their own: a block on disk is often in memory too). */
 static void residency_text(struct mount *m, const struct fobj *o, struct text *t)
 {
 	struct cache_obj co = {.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
 	char buf[4096];
 	int n = cache_residency_text(m->c, &co, RESIDENCY_RANGES, buf, sizeof(buf));
+	size_t before;
 
 	if (n < 0) {
 		t->oom = true;
 		return;
 	}
-	put(t, "%s", buf); /* 64 ranges of two 20-digit numbers fit: never truncated */
+	if (!m->env.disk) {
+		put(t, "%s", buf); /* 64 ranges of two 20-digit numbers fit: never truncated */
+		return;
+	}
+	bool none = strcmp(buf, "none") == 0;
+
+	if (!none)
+		put(t, "%s", buf);
+	before = t->len;
+	disk_residency(m, o, t, none);
+	if (none && t->len == before && !t->oom)
+		put(t, "none");
 }
 
 int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, size_t size)

@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 import harness
-from lagging_util import stats
+from lagging_util import stats, xattr
 
 B = 64 << 10
 NBLK = 32
@@ -89,6 +89,19 @@ def test_restart_warm_after_clean_unmount(mount, store, tmp_path):
     assert st.v("disk_recovered_blocks", "disk") == NBLK
     assert st.v("cache_hits_total", "disk") >= NBLK
     assert st.v("disk_crc_failures_total", "disk") == 0
+    # user.tierfs.cached shows the disk tier's ranges after the memory tiers'
+    assert xattr(m2.path(REL), "cached") == f"hot=0-{NBLK - 1} disk=0-{NBLK - 1}"
+
+
+def test_cached_xattr_shows_disk_ranges(mount, store, tmp_path):
+    cache = tmp_path / "cache"
+    m = mount(store.url, opts(cache, "readahead=0"), name="a")
+    assert xattr(m.path(REL), "cached") == "none"
+    with open(m.path(REL), "rb") as f:
+        f.seek(4 * B)
+        assert f.read(2 * B) == DATA[4 * B:6 * B]
+    wait_written(m.mnt, 2)
+    assert xattr(m.path(REL), "cached") == "hot=4-5 disk=4-5"
 
 
 def test_restart_warm_after_kill(store, tmp_path, fuse):
