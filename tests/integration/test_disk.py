@@ -225,3 +225,46 @@ def test_deleted_cache_dir_never_fails_a_read(mount, store, tmp_path):
     drop_caches()
     assert read_all(m) == DATA
     assert stats(m.mnt).v("read_errors_total") == 0
+
+
+OLD_REL = "log/old-0000.bin"
+OLD_BLOCKS = 64  # twice and more what the small disk tier below holds
+
+
+@pytest.mark.parametrize("disk_lagging", ["off", "on"])
+def test_replay_and_the_tail_on_disk(mount, tmp_path, nginx_factory, disk_lagging):
+    """Why disk_lagging is off by default: a replay of old objects bigger than the disk tier,
+    written to disk, rotates the tail's blocks out of it (the ring is FIFO), and the next
+    restart fetches the tail again. With the default, the tail survives the replay."""
+    root = tmp_path / "store"
+    (root / "log").mkdir(parents=True)
+    (root / REL).write_bytes(DATA[:8 * B])
+    (root / OLD_REL).write_bytes(pattern(OLD_BLOCKS * B, b"old"))
+    os.utime(root / OLD_REL, (1600000000, 1600000000))  # 2020: lagging
+    srv = nginx_factory(root)
+    cache = tmp_path / "cache"
+    # a 2M disk tier: 4 segments of 7 records of 64K
+    o = ["block_size=64K", "hot_size=4M", "lagging_size=1M", "lagging_rate=0", "readahead=0",
+         f"cache_dir={cache}", "disk_size=2M", f"disk_lagging={disk_lagging}"]
+    m = mount(srv.url, o, name="a")
+    assert read_all(m) == DATA[:8 * B]
+    wait_written(m.mnt, 8)
+    with open(m.path(OLD_REL), "rb") as f:  # the replay, 8 blocks at a time
+        for i in range(OLD_BLOCKS // 8):
+            f.read(8 * B)
+            harness.wait_until(
+                lambda: stats(m.mnt).v("disk_queued_bytes", "disk") == 0, 20, "the queue")
+    written = stats(m.mnt).v("disk_writes_total", "disk")
+    assert m.unmount() is None
+
+    drop_caches()
+    mark = srv.log_mark()
+    m2 = mount(srv.url, o, name="b")
+    assert read_all(m2) == DATA[:8 * B]
+    refetched = len(range_gets(srv, mark))
+    print(f"disk_lagging={disk_lagging}: {written:.0f} blocks written, "
+          f"tail blocks refetched after the restart: {refetched} of 8")
+    if disk_lagging == "off":
+        assert written == 8 and refetched == 0
+    else:
+        assert written > 8 and refetched == 8
