@@ -35,6 +35,19 @@
  *                        ▲                        └─► fetch ─► flight_done
  *                        └──── pump: ring unpin, bounce unmapped, flight done ◄┘
  *
+ * The lower tier. Behind the memory tiers there may be one more, the disk tier, reached only
+ * through three optional env callbacks, so cache/ stays free of its policy. A flight asks
+ * env->lower_get before env->fetch, into the same slot: a hit is a flight that completes at
+ * once, and the store sees nothing. A flight fetched from the store offers its bytes to
+ * env->lower_put in flight_done, before readers can see them (the lower tier copies them
+ * into its write-behind queue; it never blocks). A lagging block that env->lower_has says is
+ * there skips the token bucket: the limiter guards the store, and is charged only for bytes
+ * the store sends (should lower_get then miss after all, a CRC failure or a rotation, that
+ * one fetch goes uncharged).
+ *
+ *   flight_fetch ─► lower_get ── hit ──► flight_done (no fetch, no tokens)
+ *                       └─ miss ─► env->fetch ─► flight_done ─► lower_put (copy, background)
+ *
  * Hot flights start at once. Lagging flights enter a FIFO and start when the token bucket
  * says so; when it says "wait", a timer is armed through env->defer and the queue is drained
  * when it fires. No thread ever sleeps on the limiter.
@@ -47,7 +60,8 @@
  *
  * Locking: c->lock guards the flight table, the waiter lists, the throttle queue, the memory
  * queue and bounce accounting, the limiter and every read's pending count. Each ring has its
- * own lock, taken inside c->lock or alone, never the other way round. Replies and fetch
+ * own lock, taken inside c->lock or alone, never the other way round; so is the lower tier's
+ * (env->lower_has runs under c->lock; lower_get and lower_put with no lock). Replies and fetch
  * starts happen with no lock held. A read that hits every block never takes c->lock (a pin
  * it drops only reads an atomic count of waiting flights).
  *
@@ -119,6 +133,7 @@ struct flight {
 	bool claimed;           /* has its memory (slot or bounce charge): in mem_running */
 	bool bounce_charged;    /* claimed a bounce buffer of len bytes, not yet mapped */
 	bool forced;            /* that bounce buffer is over the limit (see mem_take) */
+	bool from_lower;        /* filled by env->lower_get, not fetched from the store */
 };
 
 /* What a piece holds of its block's bytes. */
@@ -327,6 +342,12 @@ static bool part_of(const struct cache *c, const struct cache_obj *o, uint64_t b
 	ret->key = (struct cache_key){o->id, PART_TAG | blk << 16 | (ps / unit) << 3 |
 						   (pe - ps + unit - 1) / unit};
 	return true;
+}
+
+/* Is @k a part's key? Parts stay in the lagging ring: the lower tiers keep whole blocks. */
+static bool is_part(struct cache_key k)
+{
+	return (k.blk & PART_TAG) != 0;
 }
 
 /* Look part @pt up in the lagging tier. Fills the piece with a pin. */
@@ -570,6 +591,13 @@ static void flight_fetch(struct flight *f)
 		dst = f->bounce->data;
 	}
 	f->bounce_charged = false; /* the buffer, once mapped, carries the charge */
+	if (c->env.lower_get && !is_part(f->key) &&
+	    c->env.lower_get(c->env.arg, f->key, f->len, dst) == 0) {
+		f->from_lower = true;
+		STAT_ADD(c, f->tier, lower_hits, 1);
+		flight_done(f, 0);
+		return;
+	}
 	STAT_ADD(c, f->tier, fetches, 1);
 	r = c->env.fetch(c->env.arg, f->ctx, f->off, f->len, dst, c->tier[f->tier].rl != NULL,
 			 flight_done, f);
@@ -754,7 +782,9 @@ static struct flight *flight_new(struct cache *c, const struct cache_obj *o, str
 	f->hnext = c->table[b];
 	c->table[b] = f;
 
-	if (!c->tier[tier].rl) {
+	/* a block the lower tier holds costs the store nothing: no limiter */
+	if (!c->tier[tier].rl ||
+	    (c->env.lower_has && !is_part(k) && c->env.lower_has(c->env.arg, k))) {
 		**go_tail = f;
 		*go_tail = &f->qnext;
 		return f;
@@ -810,8 +840,11 @@ static void flight_done(void *arg, int err)
 	STAT_SUB(c, f->tier, inflight, 1);
 	if (err)
 		STAT_ADD(c, f->tier, fetch_errors, 1);
-	else
+	else if (!f->from_lower)
 		STAT_ADD(c, f->tier, bytes_fetched, f->len);
+	if (!err && !f->from_lower && c->env.lower_put && !is_part(f->key))
+		c->env.lower_put(c->env.arg, f->key, f->have_ref ? f->ref.data : f->bounce->data,
+				 f->len, c->tier[f->tier].rl != NULL);
 	if (!err && f->have_ref)
 		ring_commit(ring, &f->ref);
 
@@ -1098,7 +1131,9 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 			continue;
 		p[i].pr = pr;
 		p[i].start = 0;
-		part = parts && part_of(c, o, k.blk, off, len, &pt);
+		/* the whole block when the lower tier has it: it costs the store nothing */
+		part = parts && part_of(c, o, k.blk, off, len, &pt) &&
+		       !(c->env.lower_has && c->env.lower_has(c->env.arg, k));
 		/* a fetch of the whole block serves a part too */
 		f = flight_find(c, k);
 		if (!f && part && (f = flight_find(c, pt.key)))

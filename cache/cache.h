@@ -107,6 +107,22 @@ struct cache_env {
 	int (*defer)(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg);
 	void (*hold)(void *ctx);
 	void (*release)(void *ctx);
+	/*
+	 * Optional (NULL: none): a tier below the memory tiers, the disk tier (disk.h). A miss
+	 * asks it before the store, and a block fetched from the store is offered to it.
+	 * lower_get copies block @key (@len bytes) into @dst, checked: @return 0 on a hit, < 0
+	 * on a miss (then @dst may have been written, and the block is fetched from the store).
+	 * It runs synchronously in the thread that starts the flight, with no lock held.
+	 * lower_has answers from an index, without I/O and without blocking: a lagging block it
+	 * holds skips the limiter (it costs the store nothing). It may run with the cache's lock
+	 * held, so it must not call into the cache.
+	 * lower_put offers @len bytes of block @key just fetched from the store (@lagging: by
+	 * the lagging tier); it copies what it keeps and must never block.
+	 */
+	int (*lower_get)(void *arg, struct cache_key key, uint32_t len, void *dst);
+	bool (*lower_has)(void *arg, struct cache_key key);
+	void (*lower_put)(void *arg, struct cache_key key, const void *src, uint32_t len,
+			  bool lagging);
 };
 
 /* A piece of a reply. Valid only during the reply callback. */
@@ -155,6 +171,7 @@ struct cache_tier_stats {
 	uint64_t bounces;         /* fetches served but not stored: every segment was pinned */
 	uint64_t mem_waits;       /* fetches that waited for memory (ring slot or bounce room) */
 	uint64_t mem_queued;      /* fetches waiting for memory now */
+	uint64_t lower_hits;      /* misses answered by env->lower_get, not the store */
 	double tokens;            /* limiter tokens now (a tier with a limiter only) */
 	bool limited;             /* the tier has a rate limiter */
 	uint64_t rate;            /* its rate now, bytes/s; 0: unlimited, or the tier is off */

@@ -228,19 +228,71 @@ static void shared_text(struct mount *m, struct text *t)
 
 #define F(field) offsetof(struct cache_tier_stats, field)
 
+/* The disk tier's line of the family just printed, when there is a disk tier. */
+static void disk_line(struct text *t, const struct disk_stats *ds, const char *name, uint64_t v)
+{
+	if (ds)
+		put(t, "tierfs_%s{tier=\"disk\"} %llu\n", name, (unsigned long long)v);
+}
+
+/* A family only the disk tier has. */
+static void disk_metric(struct text *t, const struct disk_stats *ds, const char *name,
+			const char *type, const char *help, uint64_t v)
+{
+	if (!ds)
+		return;
+	put(t, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\n", name, help, name, type);
+	disk_line(t, ds, name, v);
+}
+
 static void stats_text(struct mount *m, struct text *t)
 {
 	struct cache_stats cs;
 	struct bk_stats bs;
+	struct disk_stats dstat, *ds = NULL;
 
 	cache_get_stats(m->c, &cs);
 	backend_get_stats(m->b, &bs);
+	if (m->disk) {
+		disk_get_stats(m->disk, &dstat);
+		ds = &dstat;
+	}
+	/* the disk tier answers misses of the memory tiers: its hits and misses are blocks
+	 * asked of it, its served bytes what it read back (checked) */
 	tier_metric(t, &cs, "cache_hits_total", "counter", "Block lookups answered by the tier.",
 		    F(hits));
+	disk_line(t, ds, "cache_hits_total", ds ? ds->hits : 0);
 	tier_metric(t, &cs, "cache_misses_total", "counter",
 		    "Blocks a reader wanted that were fetched into the tier.", F(misses));
+	disk_line(t, ds, "cache_misses_total", ds ? ds->misses : 0);
 	tier_metric(t, &cs, "cache_served_bytes_total", "counter",
 		    "Bytes answered to readers from the tier.", F(bytes_served));
+	disk_line(t, ds, "cache_served_bytes_total", ds ? ds->bytes_served : 0);
+	disk_metric(t, ds, "disk_writes_total", "counter", "Blocks written to the disk tier.",
+		    ds ? ds->writes : 0);
+	disk_metric(t, ds, "disk_written_bytes_total", "counter",
+		    "Bytes written to the disk tier.", ds ? ds->bytes_written : 0);
+	disk_metric(t, ds, "disk_write_errors_total", "counter",
+		    "Writes to the disk tier that failed (the first turns writes off).",
+		    ds ? ds->write_errors : 0);
+	disk_metric(t, ds, "disk_write_drops_total", "counter",
+		    "Blocks not written to the disk tier: its queue was full, or writes are off.",
+		    ds ? ds->write_drops : 0);
+	disk_metric(t, ds, "disk_writable", "gauge", "1 while the disk tier takes writes.",
+		    ds ? ds->writable : 0);
+	disk_metric(t, ds, "disk_queued_bytes", "gauge", "Bytes waiting to be written to disk.",
+		    ds ? ds->queued_bytes : 0);
+	disk_metric(t, ds, "disk_crc_failures_total", "counter",
+		    "Disk records whose CRC-32C did not match: dropped and fetched again.",
+		    ds ? ds->crc_failures : 0);
+	disk_metric(t, ds, "disk_read_errors_total", "counter",
+		    "Disk reads that failed (EIO...): served from the store.",
+		    ds ? ds->read_errors : 0);
+	disk_metric(t, ds, "disk_recovered_blocks", "gauge",
+		    "Blocks the disk tier found by its scan at mount.",
+		    ds ? ds->recovered_blocks : 0);
+	disk_metric(t, ds, "disk_recovery_ms", "gauge", "How long that scan took, ms.",
+		    ds ? ds->recovery_ms : 0);
 	tier_metric(t, &cs, "cache_fetched_bytes_total", "counter",
 		    "Bytes fetched from the store into the tier.", F(bytes_fetched));
 	tier_metric(t, &cs, "cache_fetches_total", "counter",
@@ -256,6 +308,7 @@ static void stats_text(struct mount *m, struct text *t)
 		    "Block waits that joined a fetch already under way.", F(joins));
 	tier_metric(t, &cs, "cache_evictions_total", "counter",
 		    "Segment rotations (each evicts one segment).", F(rotations));
+	disk_line(t, ds, "cache_evictions_total", ds ? ds->rotations : 0);
 	tier_metric(t, &cs, "cache_bounces_total", "counter",
 		    "Fetches answered but not stored: every segment was pinned.", F(bounces));
 	tier_metric(t, &cs, "cache_memory_waits_total", "counter",
@@ -271,9 +324,12 @@ static void stats_text(struct mount *m, struct text *t)
 		     "holds memory).", cs.bounce_limit);
 	tier_metric(t, &cs, "cache_resident_blocks", "gauge", "Blocks resident in the tier.",
 		    F(blocks));
+	disk_line(t, ds, "cache_resident_blocks", ds ? ds->blocks : 0);
 	tier_metric(t, &cs, "cache_resident_bytes", "gauge", "Bytes resident in the tier.",
 		    F(bytes));
+	disk_line(t, ds, "cache_resident_bytes", ds ? ds->bytes : 0);
 	tier_metric(t, &cs, "cache_size_bytes", "gauge", "Configured size of the tier.", F(size));
+	disk_line(t, ds, "cache_size_bytes", ds ? ds->size : 0);
 	tier_metric(t, &cs, "cache_inflight_fetches", "gauge", "Fetches running now.",
 		    F(inflight));
 	tier_metric(t, &cs, "throttle_waits_total", "counter",
@@ -373,18 +429,102 @@ static int xattr_answer(const char *v, size_t n, char *buf, size_t size)
 	return (int)n;
 }
 
-/* "hot=0-15,32 lagging=16-20", "none", or the first RESIDENCY_RANGES ranges and a count. */
+struct blocks {
+	uint64_t *v;
+	size_t n, cap;
+	bool oom;
+};
+
+static void blocks_add(void *arg, uint64_t blk)
+{
+	struct blocks *b = arg;
+
+	if (b->oom)
+		return;
+	if (b->n == b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : 64;
+		uint64_t *v = realloc(b->v, cap * sizeof(*v));
+
+		if (!v) {
+			b->oom = true;
+			return;
+		}
+		b->v = v;
+		b->cap = cap;
+	}
+	b->v[b->n++] = blk;
+}
+
+static int cmp_blk(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* " disk=0-15,32": the disk tier's blocks of @o as ranges (the first RESIDENCY_RANGES, then a
+ * count), after what the memory tiers hold; nothing when it holds none. The cost is a walk
+ * of the disk tier's index, bounded by disk_size, never by the object's size. */
+static void disk_residency(struct mount *m, const struct fobj *o, struct text *t, bool first)
+{
+	struct blocks b = {0};
+	size_t ranges = 0;
+
+	disk_each_block(m->disk, o->id, blocks_add, &b);
+	if (b.oom) {
+		t->oom = true;
+		goto out;
+	}
+	if (!b.n)
+		goto out;
+	qsort(b.v, b.n, sizeof(*b.v), cmp_blk);
+	put(t, "%sdisk=", first ? "" : " ");
+	for (size_t i = 0; i < b.n;) {
+		size_t j = i;
+
+		while (j + 1 < b.n && b.v[j + 1] <= b.v[j] + 1)
+			j++;
+		if (ranges < RESIDENCY_RANGES) {
+			if (b.v[i] == b.v[j])
+				put(t, "%s%llu", ranges ? "," : "", (unsigned long long)b.v[i]);
+			else
+				put(t, "%s%llu-%llu", ranges ? "," : "", (unsigned long long)b.v[i],
+				    (unsigned long long)b.v[j]);
+		}
+		ranges++;
+		i = j + 1;
+	}
+	if (ranges > RESIDENCY_RANGES)
+		put(t, " (+%zu more ranges)", ranges - RESIDENCY_RANGES);
+out:
+	free(b.v);
+}
+
+/* "hot=0-15,32 lagging=16-20 disk=0-40", "none", or the first RESIDENCY_RANGES ranges and a
+ * count (the disk tier's ranges counted on their own: a block on disk is often in memory too). */
 static void residency_text(struct mount *m, const struct fobj *o, struct text *t)
 {
 	struct cache_obj co = {.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
 	char buf[4096];
 	int n = cache_residency_text(m->c, &co, RESIDENCY_RANGES, buf, sizeof(buf));
+	size_t before;
 
 	if (n < 0) {
 		t->oom = true;
 		return;
 	}
-	put(t, "%s", buf); /* 64 ranges of two 20-digit numbers fit: never truncated */
+	if (!m->disk) {
+		put(t, "%s", buf); /* 64 ranges of two 20-digit numbers fit: never truncated */
+		return;
+	}
+	bool none = strcmp(buf, "none") == 0;
+
+	if (!none)
+		put(t, "%s", buf);
+	before = t->len;
+	disk_residency(m, o, t, none);
+	if (none && t->len == before && !t->oom)
+		put(t, "none");
 }
 
 int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, size_t size)

@@ -45,7 +45,9 @@ struct fs_opts {
 	uint64_t max_conns;   /* default 16, >= 2 */
 	uint64_t timeout;     /* default 30 */
 	uint64_t retries;     /* default 3 */
-	char *cache_dir;      /* reserved for the persistent tier */
+	char *cache_dir;      /* the disk tier's directory; NULL: no disk tier */
+	uint64_t disk_size;   /* bytes of the disk tier, at most; default 10G */
+	bool disk_lagging;    /* lagging blocks go to disk too; default off */
 	char *control_dir;    /* default ".tierfs" */
 	uint64_t uid;         /* owner shown for everything; default getuid() */
 	uint64_t gid;         /* group shown for everything; default getgid() */

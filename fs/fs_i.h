@@ -15,6 +15,7 @@
 
 #include "backend.h"
 #include "cache.h"
+#include "disk.h"
 #include "fs.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -238,6 +239,9 @@ struct mount {
 	struct backend *b;
 	struct fs_shared *sh;     /* the shared tier, or NULL; set before the cache */
 	struct cache *c;
+	struct disk *disk;        /* the disk tier, or NULL (no cache_dir, or it could not open);
+				   * set before the cache */
+	bool disk_lagging;        /* lagging blocks are written to disk too (disk_lagging=on) */
 	struct ns *ns;
 	struct fuse_session *se;
 	bool live;                /* mounted and serving: backend failures get logged */
@@ -329,8 +333,8 @@ bool fs_log_once(struct mount *m, enum fuse_log_level level, const char *obj, co
 extern const struct fuse_lowlevel_ops fs_ops;
 
 /* What the cache is given (cache_new): the clocks, fetches of fobj blocks through m->b at the
- * priority of their tier (through the shared tier m->sh first, if any), and references on the
- * fobjs. */
+ * priority of their tier (through the shared tier m->sh first, if any), references on the
+ * fobjs, and the disk tier m->disk as its lower tier when there is one. */
 struct cache_env fs_cache_env(struct mount *m);
 
 /* The backend's log callback (backend_cfg.log); @arg is the mount. Silent until m->live. */

@@ -3,7 +3,9 @@
  *
  *   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
  *           ──► fs_shared_new (shared=: the Redis tier below the cache, shared.c)
- *           ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, fetches, references)
+ *           ──► disk_cfg    ──► disk_open (cache_dir: the disk tier, rebuilt by a scan)
+ *           ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, fetches, references,
+ *                                          the disk tier as the lower tier)
  *           ──► ns_cfg      ──► ns_new (the root's first listing starts once the I/O
  *                                        thread runs)
  *           ──► FUSE args   ──► fuse_session_new(fs_ops) ─► mount ─► daemonize ─► loop
@@ -13,8 +15,8 @@
  * thread) and started again in the child. Teardown runs in the opposite order: stop the I/O
  * thread (answering everything still waiting, while the device is still open), wait for the
  * helper threads that write to the device (fs_ops_quiesce), unmount (which closes the
- * device), let ops.c free what the kernel left open (fs_ops_drain), then the cache, the
- * namespace and the backend.
+ * device), let ops.c free what the kernel left open (fs_ops_drain), then the cache, the disk
+ * tier (its queue written), the namespace and the backend.
  *
  * The FUSE operations themselves are in ops.c, the readahead tuning in tune.c.
  */
@@ -80,6 +82,50 @@ static void ns_log(void *arg, const char *dir, int err, bool kept)
 	fs_log_once(arg, FUSE_LOG_WARNING, dir[0] ? dir : "/", "listing failed",
 		    "listing /%s failed: %s%s", dir, strerror(-err),
 		    kept ? "; the last good listing is served meanwhile" : "");
+}
+
+/* The disk tier's state changes (wipe, writes off): one line each. */
+static void disk_log(void *arg, const char *msg)
+{
+	fuse_log(FUSE_LOG_WARNING, "tierfs: %s\n", msg);
+}
+
+/*
+ * Open the disk tier in cache_dir, before the cache and before daemonizing (its recovery's
+ * lines reach the terminal). A directory another mount holds refuses the mount: two mounts
+ * writing one ring would destroy each other's blocks. Any other failure (read-only, no
+ * permission, no such parent) mounts without a disk tier, with one line: reads never depend
+ * on the disk. @return 0 or -EBUSY.
+ */
+static int open_disk(struct mount *m)
+{
+	struct disk_cfg dc = {
+		.dir = m->o->cache_dir,
+		.size = m->o->disk_size,
+		.block_size = (uint32_t)m->o->block_size,
+		.log = disk_log,
+	};
+	struct disk_stats ds;
+	int r = disk_open(&dc, &m->disk);
+
+	if (r == -EBUSY) {
+		fprintf(stderr, "tierfs: cache_dir %s is in use by another tierfs mount (one mount "
+				"per cache_dir)\n", dc.dir);
+		return r;
+	}
+	if (r < 0) {
+		fprintf(stderr, "tierfs: cache_dir %s: %s: mounting without a disk tier\n", dc.dir,
+			strerror(-r));
+		m->disk = NULL;
+		return 0;
+	}
+	m->disk_lagging = m->o->disk_lagging;
+	disk_get_stats(m->disk, &ds);
+	if (ds.recovered_blocks)
+		fuse_log(FUSE_LOG_INFO, "tierfs: disk tier %s: %llu blocks recovered in %llu ms\n",
+			 dc.dir, (unsigned long long)ds.recovered_blocks,
+			 (unsigned long long)ds.recovery_ms);
+	return 0;
 }
 
 static void prime_done(void *arg, int err, struct ns_dir *d)
@@ -152,6 +198,8 @@ int fs_main(struct fs_opts *o)
 		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
 		goto out;
 	}
+	if (o->cache_dir && open_disk(&m) < 0)
+		goto out;
 	struct cache_env env = fs_cache_env(&m);
 	r = cache_new(&cc, &env, &m.c);
 	if (r < 0) {
@@ -250,6 +298,7 @@ out:
 		fuse_remove_signal_handlers(m.se);
 	fs_ops_drain(&m);
 	cache_free(m.c);
+	disk_close(m.disk); /* after the cache: no put can come; the queue is written */
 	ns_free(m.ns);
 	fs_shared_free(m.sh);
 	backend_free(m.b);

@@ -110,6 +110,33 @@ static int env_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_
 	return backend_defer(((struct mount *)arg)->b, delay_ns, cb, cb_arg);
 }
 
+/* The disk tier as the cache's lower tier (cache.c's essay). A disk read runs in the thread
+ * that starts the flight: a FUSE worker, or the I/O thread when a completion starts one. */
+static int env_lower_get(void *arg, struct cache_key key, uint32_t len, void *dst)
+{
+	struct mount *m = arg;
+
+	return disk_get(m->disk, key, dst, len);
+}
+
+static bool env_lower_has(void *arg, struct cache_key key)
+{
+	struct mount *m = arg;
+
+	return disk_has(m->disk, key);
+}
+
+/* Hot blocks go to disk as they are fetched; lagging ones only with disk_lagging=on, so that
+ * a replay does not wash the tail's blocks out of the disk tier (README, "Disk tier"). */
+static void env_lower_put(void *arg, struct cache_key key, const void *src, uint32_t len,
+			  bool lagging)
+{
+	struct mount *m = arg;
+
+	if (!lagging || m->disk_lagging)
+		disk_put(m->disk, key, src, len);
+}
+
 static void env_hold(void *ctx)
 {
 	fobj_get(ctx);
@@ -135,6 +162,9 @@ struct cache_env fs_cache_env(struct mount *m)
 		.defer = env_defer,
 		.hold = env_hold,
 		.release = env_release,
+		.lower_get = m->disk ? env_lower_get : NULL,
+		.lower_has = m->disk ? env_lower_has : NULL,
+		.lower_put = m->disk ? env_lower_put : NULL,
 	};
 }
 

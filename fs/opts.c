@@ -25,7 +25,8 @@
  * after the two positionals, -o may repeat, and within one -o a backslash escapes a comma (as
  * in libfuse). Each option is checked on its own as it is read, and a later one overwrites an
  * earlier one: the last of two duplicates wins. Checks that tie options together (hot_size
- * against block_size, by asking cache_tier_check: the rule is the ring's) run once at the
+ * against block_size, by asking cache_tier_check: the rule is the ring's; disk_size, by asking
+ * disk_geometry) run once at the
  * end, so their order on the line does not matter. They do not run in fs_opts_set(): the
  * options they involve are fixed for the life of a mount (only the .live rows change).
  *
@@ -62,6 +63,7 @@
 
 #include "backend.h"
 #include "cache.h"
+#include "disk.h"
 
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
@@ -172,8 +174,17 @@ static const struct opt opt_table[] = {
 	{.name = "prefault", .kind = OPT_BOOL, .group = GROUP_CACHE, .off = OFF(prefault),
 	 .def = 0,
 	 .help = "take the cache memory at mount, not on use"},
+	/* the disk tier: on when cache_dir is set. disk_size has a default so that cache_dir
+	 * alone is enough; the files grow as blocks are written, so it is a bound, not a
+	 * reservation. */
 	{.name = "cache_dir", .kind = OPT_PATH, .group = GROUP_CACHE, .off = OFF(cache_dir),
-	 .meta = "DIR", .help = "directory for the persistent tier (reserved)"},
+	 .meta = "DIR", .help = "directory of the disk tier (unset: none)"},
+	{.name = "disk_size", .kind = OPT_SIZE, .group = GROUP_CACHE, .off = OFF(disk_size),
+	 .min = 0, .max = UINT64_MAX, .def = 10 * GIB,
+	 .help = "disk tier size, >= 9 x block_size"},
+	{.name = "disk_lagging", .kind = OPT_BOOL, .group = GROUP_CACHE, .off = OFF(disk_lagging),
+	 .def = 0,
+	 .help = "lagging blocks go to the disk tier too"},
 
 	/* the lagging tier: reads of objects older than hot_ttl */
 	{.name = "lagging", .kind = OPT_BOOL, .group = GROUP_LAGGING, .off = OFF(lagging),
@@ -1187,6 +1198,12 @@ static int check_cross(const struct parse *p, char *err, size_t errlen)
 			    human(o->lagging_size, a, sizeof(a)),
 			    human(o->block_size, b, sizeof(b)),
 			    human(8 * o->block_size, c, sizeof(c)));
+	if (o->cache_dir && disk_geometry(o->disk_size, (uint32_t)o->block_size) < 0)
+		return fail(err, errlen, -EINVAL,
+			    "disk_size=%s: must be at least %s with block_size=%s",
+			    human(o->disk_size, a, sizeof(a)),
+			    human(disk_min_size((uint32_t)o->block_size), c, sizeof(c)),
+			    human(o->block_size, b, sizeof(b)));
 	if (p->allow_other && p->allow_root)
 		return fail(err, errlen, -EINVAL,
 			    "allow_other and allow_root cannot be used together");

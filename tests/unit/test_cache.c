@@ -1296,6 +1296,197 @@ static void test_lagging_tier(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * The lower tier (env->lower_get / lower_has / lower_put): a fake disk tier of a few blocks
+ * ------------------------------------------------------------------------------------------ */
+
+#define LOWER_MAX 8
+
+static struct lower {
+	struct cache_key key[LOWER_MAX]; /* blocks it holds, with the pattern bytes */
+	uint32_t len[LOWER_MAX];
+	size_t n;
+	int get_err;   /* nonzero: a held block fails its check (as a CRC failure) */
+	size_t gets, get_hits, has_calls, puts;
+	struct cache_key put_key; /* the last put */
+	uint32_t put_len;
+	bool put_lagging;
+	bool put_bytes_ok;
+} L;
+
+static int lower_find(struct cache_key k)
+{
+	for (size_t i = 0; i < L.n; i++)
+		if (cache_key_eq(L.key[i], k))
+			return (int)i;
+	return -1;
+}
+
+static int l_get(void *arg, struct cache_key k, uint32_t len, void *dst)
+{
+	int i = lower_find(k);
+
+	L.gets++;
+	if (i < 0 || L.len[i] != len)
+		return -ENOENT;
+	if (L.get_err)
+		return L.get_err;
+	for (uint32_t b = 0; b < len; b++)
+		((unsigned char *)dst)[b] = pat(k.oid.lo, k.blk * W.bs + b);
+	L.get_hits++;
+	return 0;
+}
+
+static bool l_has(void *arg, struct cache_key k)
+{
+	L.has_calls++;
+	return lower_find(k) >= 0;
+}
+
+static void l_put(void *arg, struct cache_key k, const void *src, uint32_t len, bool lagging)
+{
+	const unsigned char *b = src;
+
+	L.puts++;
+	L.put_key = k;
+	L.put_len = len;
+	L.put_lagging = lagging;
+	L.put_bytes_ok = true;
+	for (uint32_t i = 0; i < len; i++)
+		if (b[i] != pat(k.oid.lo, k.blk * W.bs + i))
+			L.put_bytes_ok = false;
+}
+
+static void lower_hold(uint64_t id, uint64_t blk, uint32_t len)
+{
+	assert_true(L.n < LOWER_MAX);
+	L.key[L.n] = (struct cache_key){{.lo = id}, blk};
+	L.len[L.n++] = len;
+}
+
+static struct cache *mk_lower(const struct cache_cfg *cfg)
+{
+	struct cache_env env = ENV;
+	struct cache *c = NULL;
+
+	env.lower_get = l_get;
+	env.lower_has = l_has;
+	env.lower_put = l_put;
+	world_reset();
+	memset(&L, 0, sizeof(L));
+	W.bs = cfg->block_size;
+	assert_int_equal(cache_new(cfg, &env, &c), 0);
+	return c;
+}
+
+/* A lower hit answers with no store fetch, hot or lagging, and a lagging one takes no tokens
+ * and waits for no timer, even when the bucket could not pay for it. */
+static void test_lower_hit(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fh, fl;
+	struct cache_obj hot, old;
+	struct rep r = {0};
+	struct cache_stats st;
+
+	(void)state;
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = 16 * KIB; /* a store fetch of a block would wait for a timer */
+	c = mk_lower(&cfg);
+	hot = mkobj(&fh, 301, 3ull * BS, WALL0 - 5);
+	old = mkobj(&fl, 302, 2ull * BS + 100, OLD);
+	lower_hold(301, 1, BS);
+	lower_hold(302, 2, 100);
+
+	assert_true(rd(c, &hot, NULL, BS + 10, 1000, &r));
+	check_ok(&r);
+	assert_true(rd(c, &old, NULL, 2ull * BS, 100, &r));
+	check_ok(&r);
+	assert_int_equal(W.attempts, 0);
+	assert_int_equal(W.tpending, 0);
+	assert_int_equal(L.get_hits, 2);
+	assert_int_equal(L.puts, 0); /* nothing to write back */
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].lower_hits, 1);
+	assert_int_equal(st.tier[CACHE_LAG].lower_hits, 1);
+	assert_int_equal(st.tier[CACHE_LAG].bytes_fetched, 0);
+	assert_int_equal(st.tier[CACHE_LAG].fetches, 0);
+	assert_true(st.tier[CACHE_LAG].tokens == 16.0 * KIB); /* untouched */
+	/* the blocks are in the memory tiers now: the next reads are ring hits */
+	assert_true(rd(c, &old, NULL, 2ull * BS, 100, &r));
+	check_ok(&r);
+	assert_int_equal(L.gets, 2);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].hits, 1);
+	rep_done(&r);
+	shut(c);
+}
+
+/* A lower miss fetches from the store and offers the block, with its tier, to lower_put. */
+static void test_lower_miss_puts(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk_lower(&cfg);
+	struct fobj fh, fl;
+	struct cache_obj hot = mkobj(&fh, 311, 3ull * BS, WALL0 - 5);
+	struct cache_obj old = mkobj(&fl, 312, 2ull * BS + 100, OLD);
+	struct rep r = {0};
+
+	(void)state;
+	assert_false(rd(c, &hot, NULL, 0, 10, &r));
+	assert_int_equal(W.nf, 1);
+	assert_int_equal(L.gets, 1);
+	assert_int_equal(L.puts, 0);
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(L.puts, 1);
+	assert_true(cache_key_eq(L.put_key, (struct cache_key){{.lo = 311}, 0}));
+	assert_int_equal(L.put_len, BS);
+	assert_false(L.put_lagging);
+	assert_true(L.put_bytes_ok);
+
+	assert_false(rd(c, &old, NULL, 2ull * BS, 100, &r));
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(L.puts, 2);
+	assert_int_equal(L.put_len, 100);
+	assert_true(L.put_lagging);
+	assert_true(L.put_bytes_ok);
+
+	/* a failed store fetch offers nothing */
+	assert_false(rd(c, &hot, NULL, BS, 10, &r));
+	complete_all(-EIO);
+	check_err(&r, -EIO);
+	assert_int_equal(L.puts, 2);
+	rep_done(&r);
+	shut(c);
+}
+
+/* A lower tier that holds the block but fails its check (CRC) falls back to the store, and the
+ * refetched bytes are offered again. */
+static void test_lower_get_fails(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk_lower(&cfg);
+	struct fobj fl;
+	struct cache_obj old = mkobj(&fl, 321, 2ull * BS, OLD);
+	struct rep r = {0};
+
+	(void)state;
+	lower_hold(321, 0, BS);
+	L.get_err = -EBADMSG;
+	assert_false(rd(c, &old, NULL, 0, BS, &r));
+	assert_int_equal(L.gets, 1);
+	assert_int_equal(W.nf, 1);
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(L.puts, 1);
+	assert_true(L.put_bytes_ok);
+	rep_done(&r);
+	shut(c);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Throttling (DESIGN.md invariants 1 and 4)
  * ------------------------------------------------------------------------------------------ */
 
@@ -3453,6 +3644,9 @@ int main(void)
 	    cmocka_unit_test(test_is_lagging),
 	    cmocka_unit_test(test_route),
 	    cmocka_unit_test(test_lagging_tier),
+	    cmocka_unit_test(test_lower_hit),
+	    cmocka_unit_test(test_lower_miss_puts),
+	    cmocka_unit_test(test_lower_get_fails),
 	    cmocka_unit_test(test_residency_text),
 	    cmocka_unit_test(test_residency_text_bound),
 	    cmocka_unit_test(test_throttle),

@@ -38,7 +38,8 @@ static const char *const all_options[] = {
     "hot_ttl",	    "readahead",
     "metadata_ttl", "immutable",
     "negative_ttl", "prefault",
-    "cache_dir",    "lagging",
+    "cache_dir",    "disk_size",
+    "disk_lagging", "lagging",
     "lagging_size", "lagging_ttl",
     "lagging_rate", "lagging_burst",
     "lagging_ops",  "lagging_page_cache",
@@ -1030,6 +1031,8 @@ static void test_format(void **state)
 		 "metadata_ttl=60\n"
 		 "negative_ttl=1\n"
 		 "prefault=off\n"
+		 "disk_size=10737418240\n"
+		 "disk_lagging=off\n"
 		 "lagging=on\n"
 		 "lagging_size=134217728\n"
 		 "lagging_ttl=5\n"
@@ -1058,17 +1061,18 @@ static void test_format(void **state)
 	assert_int_equal(fs_opts_format(&o, NULL, 0), need);
 	fs_opts_done(&o);
 
-	round_trip("", 26);
+	round_trip("", 28);
 	/* a mode round-trips as octal, whatever its digits */
-	round_trip("file_mode=0,dir_mode=7", 26);
-	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 26);
+	round_trip("file_mode=0,dir_mode=7", 28);
+	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 28);
 	/* every option set to something other than its default */
 	round_trip("block_size=64K,hot_size=512K,hot_ttl=1,lagging=off,lagging_size=0,"
 		   "lagging_ttl=100000,lagging_rate=0,lagging_burst=1T,lagging_ops=7,"
 		   "lagging_page_cache,readahead=64,metadata_ttl=0,negative_ttl=5,immutable,prefault=on,"
 		   "endpoint=http://127.0.0.1:9000/,region=us-east-1,path_style,profile=p r,"
 		   "credentials=c,manifest=/m.json,ca_file=/ca.pem,insecure,max_conns=256,"
-		   "timeout=3600,retries=20,cache_dir=/var/cache/x,control_dir=..x,uid=1234,"
+		   "timeout=3600,retries=20,cache_dir=/var/cache/x,disk_size=1M,disk_lagging=on,"
+		   "control_dir=..x,uid=1234,"
 		   "gid=5678,file_mode=0400,dir_mode=0500,shared=redis://h:1\\,g:2,"
 		   "shared_timeout=50,shared_prefix=f:,shared_password_file=/pw,"
 		   "shared_fill_lagging=on,fleet_lagging_rate=30M,fleet_lagging_ops=100",

@@ -1,0 +1,919 @@
+/*
+ * disk.c - the disk tier: a segmented ring of files under cache_dir, rebuilt by a scan at open,
+ * every record checked by CRC-32C when it is read.
+ *
+ * The design is ring.c's, on disk. cache_dir holds nseg segment files of at most seg_size bytes
+ * each, used as a ring: records are appended to the current segment; when it is full the next
+ * one in ring order is truncated and reused, which evicts everything it held at once, with no
+ * per-block file, no LRU list and no walk of its index. A lock file keeps a second tier (this
+ * process or another) out of the directory.
+ *
+ *   cache_dir/tierfs.lock        flock(LOCK_EX) for the life of the tier
+ *   cache_dir/seg-0000.tfs ...   one per segment, nseg of them
+ *
+ *   segment file (seg_size bytes at most; grows as records are appended, not preallocated)
+ *   +----------------+--------+-------------+--------+-----------+------ ... -------+
+ *   | header (4 KiB) | rec hdr| data (len)  |  pad   | rec hdr   | data  ...        |
+ *   +----------------+--------+-------------+--------+-----------+------ ... -------+
+ *    magic "TIERFSD\0", format version, block_size, seg_size, nseg, segment index, gen, CRC
+ *                     rec hdr (64 bytes): magic, len, gen, key (oid hi, lo, blk),
+ *                     CRC-32C of key + data, CRC-32C of the header; records start at 4 KiB
+ *                     boundaries
+ *
+ * Generations. Every rotation gives the segment it reuses a new generation, one more than any
+ * segment has: the segment with the highest generation is the current one, and ring order
+ * from it backwards is newest to oldest, so scan order is recoverable from the headers alone.
+ * A record carries its segment's generation: bytes left behind by an older use of the segment
+ * never pass for records of this one.
+ *
+ * Recovery (disk_open): read each segment header, then each record header in turn, indexing
+ * records until the first one that is not a whole record of this generation (bad magic or
+ * header CRC, other generation, or running past the end of the file: a torn write). The data
+ * is not read: it is checked when it is served. Appending resumes after the last good record
+ * of the current segment. A header of another format version, block_size or geometry wipes
+ * every segment (one log line); a segment whose own header is unreadable is reset alone.
+ *
+ * Crash safety. Writes are ordered: a rotation truncates the segment and writes its new
+ * header before any record; a record goes into the index only after its pwrite returned.
+ * After kill -9, everything written is in the page cache and survives; what the queue held is
+ * lost. After a power loss (there is no fsync) any tail of a segment may be missing or torn:
+ * the scan stops at it, or the CRC rejects it at read time. A record that fails its check is
+ * dropped from the index and counted, never served; the reader gets -EBADMSG and the cache
+ * fetches the block from the store again.
+ *
+ * Index: per segment, an open-addressing table (linear probing, at most half full) of
+ * key -> (offset, length), as ring.c: a slot is live while its table generation equals the
+ * segment's, so clearing a segment's index is one increment. A lookup probes the segments
+ * newest to oldest.
+ *
+ * Threads and locking. One mutex, d->lock, guards the index, the segments' state, the queue
+ * and the counters. It is never held for I/O. Readers (disk_get) find a record under the lock,
+ * pread it without the lock, and take the lock again to check that the segment's generation
+ * did not change meanwhile (a seqlock): a record is never rewritten within a generation, so an
+ * unchanged generation means the bytes read are the record's. One writer thread, started by
+ * the first disk_put (so that a tier opened before a fork works in the child), owns all
+ * writes: disk_put copies the block into a bounded FIFO (drops when full, never waits) and the
+ * writer appends it. The first write error (ENOSPC, EIO, EROFS...) turns writes off for the
+ * life of the tier, with one log line; reads go on from what is there. A read error drops the
+ * record and is served as a miss.
+ *
+ * Workload: a read of a block the memory tiers lost does one index lookup and one pread of
+ * block_size + 64 bytes; each block fetched from the store is written once, in the
+ * background. The format is the host's byte order (a cache moved between machines of another
+ * order reads as another format and is wiped).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "crc32c.h"
+#include "disk.h"
+
+#define DISK_VERSION 1
+#define SEG_HDR_SIZE 4096u  /* the header's page; records start after it */
+#define REC_ALIGN 4096u     /* records start at page boundaries */
+#define REC_MAGIC 0x42524654u /* "TFRB" */
+#define MIN_SEG 4
+#define MAX_SEG 64
+
+static const char seg_magic[8] = "TIERFSD";
+
+/* Segment header, at offset 0 of each segment file. */
+struct seg_hdr {
+	char magic[8];       /* seg_magic */
+	uint32_t version;    /* DISK_VERSION */
+	uint32_t block_size;
+	uint64_t seg_size;
+	uint32_t nseg;
+	uint32_t index;      /* which segment of the ring this file is */
+	uint64_t gen;        /* generation of this use of the segment; > 0 */
+	uint32_t pad;
+	uint32_t hcrc;       /* CRC-32C of the bytes before it */
+};
+
+/* Record header, at a REC_ALIGN boundary, followed by len bytes of data. */
+struct rec_hdr {
+	uint32_t magic;      /* REC_MAGIC */
+	uint32_t len;        /* data bytes, 1..block_size */
+	uint64_t gen;        /* its segment's generation when written */
+	uint64_t hi, lo, blk; /* the key */
+	uint32_t crc;        /* CRC-32C of hi, lo, blk (as stored here) and the data */
+	uint32_t hcrc;       /* CRC-32C of the bytes before it */
+	uint64_t pad[2];
+};
+_Static_assert(sizeof(struct rec_hdr) == 64, "record header is 64 bytes");
+
+enum { SLOT_LIVE = 1, SLOT_DEAD };
+
+/* Index slot: empty unless tgen equals its segment's tgen. */
+struct dslot {
+	uint64_t hi, lo, blk;
+	uint64_t off;   /* record header offset in the segment file */
+	uint32_t len;
+	uint32_t tgen;
+	uint32_t state;
+};
+
+/* One segment file. Every field under d->lock; fd is constant after open. */
+struct dseg {
+	int fd;
+	uint64_t gen;       /* on-disk generation, 0: holds nothing (never used, or reset) */
+	uint32_t tgen;      /* table generation: slots with another are empty */
+	uint64_t cursor;    /* where the next record goes */
+	uint32_t used;      /* slots taken this table generation (live or dead) */
+	uint64_t live;      /* live records */
+	uint64_t bytes;     /* their data bytes */
+	struct dslot *table;
+};
+
+/* A block waiting to be written. */
+struct witem {
+	struct witem *next;
+	struct cache_key key;
+	uint32_t len;
+	unsigned char data[];
+};
+
+struct disk {
+	struct disk_cfg cfg;
+	int dirfd;
+	int lockfd;                /* holds the flock */
+	uint32_t nseg;
+	uint64_t seg_size;
+	uint32_t tsize;            /* slots per segment table, power of two */
+	uint32_t max_entries;      /* records per segment: tsize / 2 */
+
+	pthread_mutex_t lock;
+	pthread_cond_t wake;       /* the writer waits for work */
+	pthread_cond_t idle;       /* disk_flush waits for done_seq */
+	struct dseg *seg;          /* nseg of them */
+	uint32_t cur;              /* current segment; d->lock */
+	uint64_t gen_max;          /* highest generation given out; d->lock */
+	struct witem *qhead, *qtail; /* write queue; d->lock */
+	uint64_t qbytes;           /* its bytes; d->lock */
+	uint64_t put_seq, done_seq; /* items queued / written or dropped by the writer; d->lock */
+	bool writable;             /* writes on; d->lock */
+	bool stop;                 /* disk_close: finish the queue and exit; d->lock */
+	bool held;                 /* disk_hold_writer: the writer waits; d->lock */
+	pthread_t writer;
+	bool started;              /* the writer runs (from the first put); d->lock */
+	struct disk_stats st;      /* counters; d->lock */
+};
+
+static void logf_(struct disk *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(struct disk *d, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+
+	if (!d->cfg.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	d->cfg.log(d->cfg.log_arg, buf);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t rec_size(uint32_t len)
+{
+	return ((uint64_t)sizeof(struct rec_hdr) + len + REC_ALIGN - 1) / REC_ALIGN * REC_ALIGN;
+}
+
+/* The geometry of a tier of @size bytes: @return 0 and the segments, or -EINVAL. */
+static int geometry(uint64_t size, uint32_t block_size, uint32_t *ret_nseg, uint64_t *ret_seg_size)
+{
+	uint64_t nseg, seg;
+
+	if (!block_size || (block_size & (block_size - 1)))
+		return -EINVAL;
+	nseg = size / block_size / 16; /* segments of about 16 blocks... */
+	if (nseg < MIN_SEG)
+		nseg = MIN_SEG;
+	if (nseg > MAX_SEG)
+		nseg = MAX_SEG; /* ...but few enough that a lookup probing each stays cheap */
+	seg = size / nseg / REC_ALIGN * REC_ALIGN;
+	if (seg < SEG_HDR_SIZE + 2 * rec_size(block_size))
+		return -EINVAL;
+	*ret_nseg = (uint32_t)nseg;
+	*ret_seg_size = seg;
+	return 0;
+}
+
+int disk_geometry(uint64_t size, uint32_t block_size)
+{
+	uint32_t n;
+	uint64_t seg;
+
+	return geometry(size, block_size, &n, &seg);
+}
+
+uint64_t disk_min_size(uint32_t block_size)
+{
+	return MIN_SEG * (SEG_HDR_SIZE + 2 * rec_size(block_size));
+}
+
+static uint32_t hash(uint64_t hi, uint64_t lo, uint64_t blk)
+{
+	uint64_t h = (lo ^ hi) * 0x9e3779b97f4a7c15ULL ^ (blk + 0x632be59bd9b4e019ULL);
+
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 32;
+	return (uint32_t)h;
+}
+
+static bool slot_is(const struct dslot *sl, struct cache_key k)
+{
+	return sl->hi == k.oid.hi && sl->lo == k.oid.lo && sl->blk == k.blk;
+}
+
+/* The live slot of @k in segment @s, or NULL (d->lock held). */
+static struct dslot *seg_find(struct disk *d, struct dseg *s, struct cache_key k)
+{
+	uint32_t mask = d->tsize - 1;
+
+	if (!s->gen)
+		return NULL;
+	for (uint32_t i = hash(k.oid.hi, k.oid.lo, k.blk) & mask;; i = (i + 1) & mask) {
+		struct dslot *sl = &s->table[i];
+
+		if (sl->tgen != s->tgen)
+			return NULL;
+		if (sl->state == SLOT_LIVE && slot_is(sl, k))
+			return sl;
+	}
+}
+
+/* The newest live slot of @k, and its segment (d->lock held). */
+static struct dslot *find(struct disk *d, struct cache_key k, uint32_t *ret_seg)
+{
+	for (uint32_t n = 0; n < d->nseg; n++) {
+		uint32_t i = (d->cur + d->nseg - n) % d->nseg;
+		struct dslot *sl = seg_find(d, &d->seg[i], k);
+
+		if (sl) {
+			*ret_seg = i;
+			return sl;
+		}
+	}
+	return NULL;
+}
+
+/* Index a record of segment @s (d->lock held; s->used < max_entries). A live older record
+ * of the same key in this segment dies: the newer wins. */
+static void seg_insert(struct disk *d, struct dseg *s, struct cache_key k, uint64_t off,
+		       uint32_t len)
+{
+	uint32_t mask = d->tsize - 1;
+	struct dslot *sl;
+
+	for (uint32_t i = hash(k.oid.hi, k.oid.lo, k.blk) & mask;; i = (i + 1) & mask) {
+		sl = &s->table[i];
+		if (sl->tgen != s->tgen)
+			break;
+		if (sl->state == SLOT_LIVE && slot_is(sl, k)) {
+			sl->state = SLOT_DEAD;
+			s->live--;
+			s->bytes -= sl->len;
+		}
+	}
+	*sl = (struct dslot){k.oid.hi, k.oid.lo, k.blk, off, len, s->tgen, SLOT_LIVE};
+	s->used++;
+	s->live++;
+	s->bytes += len;
+}
+
+static void slot_kill(struct dseg *s, struct dslot *sl)
+{
+	sl->state = SLOT_DEAD;
+	s->live--;
+	s->bytes -= sl->len;
+}
+
+/* Forget everything segment @s indexes (d->lock held): one generation bump. */
+static void seg_clear(struct disk *d, struct dseg *s)
+{
+	if (++s->tgen == 0) {
+		memset(s->table, 0, (size_t)d->tsize * sizeof(*s->table));
+		s->tgen = 1;
+	}
+	s->gen = 0;
+	s->used = 0;
+	s->live = 0;
+	s->bytes = 0;
+	s->cursor = SEG_HDR_SIZE;
+}
+
+static uint32_t hdr_crc(const void *h, size_t upto)
+{
+	return crc32c(0, h, upto);
+}
+
+static uint32_t key_crc(struct cache_key k)
+{
+	uint64_t kb[3] = {k.oid.hi, k.oid.lo, k.blk};
+
+	return crc32c(0, kb, sizeof(kb));
+}
+
+static void seg_name(uint32_t i, char buf[32])
+{
+	snprintf(buf, 32, "seg-%04u.tfs", i);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Recovery
+ * ------------------------------------------------------------------------------------------ */
+
+enum hdr_verdict { HDR_EMPTY, HDR_OK, HDR_BAD, HDR_FOREIGN };
+
+static enum hdr_verdict read_seg_hdr(struct disk *d, uint32_t i, uint64_t *ret_gen,
+				     const char **ret_why)
+{
+	struct seg_hdr h;
+	ssize_t n = pread(d->seg[i].fd, &h, sizeof(h), 0);
+
+	if (n == 0)
+		return HDR_EMPTY;
+	if (n != (ssize_t)sizeof(h) || memcmp(h.magic, seg_magic, sizeof(seg_magic)) ||
+	    h.hcrc != hdr_crc(&h, offsetof(struct seg_hdr, hcrc)))
+		return HDR_BAD;
+	if (h.version != DISK_VERSION) {
+		*ret_why = "another format version";
+		return HDR_FOREIGN;
+	}
+	if (h.block_size != d->cfg.block_size) {
+		*ret_why = "another block_size";
+		return HDR_FOREIGN;
+	}
+	if (h.seg_size != d->seg_size || h.nseg != d->nseg || h.index != i) {
+		*ret_why = "another disk_size";
+		return HDR_FOREIGN;
+	}
+	if (!h.gen)
+		return HDR_BAD;
+	*ret_gen = h.gen;
+	return HDR_OK;
+}
+
+/* Index the records of segment @i (generation @gen) up to the first that is not whole. */
+static void scan_records(struct disk *d, uint32_t i, uint64_t gen)
+{
+	struct dseg *s = &d->seg[i];
+	struct stat stb;
+	uint64_t off = SEG_HDR_SIZE, fsize;
+
+	s->gen = gen;
+	s->cursor = SEG_HDR_SIZE;
+	if (fstat(s->fd, &stb) < 0)
+		return;
+	fsize = (uint64_t)stb.st_size;
+	while (off + sizeof(struct rec_hdr) <= fsize && s->used < d->max_entries) {
+		struct rec_hdr h;
+
+		if (pread(s->fd, &h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h))
+			break;
+		if (h.magic != REC_MAGIC || h.hcrc != hdr_crc(&h, offsetof(struct rec_hdr, hcrc)) ||
+		    h.gen != gen || !h.len || h.len > d->cfg.block_size ||
+		    off + rec_size(h.len) > d->seg_size ||
+		    off + sizeof(h) + h.len > fsize)
+			break;
+		seg_insert(d, s, (struct cache_key){{h.hi, h.lo}, h.blk}, off, h.len);
+		d->st.recovered_blocks++;
+		off += rec_size(h.len);
+	}
+	s->cursor = off;
+}
+
+/* Remove segment files this geometry does not use (a larger nseg before). */
+static void unlink_extra(struct disk *d)
+{
+	int fd = dup(d->dirfd);
+	DIR *dir = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *e;
+
+	if (!dir) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(dir))) {
+		unsigned idx;
+		char tail[8];
+
+		if (sscanf(e->d_name, "seg-%u.%3s", &idx, tail) == 2 && !strcmp(tail, "tfs") &&
+		    idx >= d->nseg)
+			unlinkat(d->dirfd, e->d_name, 0);
+	}
+	closedir(dir);
+}
+
+static int recover(struct disk *d)
+{
+	uint64_t t0 = mono_ms();
+	const char *why = NULL;
+	uint32_t bad = 0;
+	uint64_t *gens = calloc(d->nseg, sizeof(*gens));
+	enum hdr_verdict *v = calloc(d->nseg, sizeof(*v));
+	int r = 0;
+
+	if (!gens || !v) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < d->nseg; i++) {
+		v[i] = read_seg_hdr(d, i, &gens[i], &why);
+		if (v[i] == HDR_FOREIGN)
+			break;
+	}
+	for (uint32_t i = 0; i < d->nseg; i++) {
+		if (why) { /* one foreign header: the whole cache is another format's */
+			if (ftruncate(d->seg[i].fd, 0) < 0) {
+				r = -errno;
+				goto out;
+			}
+			continue;
+		}
+		if (v[i] == HDR_OK)
+			scan_records(d, i, gens[i]);
+		else if (v[i] == HDR_BAD) {
+			bad++;
+			if (ftruncate(d->seg[i].fd, 0) < 0) {
+				r = -errno;
+				goto out;
+			}
+		}
+	}
+	unlink_extra(d);
+	if (why)
+		logf_(d, "disk tier %s: wiped a cache of %s (format %u, block_size %u, %u segments)",
+		      d->cfg.dir, why, DISK_VERSION, d->cfg.block_size, d->nseg);
+	else if (bad)
+		logf_(d, "disk tier %s: reset %u segment(s) with an unreadable header", d->cfg.dir,
+		      bad);
+	/* the current segment is the newest; an empty cache starts before segment 0 */
+	d->cur = d->nseg - 1;
+	for (uint32_t i = 0; i < d->nseg; i++) {
+		if (d->seg[i].gen > d->gen_max) {
+			d->gen_max = d->seg[i].gen;
+			d->cur = i;
+		}
+	}
+	d->st.recovery_ms = mono_ms() - t0;
+out:
+	free(gens);
+	free(v);
+	return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Writer
+ * ------------------------------------------------------------------------------------------ */
+
+/* Turn writes off after an error (d->lock not held). */
+static void write_failed(struct disk *d, const char *what, int err)
+{
+	bool was;
+
+	pthread_mutex_lock(&d->lock);
+	d->st.write_errors++;
+	was = d->writable;
+	d->writable = false;
+	pthread_mutex_unlock(&d->lock);
+	if (was)
+		logf_(d, "disk tier %s: %s failed (%s): writes off, reads go on", d->cfg.dir, what,
+		      strerror(err));
+}
+
+static int pwrite_all(int fd, const struct iovec *iov, int n, off_t off, size_t total)
+{
+	ssize_t w = pwritev(fd, iov, n, off);
+
+	if (w < 0)
+		return -errno;
+	if ((size_t)w != total)
+		return -ENOSPC; /* a short write: the file system is full */
+	return 0;
+}
+
+static void write_item(struct disk *d, struct witem *it)
+{
+	uint32_t crc = crc32c(key_crc(it->key), it->data, it->len);
+	uint64_t need = rec_size(it->len), off, gen;
+	bool rotate;
+	struct dseg *s;
+	uint32_t si;
+	int r;
+
+	pthread_mutex_lock(&d->lock);
+	s = &d->seg[d->cur];
+	rotate = !s->gen || s->cursor + need > d->seg_size || s->used >= d->max_entries;
+	if (rotate) {
+		d->cur = (d->cur + 1) % d->nseg;
+		s = &d->seg[d->cur];
+		if (s->gen)
+			d->st.rotations++;
+		seg_clear(d, s);
+		s->gen = ++d->gen_max;
+	}
+	si = d->cur;
+	gen = s->gen;
+	off = s->cursor;
+	s->cursor += need;
+	pthread_mutex_unlock(&d->lock);
+
+	if (rotate) {
+		struct seg_hdr h = {.version = DISK_VERSION,
+				    .block_size = d->cfg.block_size,
+				    .seg_size = d->seg_size,
+				    .nseg = d->nseg,
+				    .index = si,
+				    .gen = gen};
+		struct iovec iov = {&h, sizeof(h)};
+
+		memcpy(h.magic, seg_magic, sizeof(h.magic));
+		h.hcrc = hdr_crc(&h, offsetof(struct seg_hdr, hcrc));
+		/* old records go first: a crash between the two leaves an empty segment */
+		if (ftruncate(s->fd, 0) < 0) {
+			write_failed(d, "truncating a segment", errno);
+			return;
+		}
+		r = pwrite_all(s->fd, &iov, 1, 0, sizeof(h));
+		if (r < 0) {
+			write_failed(d, "writing a segment header", -r);
+			return;
+		}
+	}
+
+	struct rec_hdr h = {.magic = REC_MAGIC,
+			    .len = it->len,
+			    .gen = gen,
+			    .hi = it->key.oid.hi,
+			    .lo = it->key.oid.lo,
+			    .blk = it->key.blk,
+			    .crc = crc};
+	struct iovec iov[2] = {{&h, sizeof(h)}, {it->data, it->len}};
+
+	h.hcrc = hdr_crc(&h, offsetof(struct rec_hdr, hcrc));
+	r = pwrite_all(s->fd, iov, 2, (off_t)off, sizeof(h) + it->len);
+	if (r < 0) {
+		write_failed(d, "writing a block", -r);
+		return;
+	}
+	pthread_mutex_lock(&d->lock);
+	if (s->gen == gen) { /* only this thread rotates, but stay honest */
+		seg_insert(d, s, it->key, off, it->len);
+		d->st.writes++;
+		d->st.bytes_written += it->len;
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+static void *writer_main(void *arg)
+{
+	struct disk *d = arg;
+
+	pthread_mutex_lock(&d->lock);
+	for (;;) {
+		struct witem *it = d->qhead;
+		bool on;
+
+		if (!it || (d->held && !d->stop)) {
+			if (!it && d->stop)
+				break;
+			pthread_cond_wait(&d->wake, &d->lock);
+			continue;
+		}
+		on = d->writable;
+		pthread_mutex_unlock(&d->lock);
+		if (on)
+			write_item(d, it);
+		pthread_mutex_lock(&d->lock);
+		/* dequeued only now, so that disk_put sees the key as queued until indexed */
+		d->qhead = it->next;
+		if (!d->qhead)
+			d->qtail = NULL;
+		d->qbytes -= it->len;
+		if (!on)
+			d->st.write_drops++;
+		d->done_seq++;
+		pthread_cond_broadcast(&d->idle);
+		free(it);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Interface
+ * ------------------------------------------------------------------------------------------ */
+
+int disk_open(const struct disk_cfg *cfg, struct disk **ret)
+{
+	struct disk *d;
+	uint32_t nseg;
+	uint64_t seg_size;
+	int r;
+
+	r = geometry(cfg->size, cfg->block_size, &nseg, &seg_size);
+	if (r < 0)
+		return r;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->cfg = *cfg;
+	d->dirfd = d->lockfd = -1;
+	d->nseg = nseg;
+	d->seg_size = seg_size;
+	/* room for twice the full-size blocks a segment holds (short last blocks), half full */
+	d->max_entries = 16;
+	while (d->max_entries < 2 * (seg_size / cfg->block_size))
+		d->max_entries *= 2;
+	d->tsize = 2 * d->max_entries;
+	if (!d->cfg.queue_bytes)
+		d->cfg.queue_bytes = 16 * (uint64_t)cfg->block_size;
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_cond_init(&d->wake, NULL);
+	pthread_cond_init(&d->idle, NULL);
+	d->writable = true;
+
+	d->seg = calloc(nseg, sizeof(*d->seg));
+	if (!d->seg) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < nseg; i++)
+		d->seg[i].fd = -1;
+	if (mkdir(cfg->dir, 0700) < 0 && errno != EEXIST) {
+		r = -errno;
+		goto fail;
+	}
+	d->dirfd = open(cfg->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (d->dirfd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	d->lockfd = openat(d->dirfd, "tierfs.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (d->lockfd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0) {
+		r = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < nseg; i++) {
+		char name[32];
+
+		seg_name(i, name);
+		d->seg[i].fd = openat(d->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (d->seg[i].fd < 0) {
+			r = -errno;
+			goto fail;
+		}
+		d->seg[i].table = calloc(d->tsize, sizeof(struct dslot));
+		if (!d->seg[i].table) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		d->seg[i].tgen = 1;
+		d->seg[i].cursor = SEG_HDR_SIZE;
+	}
+	r = recover(d);
+	if (r < 0)
+		goto fail;
+	*ret = d;
+	return 0;
+fail:
+	disk_close(d);
+	return r;
+}
+
+void disk_close(struct disk *d)
+{
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	bool started = d->started;
+
+	d->stop = true;
+	pthread_cond_signal(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+	if (started)
+		pthread_join(d->writer, NULL);
+	for (uint32_t i = 0; d->seg && i < d->nseg; i++) {
+		if (d->seg[i].fd >= 0)
+			close(d->seg[i].fd);
+		free(d->seg[i].table);
+	}
+	free(d->seg);
+	if (d->lockfd >= 0)
+		close(d->lockfd); /* drops the flock */
+	if (d->dirfd >= 0)
+		close(d->dirfd);
+	pthread_cond_destroy(&d->wake);
+	pthread_cond_destroy(&d->idle);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+int disk_get(struct disk *d, struct cache_key key, void *dst, uint32_t len)
+{
+	struct rec_hdr h;
+	struct dslot *sl;
+	uint32_t si;
+	uint64_t off, gen;
+	int fd;
+	ssize_t n;
+	bool good;
+
+	pthread_mutex_lock(&d->lock);
+	sl = find(d, key, &si);
+	if (!sl || sl->len != len) {
+		d->st.misses++;
+		pthread_mutex_unlock(&d->lock);
+		return -ENOENT;
+	}
+	fd = d->seg[si].fd;
+	gen = d->seg[si].gen;
+	off = sl->off;
+	pthread_mutex_unlock(&d->lock);
+
+	struct iovec iov[2] = {{&h, sizeof(h)}, {dst, len}};
+
+	n = preadv(fd, iov, 2, (off_t)off);
+	int err = n < 0 ? errno : 0;
+
+	good = n == (ssize_t)(sizeof(h) + len) && h.magic == REC_MAGIC && h.len == len &&
+	       h.gen == gen && h.hi == key.oid.hi && h.lo == key.oid.lo && h.blk == key.blk &&
+	       h.hcrc == hdr_crc(&h, offsetof(struct rec_hdr, hcrc)) &&
+	       h.crc == crc32c(key_crc(key), dst, len);
+
+	pthread_mutex_lock(&d->lock);
+	if (d->seg[si].gen != gen) { /* rotated while we read: not a bad record, just gone */
+		d->st.misses++;
+		pthread_mutex_unlock(&d->lock);
+		return -ENOENT;
+	}
+	if (!good) {
+		struct dslot *again = seg_find(d, &d->seg[si], key);
+
+		if (again && again->off == off)
+			slot_kill(&d->seg[si], again);
+		d->st.misses++;
+		if (err)
+			d->st.read_errors++;
+		else
+			d->st.crc_failures++;
+		pthread_mutex_unlock(&d->lock);
+		return err ? -err : -EBADMSG;
+	}
+	d->st.hits++;
+	d->st.bytes_served += len;
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+bool disk_has(struct disk *d, struct cache_key key)
+{
+	uint32_t si;
+	bool r;
+
+	pthread_mutex_lock(&d->lock);
+	r = find(d, key, &si) != NULL;
+	pthread_mutex_unlock(&d->lock);
+	return r;
+}
+
+void disk_put(struct disk *d, struct cache_key key, const void *src, uint32_t len)
+{
+	struct witem *it;
+	uint32_t si;
+
+	if (!len || len > d->cfg.block_size)
+		return;
+	pthread_mutex_lock(&d->lock);
+	if (find(d, key, &si)) {
+		pthread_mutex_unlock(&d->lock);
+		return;
+	}
+	for (it = d->qhead; it; it = it->next) {
+		if (cache_key_eq(it->key, key)) {
+			pthread_mutex_unlock(&d->lock);
+			return;
+		}
+	}
+	if (!d->started && d->writable && !d->stop) {
+		/* started here, not in disk_open: a tier opened before a fork (fuse_daemonize)
+		 * gets its thread in the child */
+		int r = pthread_create(&d->writer, NULL, writer_main, d);
+
+		if (r == 0)
+			d->started = true;
+		else
+			d->writable = false;
+	}
+	if (!d->writable || d->stop || d->qbytes + len > d->cfg.queue_bytes) {
+		d->st.write_drops++;
+		pthread_mutex_unlock(&d->lock);
+		return;
+	}
+	d->qbytes += len; /* room taken now; the copy is made without the lock */
+	pthread_mutex_unlock(&d->lock);
+
+	it = malloc(sizeof(*it) + len);
+	if (it) {
+		it->next = NULL;
+		it->key = key;
+		it->len = len;
+		memcpy(it->data, src, len);
+	}
+	pthread_mutex_lock(&d->lock);
+	if (!it) {
+		d->qbytes -= len;
+		d->st.write_drops++;
+	} else {
+		if (d->qtail)
+			d->qtail->next = it;
+		else
+			d->qhead = it;
+		d->qtail = it;
+		d->put_seq++;
+		pthread_cond_signal(&d->wake);
+	}
+	pthread_mutex_unlock(&d->lock);
+}
+
+void disk_flush(struct disk *d)
+{
+	pthread_mutex_lock(&d->lock);
+	uint64_t want = d->put_seq;
+
+	while (d->done_seq < want)
+		pthread_cond_wait(&d->idle, &d->lock);
+	pthread_mutex_unlock(&d->lock);
+}
+
+void disk_get_stats(struct disk *d, struct disk_stats *ret)
+{
+	pthread_mutex_lock(&d->lock);
+	*ret = d->st;
+	ret->blocks = 0;
+	ret->bytes = 0;
+	for (uint32_t i = 0; i < d->nseg; i++) {
+		if (!d->seg[i].gen)
+			continue;
+		ret->blocks += d->seg[i].live;
+		ret->bytes += d->seg[i].bytes;
+	}
+	ret->size = (uint64_t)d->nseg * d->seg_size;
+	ret->queued_bytes = d->qbytes;
+	ret->writable = d->writable;
+	pthread_mutex_unlock(&d->lock);
+}
+
+void disk_hold_writer(struct disk *d, bool hold)
+{
+	pthread_mutex_lock(&d->lock);
+	d->held = hold;
+	pthread_cond_signal(&d->wake);
+	pthread_mutex_unlock(&d->lock);
+}
+
+void disk_each_block(struct disk *d, struct cache_oid obj, void (*fn)(void *arg, uint64_t blk),
+		     void *arg)
+{
+	pthread_mutex_lock(&d->lock);
+	for (uint32_t i = 0; i < d->nseg; i++) {
+		struct dseg *s = &d->seg[i];
+
+		if (!s->gen)
+			continue;
+		for (uint32_t j = 0; j < d->tsize; j++) {
+			struct dslot *sl = &s->table[j];
+
+			if (sl->tgen == s->tgen && sl->state == SLOT_LIVE && sl->hi == obj.hi &&
+			    sl->lo == obj.lo)
+				fn(arg, sl->blk);
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+}

@@ -1,0 +1,105 @@
+/*
+ * disk.h - the disk tier: blocks kept in a segmented ring of files under cache_dir, found
+ * again after a restart or a crash, every byte checked by CRC-32C before it is served.
+ *
+ * It sits behind the memory tiers (cache.c asks it through env->lower_get/_has/_put): a read
+ * is a synchronous pread into the caller's buffer; a write is a copy into a bounded queue that
+ * one writer thread drains, so a reader never waits for a write. See disk.c for the layout.
+ */
+#ifndef TIERFS_DISK_H
+#define TIERFS_DISK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache.h"
+
+struct disk_cfg {
+	const char *dir;      /* cache_dir: must exist; the tier keeps its files in it */
+	uint64_t size;        /* bytes of segment files, at most (disk_size) */
+	uint32_t block_size;  /* the mount's block_size (part of the format: a change wipes) */
+	uint64_t queue_bytes; /* write-behind queue, bytes; 0 = 16 x block_size */
+	/* One line about a state change (wipe, write errors, ...), no newline. May be NULL.
+	 * Called from any thread, never with a lock of the tier held. */
+	void (*log)(void *arg, const char *msg);
+	void *log_arg;
+};
+
+struct disk_stats {
+	uint64_t hits;             /* disk_get answered with checked bytes */
+	uint64_t misses;           /* disk_get found nothing (or a bad record) */
+	uint64_t bytes_served;     /* bytes of those hits */
+	uint64_t blocks;           /* resident records */
+	uint64_t bytes;            /* their bytes */
+	uint64_t size;             /* configured bytes (nseg x seg_size) */
+	uint64_t writes;           /* records written */
+	uint64_t bytes_written;    /* their bytes */
+	uint64_t write_errors;     /* writes that failed (the first one turns writes off) */
+	uint64_t write_drops;      /* disk_put calls dropped: queue full, or writes off */
+	uint64_t crc_failures;     /* records whose CRC or header did not match: dropped */
+	uint64_t read_errors;      /* preads that failed (EIO...): served as misses */
+	uint64_t rotations;        /* segments reused (everything in them evicted) */
+	uint64_t recovered_blocks; /* records found by the scan at disk_open */
+	uint64_t recovery_ms;      /* how long that scan took */
+	uint64_t queued_bytes;     /* bytes waiting for the writer now */
+	bool writable;             /* writes are on */
+};
+
+struct disk;
+
+/*
+ * Open (creating its files if needed) the disk tier in cfg->dir and rebuild its index by
+ * scanning the segment headers. A cache of another format, block_size or geometry is wiped
+ * (its segment files only) with one log line. The directory is locked (flock) for the life
+ * of the tier: a second tier on the same directory, in this process or another, is refused.
+ * @return 0 and *ret; -EBUSY (another tier holds the directory), -EINVAL (size cannot make
+ * 4 segments of two blocks each, or block_size is not a power of two), -ENOMEM, or the
+ * -errno of opening or creating its files (-EROFS, -EACCES, -ENOENT, ...).
+ */
+int disk_open(const struct disk_cfg *cfg, struct disk **ret);
+
+/* Finish writing the queue, stop the writer, close the files and drop the lock. NULL ok. */
+void disk_close(struct disk *d);
+
+/*
+ * Read the block @key of @len bytes into @dst and check it. A record whose CRC or header does
+ * not match is dropped and counted (crc_failures), never served.
+ * @return 0; -ENOENT (not resident, or a different length); -EBADMSG (bad record, dropped);
+ * -EIO or another -errno of pread (counted in read_errors). @dst is written in every case.
+ */
+int disk_get(struct disk *d, struct cache_key key, void *dst, uint32_t len);
+
+/* Is @key resident? Index only, no I/O (the bytes are checked when read). */
+bool disk_has(struct disk *d, struct cache_key key);
+
+/*
+ * Queue @len bytes of @src to be written as block @key; @src is copied, the caller keeps it.
+ * Never blocks and never fails the caller: a put that finds the queue full or writes off is
+ * dropped (write_drops); a key already resident or queued is ignored.
+ */
+void disk_put(struct disk *d, struct cache_key key, const void *src, uint32_t len);
+
+/* Wait until the writer has written (or dropped) everything queued before this call. For
+ * tests and the control surface; the read path never calls it. */
+void disk_flush(struct disk *d);
+
+void disk_get_stats(struct disk *d, struct disk_stats *ret);
+
+/* For tests: while @hold, the writer takes nothing from the queue (so a test can fill it
+ * without racing the writer). */
+void disk_hold_writer(struct disk *d, bool hold);
+
+/* Call @fn for each resident block of @obj (any order). @fn runs under the tier's lock: it
+ * must not call into the tier. Cost: a walk of every segment's index. */
+void disk_each_block(struct disk *d, struct cache_oid obj, void (*fn)(void *arg, uint64_t blk),
+		     void *arg);
+
+/* Can a disk tier of @size bytes hold blocks of @block_size: 4 segments of a header and two
+ * records each? @return 0 or -EINVAL (too small, or @block_size not a power of two). */
+int disk_geometry(uint64_t size, uint32_t block_size);
+
+/* The smallest size disk_geometry accepts for @block_size (about 8 x block_size + 36K). */
+uint64_t disk_min_size(uint32_t block_size);
+
+#endif

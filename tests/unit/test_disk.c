@@ -1,0 +1,454 @@
+/*
+ * test_disk.c - cache/disk.c in a fresh directory under /tmp: round trip, restart, torn and
+ * flipped records caught, a cache of another format or block_size wiped, rotation evicting the
+ * oldest segment whole, a full queue dropping instead of blocking, a write error turning
+ * writes off while reads go on, and a second tier on the same directory refused.
+ *
+ * The writer thread is real; tests wait for it with disk_flush, never with a sleep.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "crc32c.h"
+#include "disk.h"
+
+#define BS (64u << 10)
+
+static char dir[64];
+static int logs;
+static char last_log[512];
+
+static void log_cb(void *arg, const char *msg)
+{
+	logs++;
+	snprintf(last_log, sizeof(last_log), "%s", msg);
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	return remove(p);
+}
+
+static int setup(void **state)
+{
+	snprintf(dir, sizeof(dir), "/tmp/tierfs-disk-XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	logs = 0;
+	last_log[0] = '\0';
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	return 0;
+}
+
+static struct disk *open_sized(uint64_t size, uint32_t bs)
+{
+	/* a queue that holds every put of a test: a test that wants drops says so */
+	struct disk_cfg cfg = {.dir = dir, .size = size, .block_size = bs,
+			       .queue_bytes = 64u << 20, .log = log_cb};
+	struct disk *d = NULL;
+
+	assert_int_equal(disk_open(&cfg, &d), 0);
+	return d;
+}
+
+/* 64 MiB of 64 KiB blocks: 64 segments */
+static struct disk *open_dir(void)
+{
+	return open_sized(64u << 20, BS);
+}
+
+static struct cache_key key(uint64_t blk)
+{
+	return (struct cache_key){{0x1234, 0x5678}, blk};
+}
+
+static void fill(unsigned char *b, uint32_t len, uint64_t seed)
+{
+	for (uint32_t i = 0; i < len; i++)
+		b[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 8));
+}
+
+static void put_block(struct disk *d, uint64_t blk, uint32_t len)
+{
+	static unsigned char b[BS];
+
+	fill(b, len, blk);
+	disk_put(d, key(blk), b, len);
+}
+
+static void expect_block(struct disk *d, uint64_t blk, uint32_t len)
+{
+	static unsigned char want[BS], got[BS];
+
+	fill(want, len, blk);
+	assert_int_equal(disk_get(d, key(blk), got, len), 0);
+	assert_memory_equal(got, want, len);
+}
+
+static void round_trip(void **state)
+{
+	struct disk *d = open_dir();
+	struct disk_stats st;
+	unsigned char buf[BS];
+
+	put_block(d, 0, BS);
+	put_block(d, 1, 1000); /* a short last block */
+	disk_flush(d);
+	assert_true(disk_has(d, key(0)));
+	assert_true(disk_has(d, key(1)));
+	assert_false(disk_has(d, key(2)));
+	expect_block(d, 0, BS);
+	expect_block(d, 1, 1000);
+	assert_int_equal(disk_get(d, key(2), buf, BS), -ENOENT);
+	assert_int_equal(disk_get(d, key(1), buf, BS), -ENOENT); /* another length */
+	/* a second put of a resident block writes nothing */
+	put_block(d, 0, BS);
+	disk_flush(d);
+	disk_get_stats(d, &st);
+	assert_int_equal(st.writes, 2);
+	assert_int_equal(st.blocks, 2);
+	assert_int_equal(st.bytes, BS + 1000);
+	assert_int_equal(st.hits, 2);
+	assert_int_equal(st.misses, 2);
+	assert_int_equal(st.crc_failures, 0);
+	disk_close(d);
+	assert_int_equal(logs, 0);
+}
+
+static void restart_keeps_blocks(void **state)
+{
+	struct disk *d = open_dir();
+	struct disk_stats st;
+
+	for (uint64_t b = 0; b < 40; b++)
+		put_block(d, b, BS);
+	disk_flush(d);
+	disk_close(d); /* clean: the queue is written */
+
+	d = open_dir();
+	disk_get_stats(d, &st);
+	assert_int_equal(st.recovered_blocks, 40);
+	assert_int_equal(st.blocks, 40);
+	for (uint64_t b = 0; b < 40; b++)
+		expect_block(d, b, BS);
+	/* appending resumes after the last record: new blocks and old ones survive another
+	 * restart */
+	put_block(d, 40, 100);
+	disk_close(d);
+	d = open_dir();
+	expect_block(d, 0, BS);
+	expect_block(d, 40, 100);
+	disk_close(d);
+	assert_int_equal(logs, 0);
+}
+
+/* Segment file of @idx, opened for writing. */
+static int seg_fd(unsigned idx)
+{
+	char p[128];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/seg-%04u.tfs", dir, idx);
+	fd = open(p, O_RDWR);
+	assert_true(fd >= 0);
+	return fd;
+}
+
+/* Records start at 4 KiB after a 4 KiB header: a 64 KiB block takes 68 KiB. */
+#define REC0 4096
+#define REC1 (4096 + 69632)
+
+static void torn_write_dropped(void **state)
+{
+	struct disk *d = open_sized(1u << 20, BS); /* 4 segments: both blocks in segment 0 */
+	struct disk_stats st;
+	unsigned char buf[BS];
+	int fd;
+
+	put_block(d, 0, BS);
+	put_block(d, 1, BS);
+	disk_flush(d);
+	disk_close(d);
+	fd = seg_fd(0);
+	assert_int_equal(ftruncate(fd, REC1 + 64 + BS / 2), 0); /* half of block 1's data */
+	close(fd);
+
+	d = open_sized(1u << 20, BS);
+	disk_get_stats(d, &st);
+	assert_int_equal(st.recovered_blocks, 1);
+	expect_block(d, 0, BS);
+	assert_int_equal(disk_get(d, key(1), buf, BS), -ENOENT);
+	/* the torn tail is overwritten by the next record */
+	put_block(d, 2, BS);
+	disk_flush(d);
+	disk_close(d);
+	d = open_sized(1u << 20, BS);
+	expect_block(d, 0, BS);
+	expect_block(d, 2, BS);
+	disk_close(d);
+}
+
+static void flip(unsigned idx, off_t off)
+{
+	int fd = seg_fd(idx);
+	unsigned char c;
+
+	assert_int_equal(pread(fd, &c, 1, off), 1);
+	c ^= 0x10;
+	assert_int_equal(pwrite(fd, &c, 1, off), 1);
+	close(fd);
+}
+
+static void flipped_byte_caught(void **state)
+{
+	struct disk *d = open_sized(1u << 20, BS);
+	struct disk_stats st;
+	unsigned char buf[BS];
+
+	put_block(d, 0, BS);
+	put_block(d, 1, BS);
+	disk_flush(d);
+	disk_close(d);
+	flip(0, REC0 + 64 + 12345); /* in block 0's data, while closed */
+
+	d = open_sized(1u << 20, BS);
+	disk_get_stats(d, &st);
+	assert_int_equal(st.recovered_blocks, 2); /* the scan reads headers only */
+	assert_int_equal(disk_get(d, key(0), buf, BS), -EBADMSG);
+	assert_false(disk_has(d, key(0))); /* dropped, never served */
+	assert_int_equal(disk_get(d, key(0), buf, BS), -ENOENT);
+	expect_block(d, 1, BS);
+
+	flip(0, REC1 + 64 + BS - 1); /* block 1's last byte, while open */
+	assert_int_equal(disk_get(d, key(1), buf, BS), -EBADMSG);
+	flip(0, REC1 + 64 + BS - 1);
+	assert_int_equal(disk_get(d, key(1), buf, BS), -ENOENT);
+
+	/* a refetched block is written again and served */
+	put_block(d, 0, BS);
+	disk_flush(d);
+	expect_block(d, 0, BS);
+	disk_get_stats(d, &st);
+	assert_int_equal(st.crc_failures, 2);
+	disk_close(d);
+}
+
+static void other_block_size_wiped(void **state)
+{
+	struct disk *d = open_dir();
+	struct disk_stats st;
+
+	put_block(d, 0, BS);
+	disk_close(d);
+	d = open_sized(64u << 20, BS * 2);
+	disk_get_stats(d, &st);
+	assert_int_equal(st.blocks, 0);
+	assert_int_equal(logs, 1);
+	assert_non_null(strstr(last_log, "block_size"));
+	disk_close(d);
+	/* wiped for good: back at the first block size, nothing is there either */
+	d = open_dir();
+	disk_get_stats(d, &st);
+	assert_int_equal(st.blocks, 0);
+	disk_close(d);
+}
+
+static void other_format_wiped(void **state)
+{
+	struct disk *d = open_dir();
+	struct disk_stats st;
+	unsigned char h[48];
+	uint32_t v = 99, c;
+	int fd;
+
+	put_block(d, 0, BS);
+	disk_close(d);
+	/* a header of format 99 with a good CRC: a later tierfs's cache */
+	fd = seg_fd(0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	memcpy(h + 8, &v, 4);
+	c = crc32c(0, h, 44);
+	memcpy(h + 44, &c, 4);
+	assert_int_equal(pwrite(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+
+	d = open_dir();
+	disk_get_stats(d, &st);
+	assert_int_equal(st.blocks, 0);
+	assert_int_equal(logs, 1);
+	assert_non_null(strstr(last_log, "format"));
+	put_block(d, 1, BS);
+	disk_flush(d);
+	expect_block(d, 1, BS);
+	disk_close(d);
+}
+
+static void rotation_evicts_oldest_segment(void **state)
+{
+	struct disk *d = open_sized(1u << 20, BS); /* 4 segments of 3 blocks */
+	struct disk_stats st;
+
+	for (uint64_t b = 0; b < 12; b++)
+		put_block(d, b, BS);
+	disk_flush(d);
+	disk_get_stats(d, &st);
+	assert_int_equal(st.blocks, 12);
+	assert_int_equal(st.rotations, 0);
+	put_block(d, 12, BS);
+	disk_flush(d);
+	disk_get_stats(d, &st);
+	assert_int_equal(st.rotations, 1);
+	assert_int_equal(st.blocks, 10);
+	for (uint64_t b = 0; b < 3; b++)
+		assert_false(disk_has(d, key(b)));
+	for (uint64_t b = 3; b < 13; b++)
+		expect_block(d, b, BS);
+	disk_close(d);
+	/* after a restart the newest segment is found again: the next rotation evicts blocks
+	 * 3..5, not 12 */
+	d = open_sized(1u << 20, BS);
+	put_block(d, 13, BS);
+	put_block(d, 14, BS);
+	put_block(d, 15, BS);
+	disk_flush(d);
+	assert_false(disk_has(d, key(3)));
+	expect_block(d, 12, BS);
+	expect_block(d, 15, BS);
+	disk_close(d);
+}
+
+static void full_queue_drops(void **state)
+{
+	struct disk_cfg cfg = {.dir = dir, .size = 64u << 20, .block_size = BS,
+			       .queue_bytes = 2 * BS, .log = log_cb};
+	struct disk *d = NULL;
+	struct disk_stats st;
+
+	assert_int_equal(disk_open(&cfg, &d), 0);
+	disk_hold_writer(d, true);
+	for (uint64_t b = 0; b < 10; b++)
+		put_block(d, b, BS); /* returns at once: 2 queued, 8 dropped */
+	disk_get_stats(d, &st);
+	assert_int_equal(st.write_drops, 8);
+	assert_int_equal(st.queued_bytes, 2 * BS);
+	disk_hold_writer(d, false);
+	disk_flush(d);
+	expect_block(d, 0, BS);
+	expect_block(d, 1, BS);
+	assert_false(disk_has(d, key(2)));
+	disk_close(d);
+}
+
+static void write_error_turns_writes_off(void **state)
+{
+	struct disk *d = open_dir();
+	struct disk_stats st;
+	struct rlimit old, lim;
+
+	put_block(d, 0, BS);
+	disk_flush(d);
+	/* the next block ends past 4 KiB into its segment: EFBIG, as ENOSPC would */
+	signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	lim = old;
+	lim.rlim_cur = 4096;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	put_block(d, 1, BS);
+	disk_flush(d);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+	put_block(d, 2, BS); /* writes are off: dropped */
+	disk_flush(d);
+	disk_get_stats(d, &st);
+	assert_int_equal(st.write_errors, 1);
+	assert_false(st.writable);
+	assert_int_equal(st.write_drops, 1);
+	assert_int_equal(logs, 1);
+	assert_non_null(strstr(last_log, "writes off"));
+	expect_block(d, 0, BS); /* reads go on */
+	assert_false(disk_has(d, key(1)));
+	disk_close(d);
+}
+
+static void second_tier_refused(void **state)
+{
+	struct disk_cfg cfg = {.dir = dir, .size = 64u << 20, .block_size = BS};
+	struct disk *d = open_dir(), *d2 = NULL;
+
+	assert_int_equal(disk_open(&cfg, &d2), -EBUSY);
+	disk_close(d);
+	assert_int_equal(disk_open(&cfg, &d2), 0);
+	disk_close(d2);
+}
+
+static void geometry(void **state)
+{
+	assert_int_equal(disk_geometry(10ull << 30, 4u << 20), 0);
+	assert_int_equal(disk_geometry(1u << 20, BS), 0);
+	assert_int_equal(disk_geometry(disk_min_size(BS), BS), 0);
+	assert_int_equal(disk_geometry(disk_min_size(BS) - 4096, BS), -EINVAL);
+	assert_int_equal(disk_geometry(256u << 10, BS), -EINVAL);
+	assert_int_equal(disk_geometry(1u << 20, 3000), -EINVAL);
+}
+
+/* How long the scan takes for N blocks (a TAP comment: the figure, not a bound). */
+static void recovery_time(void **state)
+{
+	static unsigned char b[4096];
+	struct disk_cfg cfg = {.dir = dir, .size = 1u << 30, .block_size = 4096,
+			       .queue_bytes = 64u << 20};
+	struct disk *d = NULL;
+	struct disk_stats st;
+	const uint64_t n = 20000;
+
+	assert_int_equal(disk_open(&cfg, &d), 0);
+	for (uint64_t i = 0; i < n; i++) {
+		disk_put(d, key(i), b, sizeof(b));
+		if (i % 4000 == 3999)
+			disk_flush(d);
+	}
+	disk_close(d);
+	assert_int_equal(disk_open(&cfg, &d), 0);
+	disk_get_stats(d, &st);
+	printf("# disk recovery: %llu blocks scanned in %llu ms\n",
+	       (unsigned long long)st.recovered_blocks, (unsigned long long)st.recovery_ms);
+	assert_true(st.recovered_blocks > n / 2);
+	disk_close(d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(restart_keeps_blocks, setup, teardown),
+		cmocka_unit_test_setup_teardown(torn_write_dropped, setup, teardown),
+		cmocka_unit_test_setup_teardown(flipped_byte_caught, setup, teardown),
+		cmocka_unit_test_setup_teardown(other_block_size_wiped, setup, teardown),
+		cmocka_unit_test_setup_teardown(other_format_wiped, setup, teardown),
+		cmocka_unit_test_setup_teardown(rotation_evicts_oldest_segment, setup, teardown),
+		cmocka_unit_test_setup_teardown(full_queue_drops, setup, teardown),
+		cmocka_unit_test_setup_teardown(write_error_turns_writes_off, setup, teardown),
+		cmocka_unit_test_setup_teardown(second_tier_refused, setup, teardown),
+		cmocka_unit_test(geometry),
+		cmocka_unit_test_setup_teardown(recovery_time, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
