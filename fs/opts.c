@@ -1392,7 +1392,9 @@ static void help_build(char *buf, size_t len)
 			if (opt_table[i].group != (enum opt_group)g)
 				continue;
 			opt_row(&opt_table[i], left, sizeof(left), text, sizeof(text));
-			out_printf(&w, "    %-23s %s\n", left, text);
+			/* two spaces at least between an option and its text, however long */
+			out_printf(&w, strlen(left) < 23 ? "    %-23s %s\n" : "    %s  %s\n", left,
+				   text);
 		}
 		if (g != GROUP_MOUNT)
 			continue;
