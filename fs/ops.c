@@ -336,6 +336,14 @@ static void log_read_error(struct mount *m, const struct fobj *o, int err)
 		strerror(-err));
 }
 
+/* The errno a FUSE reply carries for @r (< 0). Requests still waiting when the mount ends are
+ * answered -ESHUTDOWN by the stopping I/O thread (backend_stop) while the device is still
+ * open: they get what the kernel gives requests of a connection that goes away. */
+static int reply_errno(int r)
+{
+	return r == -ESHUTDOWN ? ECONNABORTED : -r;
+}
+
 /* ---- operations ------------------------------------------------------------------------------ */
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
@@ -385,7 +393,7 @@ static void reply_entry(void *arg, int r, const struct stat *st)
 		return;
 	}
 	if (r < 0) {
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, reply_errno(r));
 		return;
 	}
 	e.attr = *st;
@@ -453,7 +461,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int r = ctl_is(ino) ? ctl_getattr(M(req), ino, &st) : ns_getattr(M(req)->ns, ino, &st);
 
 	if (r < 0)
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, reply_errno(r));
 	else
 		fuse_reply_attr(req, &st, ttl(M(req)));
 }
@@ -544,7 +552,7 @@ static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	r = ctl_read_all(M(req), ino, &fh->text, &fh->text_len);
 	if (r < 0) {
 		fh_free_untracked(fh);
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, reply_errno(r));
 		return;
 	}
 	fi->direct_io = 1;
@@ -596,7 +604,7 @@ static void open_done(void *arg, int r, struct fobj *o, bool same, bool changed)
 	struct fh *fh;
 
 	if (r < 0) {
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, reply_errno(r));
 		free(orq);
 		return;
 	}
@@ -635,7 +643,7 @@ static void reply_read(void *arg, const struct cache_iov *iov, int n, int err)
 
 	if (err || n == 0 || !v) {
 		if (err || !v)
-			fuse_reply_err(req, err ? -err : ENOMEM);
+			fuse_reply_err(req, err ? reply_errno(err) : ENOMEM);
 		else
 			fuse_reply_buf(req, NULL, 0);
 		return;
@@ -775,7 +783,7 @@ static void fail_read(struct read_req *rr, int err)
 	log_read_error(rr->m, rr->o, err);
 	if (err == -ESTALE)
 		object_changed(rr->m, rr->ino, rr->o);
-	fuse_reply_err(rr->req, -err);
+	fuse_reply_err(rr->req, reply_errno(err));
 	fobj_put(rr->o);
 	free(rr);
 }
@@ -1116,7 +1124,7 @@ static void reply_opendir(void *arg, int r, struct ns_dir *d)
 	struct fuse_file_info *fi = &orq->fi;
 
 	if (r < 0) {
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, reply_errno(r));
 		free(orq);
 		return;
 	}
@@ -1257,7 +1265,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	r = ctl_getxattr(M(req), ino, name, buf, size);
 	if (r < 0)
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, reply_errno(r));
 	else if (size == 0)
 		fuse_reply_xattr(req, (size_t)r);
 	else
