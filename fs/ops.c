@@ -386,10 +386,11 @@ static void reply_entry(void *arg, int r, const struct stat *st)
 	struct fuse_entry_param e = {0};
 
 	if (r == -ENOENT) {
-		/* negative entry, cached as long as the store's "missing" is believed */
-		e.ino = 0;
-		e.entry_timeout = (double)m->o->negative_ttl;
-		fuse_reply_entry(req, &e);
+		/* No negative entry in the kernel: the namespace already believes the store's
+		 * "missing" for negative_ttl from when the store said it, and a kernel entry of
+		 * its own would add up to another negative_ttl before a new object shows (a
+		 * repeated lookup of a missing name costs a round trip to tierfs, no store call). */
+		fuse_reply_err(req, ENOENT);
 		return;
 	}
 	if (r < 0) {

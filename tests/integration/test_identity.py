@@ -245,3 +245,35 @@ def test_new_object_visible_by_name(mount, store):
     took = time.monotonic() - t0
     assert read_all(new) == data
     print(f"new object visible by name after {took:.3f} s (bound {bound} s)")
+
+
+@pytest.mark.parametrize("store", ["file"], indirect=True)
+def test_missing_name_not_believed_twice(mount, store):
+    """The store's "missing" is believed negative_ttl from when the store said it, not longer:
+    when the kernel forgets its negative entry early (memory pressure; drop_caches here), the
+    next lookup must not be given a fresh negative_ttl of kernel caching on top of what the
+    namespace already believes. negative_ttl=3: the name is missing at T0, its object is
+    created at once, the kernel's entries are dropped at T0+1.5 and the name looked up again
+    (still missing: the namespace believes it until T0+3). It must be visible by T0+3.75;
+    a kernel entry of 3 s given at T0+1.5 hid it until T0+4.5."""
+    store.put("seg-001.log", b"first")
+    m = mount(store.url, store.options + ["block_size=64K", "negative_ttl=3"], env=store.env)
+    assert "seg-001.log" in os.listdir(m.mnt)
+    new = m.path("seg-002.log")
+    t0 = time.monotonic()
+    harness.expect_errno(lambda: os.stat(new), errno.ENOENT)
+    store.put("seg-002.log", b"second")
+    harness.wait_until(lambda: time.monotonic() - t0 >= 1.5, 5, "T0 + 1.5 s", interval=0.01)
+    drop_dentries_and_inodes()
+    harness.expect_errno(lambda: os.stat(new), errno.ENOENT)  # the namespace still believes it
+
+    def visible():
+        try:
+            return os.stat(new).st_size == len(b"second")
+        except FileNotFoundError:
+            return False
+
+    harness.wait_until(visible, 10, "the new object to be visible", interval=0.02)
+    took = time.monotonic() - t0
+    print(f"visible {took:.2f} s after the first lookup (negative_ttl 3 s)")
+    assert took < 3.75, f"a missing name was believed for {took:.2f} s with negative_ttl=3"
