@@ -1164,13 +1164,16 @@ class Bench:
                 f"ro,endpoint=us-east-1,dbglevel=warn,{META_S3FS_OPTS}"],
                 env=self.s3_env, log_path=logp)
         if system == "rclone":
+            # rclone's S3 client refuses to start with AWS_CA_BUNDLE set ("unsupported
+            # transport"); the endpoint is plain http, so no bundle is needed
+            env = {k: v for k, v in self.s3_env.items() if k != "AWS_CA_BUNDLE"}
             return Mount("rclone", mp, [
                 "rclone", "mount", f":s3:{bucket}", str(mp), "--s3-provider", "Other",
                 "--s3-endpoint", self.s3_endpoint, "--s3-access-key-id", "S3RVER",
                 "--s3-secret-access-key", "S3RVER", "--s3-region", "us-east-1",
                 "--s3-no-check-bucket", "--read-only", *META_RCLONE_OPTS.split(),
                 "--config", str(self.run_dir / "rclone.conf"), "--log-level", "ERROR"],
-                env=self.s3_env, log_path=logp)
+                env=env, log_path=logp)
         raise ValueError(system)
 
     def meta_first_byte(self):
@@ -1282,7 +1285,8 @@ class Bench:
 
     def meta_ls(self):
         """ls -l of N keys in one prefix, on the http backend (nginx over a directory of N
-        empty files: JSON autoindex for tierfs, HTML for rclone and httpdirfs). Per run and
+        1-byte files: JSON autoindex for tierfs, HTML for rclone and httpdirfs; httpdirfs
+        drops empty files from its listings). Per run and
         system: drop_caches, the source directory read again (so nginx's readdir and stats
         are warm for all alike), a fresh mount of the root, then the timed `ls -l` of the
         prefix; peak RSS (VmHWM) of the filesystem's process, and its rise over the idle
@@ -1291,12 +1295,14 @@ class Bench:
         n = p["meta_keys"]
         rel = f"meta-ls-{n}"
         d = self.data / rel
-        if not d.is_dir() or sum(1 for _ in os.scandir(d)) != n:
-            log(f"generating {n} empty files in {rel}/")
+        last = d / f"key-{n - 1:06d}.bin"
+        if not (last.exists() and last.stat().st_size == 1
+                and sum(1 for _ in os.scandir(d)) == n):
+            log(f"generating {n} files of 1 byte in {rel}/")
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
             for i in range(n):
-                (d / f"key-{i:06d}.bin").touch()
+                (d / f"key-{i:06d}.bin").write_bytes(b"x")
         rate = self.meta_s3_put_rate()
         log(f"s3rver takes {rate:.0f} PUT/s (8 threads): {n} keys would take "
             f"{n / rate / 60:.1f} min to make, so this row uses the http backend")
@@ -1840,7 +1846,7 @@ def meta_report(b, cols):
                              f"PUT/s (8 threads), {n / ls['s3rver_put_per_s'] / 60:.0f} min for "
                              f"{n} keys", None)
         rows.append((
-            f"10b. `ls -l` of {n} keys (empty files) in one prefix, http backend (nginx; "
+            f"10b. `ls -l` of {n} keys (1-byte files) in one prefix, http backend (nginx; "
             f"tierfs: JSON index, defaults; rclone `:http:` defaults (a HEAD per file for its "
             f"size); httpdirfs `--cache`): drop_caches, fresh mount, time of `ls -l` "
             f"(median of {ls['runs']} interleaved runs) and the process's VmHWM after it",
