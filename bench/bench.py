@@ -31,6 +31,16 @@ Scenarios (interleaved runs A B C A B C ..., medians and min-max):
     lookup, 8 KiB read), paused every other segment: upload -> first byte, tail p99 alone and
     during the replay, hot hit ratio, lagging bytes at the server per byte read (see
     tests/integration/broker_sim.py; test_broker.py is the short form)
+ 10 metadata (issue 8), `--only meta`:
+    a upload -> first byte by name: new 64 KiB objects PUT to s3rver one at a time, a reader
+      per mount (tierfs-s3, s3fs, rclone mount :s3:, the peers with their documented
+      freshness options) polls open + read(1) every 10 ms; p50/p99 from the PUT's answer
+    b `ls -l` of 100k keys in one prefix (20k with --quick) on the http backend (s3rver
+      takes minutes to be filled with as many keys, so no s3fs): drop_caches, a fresh mount,
+      time and peak RSS of tierfs, rclone :http: and httpdirfs
+    c tierfs behind tests/integration/faultproxy.py: once what it needs is listed and
+      cached, every request to the store stalls; with 32 lookups of unknown names waiting on
+      it, stats of known names and O_DIRECT reads of cached blocks, p50/p99 (bound 100 ms)
 
 Everything started here is recorded in RUN/state (mounts, pids) so that scripts/bench's trap
 can clean up even if this process is killed; this process cleans up itself on any exit.
@@ -1433,6 +1443,9 @@ class Bench:
             res["stalled_at_start"] = hang.waiting
             rng = __import__("random").Random(10)
             st_ms, rd_ms = [], []
+            t = time.monotonic()
+            st0 = m.stats()  # the control directory never waits on the store either
+            res["cat_stats_ms"] = (time.monotonic() - t) * 1000
             t_ops = time.monotonic()
             for i in range(nops):
                 t = time.monotonic()
@@ -1446,6 +1459,15 @@ class Bench:
                     raise RuntimeError(f"cached.bin: wrong bytes at {off} during the hang")
             res["ops_seconds"] = time.monotonic() - t_ops
             res["stalled_at_end"] = hang.waiting
+            # the reads reached tierfs and it fetched nothing; the stats were LOOKUPs (the same
+            # stats again, from the kernel's dentries now, show what a dcache hit takes)
+            res["check"] = served_check(st0, m.stats(), nops * 4096)
+            again = []
+            for i in range(nops):
+                t = time.monotonic()
+                os.stat(m.path(f"k/f{i:03d}.bin"))
+                again.append((time.monotonic() - t) * 1000)
+            res["stat_again_ms"] = {"p50": percentile(again, 50)}
             res["lookups_done_during_ops"] = sum(1 for x in lookups if x is not None)
             for t in ths:
                 t.join(timeout + 30)
@@ -1465,7 +1487,10 @@ class Bench:
                 f"{res['stalled_at_end']} after the ops); {nops} stats p50/p99 "
                 f"{fmt_num(res['stat_ms']['p50'])}/{fmt_num(res['stat_ms']['p99'])} ms, "
                 f"{nops} cached 4 KiB reads p50/p99 {fmt_num(res['read_ms']['p50'])}/"
-                f"{fmt_num(res['read_ms']['p99'])} ms; unknown names: "
+                f"{fmt_num(res['read_ms']['p99'])} ms (the stats again, from the dentries: p50 "
+                f"{fmt_num(res['stat_again_ms']['p50'])} ms; cat .tierfs/stats "
+                f"{fmt_num(res['cat_stats_ms'])} ms; check: {res['check'] or 'ok'}); unknown "
+                f"names: "
                 f"{', '.join(res['unknown']['errnos'])} after "
                 f"{fmt_num(res['unknown']['min_s'])}-{fmt_num(res['unknown']['max_s'])} s")
         finally:
@@ -1872,8 +1897,12 @@ def meta_report(b, cols):
             f"{fmt_num(h['read_ms']['p50'])}/{fmt_num(h['read_ms']['p99'])} ms; "
             f"{h['stalled_at_start']} / {h['stalled_at_end']} lookups stalled at the start / "
             f"end; unknown names: {', '.join(u['errnos'])} after {fmt_num(u['min_s'])}-"
-            f"{fmt_num(u['max_s'])} s", na,
-            f"p99 <= {hl} ms with 32 lookups in flight", inflight and v <= hl))
+            f"{fmt_num(u['max_s'])} s; the same stats from the kernel's dentries p50 "
+            f"{fmt_num(h['stat_again_ms']['p50'])} ms; reads "
+            + (f"**INVALID: {h['check']}**" if h["check"] else "all served by tierfs, none "
+               "fetched"), na,
+            f"p99 <= {hl} ms with 32 lookups in flight", inflight and v <= hl
+            and not h["check"]))
         targets.append(("meta: hung store, stat / cached read p99 ms", v, hl, "max"))
         targets.append(("meta: hung store, lookups in flight during the ops (of 32)",
                         min(h["stalled_at_start"], h["stalled_at_end"]), 32, "min"))
@@ -1968,6 +1997,24 @@ def write_results(b, cols, rows, targets, machine, elapsed):
         f"results.json also has a least-squares slope past the burst.",
         "- 7: VmHWM of every tierfs mount just before unmounting, against its hot_size + "
         "lagging_size (the arena is prefaulted at mount).",
+        f"- 10a: bucket on s3rver (mounts through the proxy); per upload a reader thread per "
+        f"mount polls open(name) + read(1) with a {p['meta_poll'] * 1000:g} ms sleep between "
+        f"attempts, the PUT (botocore, straight to s3rver) starts a random 0-1.5 s after the "
+        f"readers, and the time counts from its answer (a read before the answer counts 0). "
+        f"{p['meta_uploads']} uploads. Peers: s3fs `{META_S3FS_OPTS}`, rclone mount `:s3:` "
+        f"`{META_RCLONE_OPTS}`; tierfs defaults.",
+        f"- 10b: {p['meta_keys']} 1-byte files in one directory under nginx's root; per run "
+        f"and system: `echo 3 > drop_caches`, the source directory stat'ed again, a fresh "
+        f"mount of the root, `LC_ALL=C ls -l DIR` timed, VmHWM after it (and VmHWM right after "
+        f"mounting, for the rise); {p['meta_ls_runs']} interleaved runs, a system over "
+        f"{p['meta_ls_timeout']} s is given up.",
+        f"- 10c: `timeout={p['meta_hang_timeout']},retries=0,max_conns=32,metadata_ttl=600`; "
+        f"directories k/ ({p['meta_hang_ops']} names) and u/00-u/31 listed and held open (so "
+        f"dropping the kernel's dentries does not make tierfs forget their listings), a 16 MiB "
+        f"object read with O_DIRECT; then drop_caches, every request stalls at the proxy, a "
+        f"stat of u/NN/unknown in each of 32 threads, and, one at a time, a stat of each k/ "
+        f"name and a 4 KiB O_DIRECT pread of the cached object; .tierfs/stats must show the "
+        f"reads served and nothing fetched.",
     ]
     lines.append("")
     lines.append("## Machine")
