@@ -1350,14 +1350,23 @@ class Bench:
                     m.start()
                     idle = vm_hwm(m.proc.pid)
                     t0 = time.monotonic()
-                    r = subprocess.run(["ls", "-l", str(m.path(rel))], capture_output=True,
-                                       text=True, env=env, timeout=p["meta_ls_timeout"])
+                    ls = subprocess.Popen(["ls", "-l", str(m.path(rel))], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, env=env,
+                                          start_new_session=True)
+                    try:
+                        out, err = ls.communicate(timeout=p["meta_ls_timeout"])
+                    except subprocess.TimeoutExpired:
+                        # ls waits in the filesystem, unkillable: end the filesystem's process
+                        # (ours), which fails its requests, then ls
+                        stop_proc(m.proc)
+                        stop_proc(ls)
+                        raise
                     secs = time.monotonic() - t0
                     peak = m.hwm()
-                    lines = r.stdout.count("\n")
-                    if r.returncode != 0 or lines != n + 1:
-                        raise RuntimeError(f"ls -l: exit {r.returncode}, {lines - 1} entries of "
-                                           f"{n}: {r.stderr[-300:]}")
+                    lines = out.count("\n")
+                    if ls.returncode != 0 or lines != n + 1:
+                        raise RuntimeError(f"ls -l: exit {ls.returncode}, {lines - 1} entries of "
+                                           f"{n}: {err[-300:]}")
                     res[s].append({"seconds": secs, "vm_hwm": peak, "idle_hwm": idle})
                     log(f"ls -l run {run_i + 1} {s}: {secs:.2f} s, VmHWM {peak / MiB:.0f} MiB "
                         f"(+{(peak - idle) / MiB:.0f} MiB over the idle mount)")
