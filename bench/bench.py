@@ -31,6 +31,16 @@ Scenarios (interleaved runs A B C A B C ..., medians and min-max):
     lookup, 8 KiB read), paused every other segment: upload -> first byte, tail p99 alone and
     during the replay, hot hit ratio, lagging bytes at the server per byte read (see
     tests/integration/broker_sim.py; test_broker.py is the short form)
+ 10 metadata (issue 8), `--only meta`:
+    a upload -> first byte by name: new 64 KiB objects PUT to s3rver one at a time, a reader
+      per mount (tierfs-s3, s3fs, rclone mount :s3:, the peers with their documented
+      freshness options) polls open + read(1) every 10 ms; p50/p99 from the PUT's answer
+    b `ls -l` of 100k keys in one prefix (20k with --quick) on the http backend (s3rver
+      takes minutes to be filled with as many keys, so no s3fs): drop_caches, a fresh mount,
+      time and peak RSS of tierfs, rclone :http: and httpdirfs
+    c tierfs behind tests/integration/faultproxy.py: once what it needs is listed and
+      cached, every request to the store stalls; with 32 lookups of unknown names waiting on
+      it, stats of known names and O_DIRECT reads of cached blocks, p50/p99 (bound 100 ms)
 
 Everything started here is recorded in RUN/state (mounts, pids) so that scripts/bench's trap
 can clean up even if this process is killed; this process cleans up itself on any exit.
@@ -59,6 +69,12 @@ from harness import stop_process as stop_proc  # noqa: E402
 import broker_sim  # noqa: E402
 MiB = 1 << 20
 GiB = 1 << 30
+# Scenario 10's peers with their documented freshness options (s3fs(1), `rclone mount --help`):
+# s3fs's stat cache entries expire after 1 s (its negative cache, enable_noobj_cache, is off by
+# default); rclone re-lists a directory after 1 s (--poll-interval 0: S3 has no change
+# notifications to poll anyway).
+META_S3FS_OPTS = "stat_cache_expire=1"
+META_RCLONE_OPTS = "--dir-cache-time 1s --poll-interval 0"
 
 # ------------------------------------------------------------------------------------------
 # bookkeeping: every process and mount we start, so that nothing outlives us
@@ -156,6 +172,17 @@ def preader(args, timeout=600):
 def median(v):
     v = [x for x in v if x is not None]
     return statistics.median(v) if v else None
+
+
+def percentile(v, q):
+    """The @q-th percentile of @v, interpolated between the closest ranks (None if empty)."""
+    v = sorted(x for x in v if x is not None)
+    if not v:
+        return None
+    k = (len(v) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def vm_hwm(pid):
@@ -519,6 +546,15 @@ class Bench:
             "broker_live": 10 if q else 30,  # segments uploaded while the consumers run
             "broker_old": 4 if q else 8,  # old segments for the lagging consumer
             "broker_interval": 3.0,
+            "meta_uploads": 15 if q else 50,  # 10: new objects, each read by name
+            "meta_upload_size": 64 * 1024,
+            "meta_poll": 0.01,  # seconds between a reader's attempts
+            "meta_first_byte_deadline": 30,
+            "meta_keys": 20000 if q else 100000,  # 10: ls -l of one prefix
+            "meta_ls_runs": 1 if q else 3,
+            "meta_ls_timeout": 300,
+            "meta_hang_ops": 200,  # 10: stats and cached reads during a hung store
+            "meta_hang_timeout": 10,
         }
         for kv in args.set:
             k, v = kv.split("=", 1)
@@ -1095,6 +1131,392 @@ class Bench:
         self.raw["runs"]["broker"] = res
         return res
 
+    # -- scenario 10 ------------------------------------------------------------------------
+
+    def scen_meta(self):
+        """10. Metadata (issue 8): upload -> first byte by name, ls -l of many keys, lookups
+        while the store hangs. Each part is its own row: one that fails is noted and the
+        others still run."""
+        res = {}
+        for part, fn in (("first_byte", self.meta_first_byte), ("ls", self.meta_ls),
+                         ("hang", self.meta_hang)):
+            try:
+                res[part] = fn()
+            except Exception as e:
+                msg = f"scenario 10 ({part}) failed: {str(e)[-500:]}"
+                log(msg)
+                self.notes.append(msg)
+                res[part] = {"error": str(e)[-500:]}
+        self.raw["runs"]["meta"] = res
+        return res
+
+    def s3_client(self):
+        import botocore.session
+        from botocore.config import Config
+
+        return botocore.session.get_session().create_client(
+            "s3", region_name="us-east-1", endpoint_url=f"http://127.0.0.1:{self.s3.port}",
+            aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
+            config=Config(s3={"addressing_style": "path"}, proxies={},
+                          retries={"max_attempts": 3}, max_pool_connections=16))
+
+    def meta_s3_mount(self, system, bucket):
+        """@system on @bucket with its documented freshness options (what the row states)."""
+        mp = self.mnt(f"{system}-meta")
+        logp = self.run_dir / f"{system}-meta.log"
+        if system == "tierfs-s3":
+            o = {"endpoint": self.s3_endpoint, "path_style": None, "region": "us-east-1"}
+            return Tierfs("tierfs-s3", mp, f"s3://{bucket}", o, logp, env=self.s3_env)
+        if system == "s3fs":
+            return Mount("s3fs", mp, [
+                "s3fs", bucket, str(mp), "-f", "-o",
+                f"url={self.s3_endpoint},use_path_request_style,passwd_file={self.s3fs_passwd},"
+                f"ro,endpoint=us-east-1,dbglevel=warn,{META_S3FS_OPTS}"],
+                env=self.s3_env, log_path=logp)
+        if system == "rclone":
+            # rclone's S3 client refuses to start with AWS_CA_BUNDLE set ("unsupported
+            # transport"); the endpoint is plain http, so no bundle is needed
+            env = {k: v for k, v in self.s3_env.items() if k != "AWS_CA_BUNDLE"}
+            return Mount("rclone", mp, [
+                "rclone", "mount", f":s3:{bucket}", str(mp), "--s3-provider", "Other",
+                "--s3-endpoint", self.s3_endpoint, "--s3-access-key-id", "S3RVER",
+                "--s3-secret-access-key", "S3RVER", "--s3-region", "us-east-1",
+                "--s3-no-check-bucket", "--read-only", *META_RCLONE_OPTS.split(),
+                "--config", str(self.run_dir / "rclone.conf"), "--log-level", "ERROR"],
+                env=env, log_path=logp)
+        raise ValueError(system)
+
+    def meta_first_byte(self):
+        """A writer PUTs new 64 KiB objects to s3rver, one at a time; for each, a reader per
+        mount polls open(name) + read(1) every poll period, from a random 0-1.5 s before the
+        PUT (a consumer waiting for the name, at any phase of the mounts' caches) until it gets
+        the object's first byte. Time from the PUT's completion to that byte. The readers of
+        all systems poll at once, so the noise falls on all of them alike."""
+        import random
+        import threading
+        p = self.p
+        n, size, period = p["meta_uploads"], p["meta_upload_size"], p["meta_poll"]
+        systems = ["tierfs-s3"] + (["s3fs", "rclone"] if self.peers else [])
+        bucket = f"meta{os.getpid()}"
+        c = self.s3_client()
+        c.create_bucket(Bucket=bucket)
+        c.put_object(Bucket=bucket, Key="seed.bin", Body=b"seed")
+        mounts, res = {}, {s: {"seconds": [], "polls": [], "missed": 0, "errors": []}
+                           for s in systems}
+        try:
+            for s in systems:
+                try:
+                    m = mounts[s] = self.meta_s3_mount(s, bucket).start()
+                    wait_until(lambda: m.path("seed.bin").exists(), 30, f"{s} to list seed.bin")
+                except Exception as e:
+                    if s in mounts:
+                        self.close_mount(mounts.pop(s), "failed")
+                    self.peer_failed(s, "scenario 10 (first byte)", e)
+                    res.pop(s)
+            rng = random.Random(10)
+            deadline_s = p["meta_first_byte_deadline"]
+            for i in range(n):
+                name = f"new-{i:03d}.bin"
+                body = bytes([1 + i % 250]) + os.urandom(size - 1)
+                seen = {}
+
+                def reader(s, m, stop):
+                    polls, last = 0, None
+                    while time.monotonic() < stop:
+                        polls += 1
+                        try:
+                            with open(m.path(name), "rb", buffering=0) as f:
+                                b = f.read(1)
+                            if b == body[:1]:
+                                seen[s] = (time.monotonic(), polls, None)
+                                return
+                            last = f"first byte {b!r}"
+                        except OSError as e:
+                            last = e.strerror
+                        time.sleep(period)
+                    seen[s] = (None, polls, last)
+
+                stop = time.monotonic() + 1.5 + deadline_s
+                ts = [threading.Thread(target=reader, args=(s, m, stop), daemon=True)
+                      for s, m in mounts.items()]
+                for t in ts:
+                    t.start()
+                time.sleep(rng.uniform(0, 1.5))
+                c.put_object(Bucket=bucket, Key=name, Body=body)
+                t_put = time.monotonic()
+                for t in ts:
+                    t.join(deadline_s + 10)
+                for s in mounts:
+                    t_seen, polls, last = seen.get(s, (None, 0, "reader did not end"))
+                    res[s]["polls"].append(polls)
+                    if t_seen is None:
+                        res[s]["missed"] += 1
+                        res[s]["errors"].append(f"{name}: {last}")
+                    else:
+                        # < 0: read before the PUT's answer reached the writer (s3rver writes
+                        # in place); counted as 0
+                        res[s]["seconds"].append(max(0.0, t_seen - t_put))
+            for s, r in res.items():
+                v = r["seconds"]
+                r["p50"] = percentile(v, 50)
+                r["p99"] = percentile(v, 99)
+                r["uploads"] = n
+                log(f"meta first byte {s}: p50 {fmt_num(r['p50'])} s, p99 {fmt_num(r['p99'])} s "
+                    f"over {len(v)} of {n} uploads ({r['missed']} not seen within "
+                    f"{deadline_s} s)")
+        finally:
+            for s, m in mounts.items():
+                self.close_mount(m, "scenario 10 (first byte)")
+        return {"systems": res, "poll_s": period, "size": size, "bucket": bucket,
+                "deadline_s": deadline_s,
+                "opts": {"tierfs-s3": "defaults (negative_ttl=1, metadata_ttl=60)",
+                         "s3fs": META_S3FS_OPTS + " (noobj cache off: its default)",
+                         "rclone": META_RCLONE_OPTS + " (--attr-timeout 1s: its default)"}}
+
+    def meta_s3_put_rate(self, n=400, threads=8):
+        """PUTs of empty objects per second into s3rver, @threads at once: whether a 100k-key
+        prefix can be made there in reasonable time."""
+        import threading
+        bucket = f"putrate{os.getpid()}"
+        self.s3_client().create_bucket(Bucket=bucket)
+
+        def w(k):
+            cl = self.s3_client()
+            for i in range(k, n, threads):
+                cl.put_object(Bucket=bucket, Key=f"p/k{i:06d}", Body=b"")
+
+        t0 = time.monotonic()
+        ts = [threading.Thread(target=w, args=(k,), daemon=True) for k in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(300)
+        return n / (time.monotonic() - t0)
+
+    def meta_ls(self):
+        """ls -l of N keys in one prefix, on the http backend (nginx over a directory of N
+        1-byte files: JSON autoindex for tierfs, HTML for rclone and httpdirfs; httpdirfs
+        drops empty files from its listings). Per run and
+        system: drop_caches, the source directory read again (so nginx's readdir and stats
+        are warm for all alike), a fresh mount of the root, then the timed `ls -l` of the
+        prefix; peak RSS (VmHWM) of the filesystem's process, and its rise over the idle
+        mount."""
+        p = self.p
+        n = p["meta_keys"]
+        rel = f"meta-ls-{n}"
+        d = self.data / rel
+        last = d / f"key-{n - 1:06d}.bin"
+        if not (last.exists() and last.stat().st_size == 1
+                and sum(1 for _ in os.scandir(d)) == n):
+            log(f"generating {n} files of 1 byte in {rel}/")
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            for i in range(n):
+                (d / f"key-{i:06d}.bin").write_bytes(b"x")
+            os.sync()  # else the first run pays the writeback of the new inodes
+        rate = self.meta_s3_put_rate()
+        log(f"s3rver takes {rate:.0f} PUT/s (8 threads): {n} keys would take "
+            f"{n / rate / 60:.1f} min to make, so this row uses the http backend")
+        systems = ["tierfs"] + (["rclone", "httpdirfs"] if self.peers else [])
+        runs = p["meta_ls_runs"]
+        res = {s: [] for s in systems}
+        gave_up = set()
+        env = dict(os.environ, LC_ALL="C")
+        for run_i in range(runs):
+            order = systems[run_i % len(systems):] + systems[:run_i % len(systems)]
+            for s in order:
+                if s in gave_up:
+                    continue
+                m = None
+                try:
+                    drop_caches()
+                    for e in os.scandir(d):
+                        e.stat()
+                    if s == "tierfs":
+                        m = Tierfs("tierfs", self.mnt("tierfs-ls"), self.http_url, {},
+                                   self.run_dir / "tierfs-ls.log")
+                    elif s == "rclone":
+                        mp = self.mnt("rclone-ls")
+                        m = Mount("rclone", mp, [
+                            "rclone", "mount", ":http:", str(mp), "--http-url", self.html_url,
+                            "--read-only", "--config", str(self.run_dir / "rclone.conf"),
+                            "--log-level", "ERROR"], log_path=self.run_dir / "rclone-ls.log")
+                    else:
+                        cache = self.fresh_cache_dir("httpdirfs")
+                        mp = self.mnt("httpdirfs-ls")
+                        m = Mount("httpdirfs", mp, [
+                            "httpdirfs", "-f", "--cache", "--cache-location", str(cache),
+                            "--no-range-check", self.html_url, str(mp)],
+                            log_path=self.run_dir / "httpdirfs-ls.log")
+                    m.start()
+                    idle = vm_hwm(m.proc.pid)
+                    t0 = time.monotonic()
+                    ls = subprocess.Popen(["ls", "-l", str(m.path(rel))], stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, env=env,
+                                          start_new_session=True)
+                    try:
+                        out, err = ls.communicate(timeout=p["meta_ls_timeout"])
+                    except subprocess.TimeoutExpired:
+                        # ls waits in the filesystem, unkillable: end the filesystem's process
+                        # (ours), which fails its requests, then ls
+                        stop_proc(m.proc)
+                        stop_proc(ls)
+                        raise
+                    secs = time.monotonic() - t0
+                    peak = m.hwm()
+                    lines = out.count("\n")
+                    if ls.returncode != 0 or lines != n + 1:
+                        raise RuntimeError(f"ls -l: exit {ls.returncode}, {lines - 1} entries of "
+                                           f"{n}: {err[-300:]}")
+                    res[s].append({"seconds": secs, "vm_hwm": peak, "idle_hwm": idle})
+                    log(f"ls -l run {run_i + 1} {s}: {secs:.2f} s, VmHWM {peak / MiB:.0f} MiB "
+                        f"(+{(peak - idle) / MiB:.0f} MiB over the idle mount)")
+                except Exception as e:
+                    if isinstance(e, subprocess.TimeoutExpired):
+                        gave_up.add(s)
+                        e = RuntimeError(f"ls -l took over {p['meta_ls_timeout']} s: gave up")
+                    self.peer_failed(s, f"scenario 10 (ls -l) run {run_i + 1}", e)
+                    res[s].append({"error": str(e)[-300:]})
+                finally:
+                    if m is not None and m.proc is not None:
+                        self.close_mount(m, "scenario 10 (ls -l)")
+        return {"systems": res, "keys": n, "runs": runs, "s3rver_put_per_s": rate}
+
+    def meta_hang(self):
+        """tierfs behind tests/integration/faultproxy.py (in front of nginx's JSON listener):
+        every directory listed and a 4-block object read once (O_DIRECT), then every request
+        stalls at the proxy (accepted, never answered). 32 lookups of unknown names, one per
+        directory (the kernel sends one lookup per directory at a time), wait for `timeout`;
+        meanwhile stats of known names (the kernel's dentries dropped, the directories held
+        open so the kernel keeps their inodes: each stat is a LOOKUP answered by tierfs) and
+        4 KiB O_DIRECT preads of the cached object are timed one at a time."""
+        import mmap
+        import threading
+        from faultproxy import FaultProxy, faults
+        p = self.p
+        nops, timeout = p["meta_hang_ops"], p["meta_hang_timeout"]
+        root = self.data / "meta-hang"
+        bs = 4 * MiB  # the default block_size
+        want = {f"k/f{i:03d}.bin": 100 for i in range(nops)}
+        want.update({f"u/{i:02d}/known.bin": 100 for i in range(32)})
+        want["cached.bin"] = 4 * bs
+        for r, sz in want.items():
+            f = root / r
+            f.parent.mkdir(parents=True, exist_ok=True)
+            if not f.exists() or f.stat().st_size != sz:
+                write_object(f, sz)
+        data = (root / "cached.bin").read_bytes()
+        px = FaultProxy(self.nginx.json_port).start()
+        opts = {"timeout": str(timeout), "retries": "0", "max_conns": "32",
+                "metadata_ttl": "600", "hot_ttl": "100000000"}
+        m = None
+        fds, lookups, hang = [], [], None
+        res = {"opts": opts, "ops": nops}
+        try:
+            m = Tierfs("tierfs", self.mnt("tierfs-hang"), px.url + "meta-hang/", opts,
+                       self.run_dir / "tierfs-hang.log").start()
+            if sorted(os.listdir(m.path("k"))) != sorted(Path(r).name for r in want
+                                                          if r.startswith("k/")):
+                raise RuntimeError("wrong listing of k/")
+            for i in range(32):
+                os.listdir(m.path(f"u/{i:02d}"))
+            for dd in ["k", "u"] + [f"u/{i:02d}" for i in range(32)]:
+                fds.append(os.open(m.path(dd), os.O_RDONLY | os.O_DIRECTORY))
+            fd = os.open(m.path("cached.bin"), os.O_RDONLY | os.O_DIRECT)
+            fds.append(fd)
+            buf = mmap.mmap(-1, bs)
+            for off in range(0, len(data), bs):
+                if os.preadv(fd, [buf], off) != bs or buf[:] != data[off:off + bs]:
+                    raise RuntimeError(f"cached.bin: wrong bytes at {off}")
+            small = mmap.mmap(-1, 4096)
+            drop_caches()  # dentries of k/*: each stat below is a LOOKUP to tierfs
+            hang = faults.stall_headers()
+            px.add_rule(lambda r: True, hang)
+
+            def look(i):
+                t = time.monotonic()
+                try:
+                    os.stat(m.path(f"u/{i:02d}/unknown-{os.getpid()}.bin"))
+                    e = 0
+                except OSError as ex:
+                    e = ex.errno
+                lookups[i] = (e, time.monotonic() - t)
+
+            lookups = [None] * 32
+            ths = [threading.Thread(target=look, args=(i,), daemon=True) for i in range(32)]
+            for t in ths:
+                t.start()
+            try:
+                wait_until(lambda: hang.waiting >= 32, 10, "32 lookups stalled at the proxy")
+            except TimeoutError:
+                pass  # measured anyway, and the number stalled is reported
+            res["stalled_at_start"] = hang.waiting
+            rng = __import__("random").Random(10)
+            st_ms, rd_ms = [], []
+            t = time.monotonic()
+            st0 = m.stats()  # the control directory never waits on the store either
+            res["cat_stats_ms"] = (time.monotonic() - t) * 1000
+            t_ops = time.monotonic()
+            for i in range(nops):
+                t = time.monotonic()
+                os.stat(m.path(f"k/f{i:03d}.bin"))
+                st_ms.append((time.monotonic() - t) * 1000)
+                off = rng.randrange(len(data) // 4096) * 4096
+                t = time.monotonic()
+                got = os.preadv(fd, [small], off)
+                rd_ms.append((time.monotonic() - t) * 1000)
+                if got != 4096 or small[:] != data[off:off + 4096]:
+                    raise RuntimeError(f"cached.bin: wrong bytes at {off} during the hang")
+            res["ops_seconds"] = time.monotonic() - t_ops
+            res["stalled_at_end"] = hang.waiting
+            # the reads reached tierfs and it fetched nothing; the stats were LOOKUPs (the same
+            # stats again, from the kernel's dentries now, show what a dcache hit takes)
+            res["check"] = served_check(st0, m.stats(), nops * 4096)
+            again = []
+            for i in range(nops):
+                t = time.monotonic()
+                os.stat(m.path(f"k/f{i:03d}.bin"))
+                again.append((time.monotonic() - t) * 1000)
+            res["stat_again_ms"] = {"p50": percentile(again, 50)}
+            res["lookups_done_during_ops"] = sum(1 for x in lookups if x is not None)
+            for t in ths:
+                t.join(timeout + 30)
+            done = [x for x in lookups if x is not None]
+            res["unknown"] = {"errnos": sorted({os.strerror(e) if e else "found"
+                                                for e, _ in done}),
+                              "done": len(done),
+                              "max_s": max((s for _, s in done), default=None),
+                              "min_s": min((s for _, s in done), default=None)}
+            res["stat_ms"] = {"p50": percentile(st_ms, 50), "p99": percentile(st_ms, 99),
+                              "max": max(st_ms)}
+            res["read_ms"] = {"p50": percentile(rd_ms, 50), "p99": percentile(rd_ms, 99),
+                              "max": max(rd_ms)}
+            allms = st_ms + rd_ms
+            res["all_ms"] = {"p50": percentile(allms, 50), "p99": percentile(allms, 99)}
+            log(f"hung store: {res['stalled_at_start']} lookups stalled (still "
+                f"{res['stalled_at_end']} after the ops); {nops} stats p50/p99 "
+                f"{fmt_num(res['stat_ms']['p50'])}/{fmt_num(res['stat_ms']['p99'])} ms, "
+                f"{nops} cached 4 KiB reads p50/p99 {fmt_num(res['read_ms']['p50'])}/"
+                f"{fmt_num(res['read_ms']['p99'])} ms (the stats again, from the dentries: p50 "
+                f"{fmt_num(res['stat_again_ms']['p50'])} ms; cat .tierfs/stats "
+                f"{fmt_num(res['cat_stats_ms'])} ms; check: {res['check'] or 'ok'}); unknown "
+                f"names: "
+                f"{', '.join(res['unknown']['errnos'])} after "
+                f"{fmt_num(res['unknown']['min_s'])}-{fmt_num(res['unknown']['max_s'])} s")
+        finally:
+            if hang is not None:
+                hang.release()
+            px.clear_rules()
+            px.release()
+            for f in fds:
+                os.close(f)
+            if m is not None and m.proc is not None:
+                self.close_mount(m, "scenario 10 (hung store)")
+            left = px.stop()
+            if left:
+                log(f"faultproxy threads did not stop: {left}")
+        return res
+
     # -- report -----------------------------------------------------------------------------
 
     def machine(self):
@@ -1333,7 +1755,9 @@ def build_report(b, seq, multi, iso, rate):
     over = max(h["vm_hwm"] / (h["cache_bytes"] + 64 * MiB) for h in th)
     cells = {k: ("n/a", None) for k in cols}
     for k in cols:
-        hs = [h["vm_hwm"] for h in b.hwm if h["system"] == k]
+        # scenario 10's ls -l of many keys is a row of its own
+        hs = [h["vm_hwm"] for h in b.hwm if h["system"] == k
+              and not h.get("note", "").startswith("scenario 10 (ls")]
         if hs:
             cells[k] = (f"{max(hs) / MiB:.0f} MiB (own cache settings)", None)
     rows.append(("7. peak RSS (VmHWM), worst tierfs mount vs hot_size + lagging_size",
@@ -1351,7 +1775,8 @@ def build_report(b, seq, multi, iso, rate):
                      "<= hot_size + 64 MiB (96 MiB)", r <= 1.0))
         targets.append(("peak RSS 64 cold readers / (hot_size + 64M)", r, 1.0, "max"))
     br, bt = broker_report(b, cols)
-    return cols, rows + br, targets + bt
+    mr, mt = meta_report(b, cols)
+    return cols, rows + br + mr, targets + bt + mt
 
 
 def broker_report(b, cols):
@@ -1389,6 +1814,110 @@ def broker_report(b, cols):
             {k: ("n/a", None) for k in cols},
             f"every byte right, p99 first byte <= {fb_lim:g} s, replay p99 <= max(3x, +100 ms), "
             f"hit ratio >= 90%, <= 600x (no sub-block fetch yet)", ok))
+    return rows, targets
+
+
+def meta_report(b, cols):
+    """Rows and targets of scenario 10 (none if it did not run)."""
+    meta = b.raw["runs"].get("meta")
+    if not meta:
+        return [], []
+    rows, targets = [], []
+    na = {k: ("n/a", None) for k in cols}
+
+    def failed(part):
+        return f"**failed**: {meta[part]['error'][-200:]}"
+
+    # 10a upload -> first byte by name
+    fb = meta["first_byte"]
+    lim = 1 + 0.5  # tierfs's default negative_ttl + 0.5 s (issue 8)
+    if "error" in fb:
+        rows.append(("10a. upload -> first byte by name", failed("first_byte"), na,
+                     f"tierfs p99 <= negative_ttl + 0.5 s ({lim:g} s)", False))
+        targets.append(("meta: upload->first byte p99 s (tierfs-s3)", None, lim, "max"))
+    else:
+        def fbcell(s):
+            r = fb["systems"][s]
+            return (f"p50/p99 {fmt_num(r['p50'])}/{fmt_num(r['p99'])} s"
+                    + (f", **{r['missed']} of {r['uploads']} not seen in "
+                       f"{fb['deadline_s']} s**" if r["missed"] else "")
+                    + f" ({fb['opts'][s]})")
+        cells = dict(na)
+        for s in ("s3fs", "rclone"):
+            if s in fb["systems"] and s in cells:
+                cells[s] = (fbcell(s), None)
+        t = fb["systems"].get("tierfs-s3")
+        v = t["p99"] if t and not t["missed"] else None
+        rows.append((
+            f"10a. upload -> first byte by name: a writer PUTs {t['uploads'] if t else '?'} new "
+            f"{fb['size'] // 1024} KiB objects to s3rver one at a time, a reader per mount "
+            f"(all at once) polls open(name) + read(1) every {fb['poll_s'] * 1000:g} ms from a "
+            f"random 0-1.5 s before the PUT; time from the PUT's answer to the first byte",
+            fbcell("tierfs-s3") if t else "n/a", cells,
+            f"tierfs p99 <= negative_ttl + 0.5 s ({lim:g} s), none missed",
+            v is not None and v <= lim))
+        targets.append(("meta: upload->first byte p99 s (tierfs-s3)", v, lim, "max"))
+    # 10b ls -l of many keys
+    ls = meta["ls"]
+    if "error" in ls:
+        rows.append(("10b. ls -l of one prefix of many keys", failed("ls"), na, "(info)", False))
+    else:
+        n = ls["keys"]
+
+        def lscell(s):
+            ok = [r for r in ls["systems"][s] if "error" not in r]
+            bad = len(ls["systems"][s]) - len(ok)
+            if not ok:
+                return "**failed**: " + ls["systems"][s][-1]["error"][-200:]
+            rise = median([r["vm_hwm"] - r["idle_hwm"] for r in ok])
+            return (f"{cell([r['seconds'] for r in ok], ' s')}, VmHWM "
+                    f"{fmt_num(median([r['vm_hwm'] for r in ok]) / MiB)} MiB (+"
+                    f"{fmt_num(rise / MiB)} MiB = {rise / n:.0f} B/key over the idle mount)"
+                    + (f"; {bad} runs failed" if bad else ""))
+        cells = dict(na)
+        for s in ("rclone", "httpdirfs"):
+            if s in ls["systems"] and s in cells:
+                cells[s] = (lscell(s), None)
+        if "s3fs" in cells:
+            cells["s3fs"] = (f"absent: S3 only, and s3rver takes {ls['s3rver_put_per_s']:.0f} "
+                             f"PUT/s (8 threads), {n / ls['s3rver_put_per_s'] / 60:.0f} min for "
+                             f"{n} keys", None)
+        rows.append((
+            f"10b. `ls -l` of {n} keys (1-byte files) in one prefix, http backend (nginx; "
+            f"tierfs: JSON index, defaults; rclone `:http:` defaults (a HEAD per file for its "
+            f"size); httpdirfs `--cache`): drop_caches, fresh mount, time of `ls -l` "
+            f"(median of {ls['runs']} interleaved runs) and the process's VmHWM after it",
+            lscell("tierfs"), cells, "(info)", None))
+    # 10c lookups while the store hangs
+    h = meta["hang"]
+    hl = 100
+    if "error" in h:
+        rows.append(("10c. stats and cached reads while the store hangs", failed("hang"), na,
+                     f"p99 <= {hl} ms", False))
+        targets.append(("meta: hung store, stat / cached read p99 ms", None, hl, "max"))
+    else:
+        v = max(h["stat_ms"]["p99"], h["read_ms"]["p99"])
+        inflight = h["stalled_at_start"] == 32 and h["stalled_at_end"] == 32
+        u = h["unknown"]
+        rows.append((
+            f"10c. tierfs behind faultproxy (nginx, `timeout={h['opts']['timeout']},retries=0,"
+            f"max_conns=32,metadata_ttl=600`), directories listed and a 16 MiB object read; then "
+            f"every request stalls and 32 lookups of unknown names wait on it; meanwhile "
+            f"{h['ops']} stats of known names (dentries dropped) and {h['ops']} 4 KiB O_DIRECT "
+            f"reads of cached blocks, one at a time: p50/p99",
+            f"stat {fmt_num(h['stat_ms']['p50'])}/{fmt_num(h['stat_ms']['p99'])} ms, read "
+            f"{fmt_num(h['read_ms']['p50'])}/{fmt_num(h['read_ms']['p99'])} ms; "
+            f"{h['stalled_at_start']} / {h['stalled_at_end']} lookups stalled at the start / "
+            f"end; unknown names: {', '.join(u['errnos'])} after {fmt_num(u['min_s'])}-"
+            f"{fmt_num(u['max_s'])} s; the same stats from the kernel's dentries p50 "
+            f"{fmt_num(h['stat_again_ms']['p50'])} ms; reads "
+            + (f"**INVALID: {h['check']}**" if h["check"] else "all served by tierfs, none "
+               "fetched"), na,
+            f"p99 <= {hl} ms with 32 lookups in flight", inflight and v <= hl
+            and not h["check"]))
+        targets.append(("meta: hung store, stat / cached read p99 ms", v, hl, "max"))
+        targets.append(("meta: hung store, lookups in flight during the ops (of 32)",
+                        min(h["stalled_at_start"], h["stalled_at_end"]), 32, "min"))
     return rows, targets
 
 
@@ -1480,6 +2009,24 @@ def write_results(b, cols, rows, targets, machine, elapsed):
         f"results.json also has a least-squares slope past the burst.",
         "- 7: VmHWM of every tierfs mount just before unmounting, against its hot_size + "
         "lagging_size (the arena is prefaulted at mount).",
+        f"- 10a: bucket on s3rver (mounts through the proxy); per upload a reader thread per "
+        f"mount polls open(name) + read(1) with a {p['meta_poll'] * 1000:g} ms sleep between "
+        f"attempts, the PUT (botocore, straight to s3rver) starts a random 0-1.5 s after the "
+        f"readers, and the time counts from its answer (a read before the answer counts 0). "
+        f"{p['meta_uploads']} uploads. Peers: s3fs `{META_S3FS_OPTS}`, rclone mount `:s3:` "
+        f"`{META_RCLONE_OPTS}`; tierfs defaults.",
+        f"- 10b: {p['meta_keys']} 1-byte files in one directory under nginx's root; per run "
+        f"and system: `echo 3 > drop_caches`, the source directory stat'ed again, a fresh "
+        f"mount of the root, `LC_ALL=C ls -l DIR` timed, VmHWM after it (and VmHWM right after "
+        f"mounting, for the rise); {p['meta_ls_runs']} interleaved runs, a system over "
+        f"{p['meta_ls_timeout']} s is given up.",
+        f"- 10c: `timeout={p['meta_hang_timeout']},retries=0,max_conns=32,metadata_ttl=600`; "
+        f"directories k/ ({p['meta_hang_ops']} names) and u/00-u/31 listed and held open (so "
+        f"dropping the kernel's dentries does not make tierfs forget their listings), a 16 MiB "
+        f"object read with O_DIRECT; then drop_caches, every request stalls at the proxy, a "
+        f"stat of u/NN/unknown in each of 32 threads, and, one at a time, a stat of each k/ "
+        f"name and a 4 KiB O_DIRECT pread of the cached object; .tierfs/stats must show the "
+        f"reads served and nothing fetched.",
     ]
     lines.append("")
     lines.append("## Machine")
@@ -1575,7 +2122,7 @@ def main():
     ap.add_argument("--no-peers", dest="peers", action="store_false")
     ap.add_argument("--runs", type=int, default=0)
     ap.add_argument("--only", default="",
-                    help="comma list of scenarios: seq,multi,iso,rate,mem,broker")
+                    help="comma list of scenarios: seq,multi,iso,rate,mem,broker,meta")
     ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                     help="override a parameter (see Bench.p), e.g. --set iso_seconds=30")
     ap.add_argument("--chart-only", action="store_true",
@@ -1612,14 +2159,24 @@ def main():
             b.scen_memory()
         if not only or "broker" in only:
             b.scen_broker()
+        if not only or "meta" in only:
+            b.scen_meta()
     finally:
         cleanup()
     if only:
         print(json.dumps(b.raw["runs"], indent=1, default=str))
         print(json.dumps(b.hwm, indent=1, default=str))
         br, bt = broker_report(b, [])
+        mr, mt = meta_report(b, ["s3fs", "rclone", "httpdirfs"])
         for name, tcell, _, target, met in br:  # scenario 9's rows, as in the results table
             print(f"| {name} | {tcell} | {target} | {'met' if met else 'MISSED'} |")
+        for name, tcell, cells, target, met in mr:  # scenario 10's
+            peers = "; ".join(f"{k}: {v}" for k, (v, _) in cells.items() if v != "n/a")
+            print(f"| {name} | {tcell} | {peers or 'no peers'} | {target} | "
+                  f"{'' if met is None else 'met' if met else 'MISSED'} |")
+        bt += mt
+        for n in b.notes:
+            print(f"note: {n}")
         for name, v, lim, kind in bt:
             print(f"| {name} | {fmt_num(v)} | {kind} {fmt_num(lim)} | "
                   f"{'met' if lim is not None and target_ok(v, lim, kind) else 'MISSED'} |")
