@@ -67,8 +67,8 @@
  * record and is served as a miss.
  *
  * Workload: a read of a block the memory tiers lost does one index lookup and one pread of
- * block_size + 64 bytes, on a reader thread; each block fetched from the store is written once, in the
- * background. The format is the host's byte order (a cache moved between machines of another
+ * block_size + 64 bytes, on a reader thread; each block fetched from the store is written
+ * once, in the background. The format is the host's byte order (a cache moved between machines of another
  * order reads as another format and is wiped).
  */
 #include <dirent.h>
