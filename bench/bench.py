@@ -1142,8 +1142,9 @@ class Bench:
         """seq.bin read through tierfs with every block on disk and none in memory (a fresh
         mount, page cache dropped), against preader reading the same bytes from seq.bin
         itself, a file on the same disk (page cache dropped too), same reads (1 MiB preads).
-        prefault=on: the mount faults its memory in before the read, as a mount that has run
-        a while has; a first read through a just-started mount would also pay for zeroing
+        Both after a sync: drop_caches drops clean pages only, and the segment files (and a
+        data set just generated) are dirty for a while. prefault=on: the mount faults its
+        memory in before the read, as a mount that has run a while has; a first read through a just-started mount would also pay for zeroing
         hot_size of fresh pages, which is not the disk's cost. Pairs alternate which read goes
         first. A tierfs run counts only if it fetched nothing and the disk served every block."""
         size, rel = self.p["seq_size"], "seq.bin"
@@ -1163,12 +1164,14 @@ class Bench:
             got = {}
             for what in (("tierfs", "local") if r % 2 == 0 else ("local", "tierfs")):
                 if what == "local":
+                    os.sync()  # drop_caches drops clean pages only: a new file's are dirty
                     drop_caches()
                     got["local"] = preader(["seq", local])["mbps"]
                     continue
                 m = Tierfs("tierfs", self.mnt("tierfs-disk"), self.http_url, opts, logp).start()
                 try:
                     st0 = m.stats()
+                    os.sync()
                     drop_caches()
                     c = preader(["seq", m.path(rel)])
                     st1 = m.stats()
@@ -1214,6 +1217,7 @@ class Bench:
         res = {"size": size, "fill": fill, "answer_s": [], "scan_ms": [], "blocks": []}
         try:
             for r in range(self.p["disk_recover_runs"]):
+                os.sync()
                 drop_caches()
                 t0 = time.monotonic()
                 m = Tierfs("tierfs", self.mnt("tierfs-recovery"), self.http_url, opts,
@@ -1277,6 +1281,7 @@ class Bench:
                             raise RuntimeError(f"first read {c['bytes']} of {size} bytes")
                 finally:
                     self.close_mount(m, "scenario disk, before the restart")
+                os.sync()
                 drop_caches()
                 self.rewarm([rel])
                 mark = self.nginx.mark()
