@@ -76,8 +76,13 @@ def range_gets(srv, since):
 
 
 def wait_written(mnt, n):
-    harness.wait_until(lambda: stats(mnt).v("disk_writes_total", "disk") >= n, 20,
-                       f"{n} blocks written to disk")
+    try:
+        harness.wait_until(lambda: stats(mnt).v("disk_writes_total", "disk") >= n, 20,
+                           f"{n} blocks written to disk")
+    except TimeoutError as e:
+        st = stats(mnt)
+        raise TimeoutError(f"{e}: {st.v('disk_writes_total', 'disk'):.0f} written, "
+                           f"{st.v('disk_write_drops_total', 'disk'):.0f} dropped") from None
 
 
 def test_restart_warm_after_clean_unmount(mount, store, tmp_path):
