@@ -6,10 +6,12 @@
 # empty), drops the caches and reads the object through tierfs (every block a disk hit: the
 # stats must show no fetch), then drops the caches and reads the local copy.
 #   SIZE_MB=1024 ROUNDS=3 bench/disk_hit.sh        (root: drop_caches)
+# EXTRA=prefault=on adds mount options: prefault faults the hot ring in at mount, so that the
+# read does not also pay for zeroing hot_size of fresh pages (most of a first read's time).
 T=${TIERFS:-$(dirname "$0")/../build/tierfs}
 D=${DIR:-/var/tmp/tierfs-diskhit}
 SIZE_MB=${SIZE_MB:-1024}
-OPTS="cache_dir=$D/cache,disk_size=$((SIZE_MB * 2))M,hot_ttl=86400,immutable"
+OPTS="cache_dir=$D/cache,disk_size=$((SIZE_MB * 2))M,hot_ttl=86400,immutable${EXTRA:+,$EXTRA}"
 mkdir -p $D/store $D/mnt $D/cache
 [ -s $D/store/obj.bin ] || head -c ${SIZE_MB}M /dev/urandom > $D/store/obj.bin
 [ $(stat -c %s $D/store/obj.bin) = $((SIZE_MB << 20)) ] || head -c ${SIZE_MB}M /dev/urandom > $D/store/obj.bin

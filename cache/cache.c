@@ -37,16 +37,24 @@
  *
  * The lower tier. Behind the memory tiers there may be one more, the disk tier, reached only
  * through three optional env callbacks, so cache/ stays free of its policy. A flight asks
- * env->lower_get before env->fetch, into the same slot: a hit is a flight that completes at
- * once, and the store sees nothing. A flight fetched from the store offers its bytes to
- * env->lower_put in flight_done, before readers can see them (the lower tier copies them
- * into its write-behind queue; it never blocks). A lagging block that env->lower_has says is
- * there skips the token bucket: the limiter guards the store, and is charged only for bytes
- * the store sends (should lower_get then miss after all, a CRC failure or a rotation, that
- * one fetch goes uncharged).
+ * env->lower_get before env->fetch, into the same slot. lower_get is asynchronous like fetch:
+ * it starts a read (the disk tier's reader threads do the pread, so the thread that starts
+ * the flight, a FUSE worker or the backend's I/O thread, never waits for the disk, and a
+ * readahead window's blocks are read in parallel) and calls lower_done once: a hit completes
+ * the flight and the store sees nothing; a miss (a CRC failure, a read error, a rotation)
+ * goes on to env->fetch from that thread. A miss the lower tier knows at once (not in its
+ * index) is answered by lower_get's return value, with no thread hop. A flight fetched from
+ * the store offers its bytes to env->lower_put in flight_done, before readers can see them
+ * (the lower tier copies them into its write-behind queue; it never blocks). A lagging block
+ * that env->lower_has says is there skips the token bucket: the limiter guards the store,
+ * and is charged for bytes the store sends. Should lower_get then miss after all, the store
+ * fetch is charged after the fact (rl_charge: it goes at once, the debt delays later lagging
+ * fetches) and counted (lower_fallbacks).
  *
- *   flight_fetch ─► lower_get ── hit ──► flight_done (no fetch, no tokens)
- *                       └─ miss ─► env->fetch ─► flight_done ─► lower_put (copy, background)
+ *   flight_fetch ─► lower_get ─► (reader thread) lower_done ── hit ──► flight_done (no tokens)
+ *         │                                        └─ miss ─► store_fetch (charged if it
+ *         └─ miss known at once ─► store_fetch ─► env->fetch ─► flight_done  skipped them)
+ *                                                                 └─► lower_put (copy, background)
  *
  * Hot flights start at once. Lagging flights enter a FIFO and start when the token bucket
  * says so; when it says "wait", a timer is armed through env->defer and the queue is drained
@@ -61,7 +69,8 @@
  * Locking: c->lock guards the flight table, the waiter lists, the throttle queue, the memory
  * queue and bounce accounting, the limiter and every read's pending count. Each ring has its
  * own lock, taken inside c->lock or alone, never the other way round; so is the lower tier's
- * (env->lower_has runs under c->lock; lower_get and lower_put with no lock). Replies and fetch
+ * (env->lower_has runs under c->lock; lower_get and lower_put with no lock, and lower_get's
+ * done with none either). Replies and fetch
  * starts happen with no lock held. A read that hits every block never takes c->lock (a pin
  * it drops only reads an atomic count of waiting flights).
  *
@@ -134,6 +143,7 @@ struct flight {
 	bool bounce_charged;    /* claimed a bounce buffer of len bytes, not yet mapped */
 	bool forced;            /* that bounce buffer is over the limit (see mem_take) */
 	bool from_lower;        /* filled by env->lower_get, not fetched from the store */
+	bool lower_free;        /* skipped the limiter: env->lower_has said it holds the block */
 };
 
 /* What a piece holds of its block's bytes. */
@@ -572,12 +582,51 @@ static struct flight *mem_take(struct cache *c)
 
 static void flight_done(void *arg, int err);
 
-/* Fetch into the memory claim() found. No lock held. */
+/* Fetch from the store into the flight's memory. No lock held. A flight that skipped the
+ * limiter because the lower tier said it held the block, which it then did not serve, is
+ * charged now, after the fact: the fetch goes at once (its readers waited for the disk
+ * already) and the debt makes later lagging fetches wait, so the store sees no more than the
+ * rate over time. */
+static void store_fetch(struct flight *f)
+{
+	struct cache *c = f->c;
+	struct rl *rl = c->tier[f->tier].rl;
+	int r;
+
+	if (f->lower_free) {
+		STAT_ADD(c, f->tier, lower_fallbacks, 1);
+		pthread_mutex_lock(&c->lock);
+		rl_charge(rl, f->len, now_ns(c));
+		pthread_mutex_unlock(&c->lock);
+	}
+	STAT_ADD(c, f->tier, fetches, 1);
+	r = c->env.fetch(c->env.arg, f->ctx, f->off, f->len,
+			 f->have_ref ? f->ref.data : f->bounce->data, rl != NULL, flight_done, f);
+	if (r < 0)
+		flight_done(f, r);
+}
+
+/* env->lower_get's answer: the block is in the flight's memory, checked, or it goes to the
+ * store. Any thread, no lock held. */
+static void lower_done(void *arg, int err)
+{
+	struct flight *f = arg;
+
+	if (err) {
+		store_fetch(f);
+		return;
+	}
+	f->from_lower = true;
+	STAT_ADD(f->c, f->tier, lower_hits, 1);
+	flight_done(f, 0);
+}
+
+/* Fetch into the memory claim() found: from the lower tier when there is one, else (or on
+ * its miss) from the store. No lock held. */
 static void flight_fetch(struct flight *f)
 {
 	struct cache *c = f->c;
 	void *dst;
-	int r;
 
 	if (f->have_ref) {
 		dst = f->ref.data;
@@ -592,17 +641,9 @@ static void flight_fetch(struct flight *f)
 	}
 	f->bounce_charged = false; /* the buffer, once mapped, carries the charge */
 	if (c->env.lower_get && !is_part(f->key) &&
-	    c->env.lower_get(c->env.arg, f->key, f->len, dst) == 0) {
-		f->from_lower = true;
-		STAT_ADD(c, f->tier, lower_hits, 1);
-		flight_done(f, 0);
-		return;
-	}
-	STAT_ADD(c, f->tier, fetches, 1);
-	r = c->env.fetch(c->env.arg, f->ctx, f->off, f->len, dst, c->tier[f->tier].rl != NULL,
-			 flight_done, f);
-	if (r < 0)
-		flight_done(f, r);
+	    c->env.lower_get(c->env.arg, f->key, f->len, dst, lower_done, f) == 0)
+		return; /* lower_done goes on, on the lower tier's thread */
+	store_fetch(f);
 }
 
 /* The thread pumping the memory queue now, and whether it should look again: a fetch that
@@ -783,8 +824,9 @@ static struct flight *flight_new(struct cache *c, const struct cache_obj *o, str
 	c->table[b] = f;
 
 	/* a block the lower tier holds costs the store nothing: no limiter */
-	if (!c->tier[tier].rl ||
-	    (c->env.lower_has && !is_part(k) && c->env.lower_has(c->env.arg, k))) {
+	if (c->tier[tier].rl && c->env.lower_has && !is_part(k) && c->env.lower_has(c->env.arg, k))
+		f->lower_free = true;
+	if (!c->tier[tier].rl || f->lower_free) {
 		**go_tail = f;
 		*go_tail = &f->qnext;
 		return f;

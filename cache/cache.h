@@ -110,16 +110,20 @@ struct cache_env {
 	/*
 	 * Optional (NULL: none): a tier below the memory tiers, the disk tier (disk.h). A miss
 	 * asks it before the store, and a block fetched from the store is offered to it.
-	 * lower_get copies block @key (@len bytes) into @dst, checked: @return 0 on a hit, < 0
-	 * on a miss (then @dst may have been written, and the block is fetched from the store).
-	 * It runs synchronously in the thread that starts the flight, with no lock held.
+	 * lower_get starts copying block @key (@len bytes) into @dst, checked, and calls
+	 * done(done_arg, 0) on a hit or done(done_arg, < 0) on a miss, exactly once, later, from
+	 * another thread or the same (as fetch does); on a miss @dst may have been written, and
+	 * the block is fetched from the store. @return 0 if started, or < 0: a miss known at once
+	 * (done is then not called). It is called with no lock held, from whatever thread starts
+	 * the flight (the backend's I/O thread among them), so it must not wait for the disk.
 	 * lower_has answers from an index, without I/O and without blocking: a lagging block it
 	 * holds skips the limiter (it costs the store nothing). It may run with the cache's lock
 	 * held, so it must not call into the cache.
 	 * lower_put offers @len bytes of block @key just fetched from the store (@lagging: by
 	 * the lagging tier); it copies what it keeps and must never block.
 	 */
-	int (*lower_get)(void *arg, struct cache_key key, uint32_t len, void *dst);
+	int (*lower_get)(void *arg, struct cache_key key, uint32_t len, void *dst,
+			 cache_done_fn done, void *done_arg);
 	bool (*lower_has)(void *arg, struct cache_key key);
 	void (*lower_put)(void *arg, struct cache_key key, const void *src, uint32_t len,
 			  bool lagging);
@@ -172,6 +176,9 @@ struct cache_tier_stats {
 	uint64_t mem_waits;       /* fetches that waited for memory (ring slot or bounce room) */
 	uint64_t mem_queued;      /* fetches waiting for memory now */
 	uint64_t lower_hits;      /* misses answered by env->lower_get, not the store */
+	uint64_t lower_fallbacks; /* blocks env->lower_has said it held that lower_get then
+				   * missed (CRC, read error, eviction): fetched from the store,
+				   * and charged to the limiter after the fact */
 	double tokens;            /* limiter tokens now (a tier with a limiter only) */
 	bool limited;             /* the tier has a rate limiter */
 	uint64_t rate;            /* its rate now, bytes/s; 0: unlimited, or the tier is off */

@@ -144,6 +144,11 @@ void rl_set(struct rl *r, uint64_t rate, uint64_t burst, uint64_t ops, uint64_t 
  */
 uint64_t rl_take(struct rl *r, uint64_t bytes, uint64_t now_ns);
 
+/* Charge @bytes and one request now, whatever the buckets hold: a fetch that went ahead
+ * without asking (it skipped the limiter on a promise that did not hold). A debt this leaves
+ * is waited out by later charges, so the long-run rate holds. */
+void rl_charge(struct rl *r, uint64_t bytes, uint64_t now_ns);
+
 /* Current byte tokens (after refilling to @now_ns), for the stats file. */
 double rl_tokens(struct rl *r, uint64_t now_ns);
 

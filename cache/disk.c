@@ -50,7 +50,16 @@
  * and the counters. It is never held for I/O. Readers (disk_get) find a record under the lock,
  * pread it without the lock, and take the lock again to check that the segment's generation
  * did not change meanwhile (a seqlock): a record is never rewritten within a generation, so an
- * unchanged generation means the bytes read are the record's. One writer thread, started by
+ * unchanged generation means the bytes read are the record's. The cache reads through
+ * disk_get_async: a block the index lacks is a miss answered at once; a resident one is queued
+ * (FIFO) for a small pool of reader threads (cfg.readers, 4 by default, started by the first
+ * read for the writer's reason below) that run disk_get and call the cache back. So the
+ * thread that asks, a FUSE worker or the backend's I/O thread (which must never wait for a
+ * disk), only queues, and the blocks of a readahead window are read in parallel (a virtio or
+ * NVMe disk serves several 4 MiB reads at once faster than one after another). The queue is
+ * not bounded: the cache asks for at most its flights, which its memory bounds.
+ * disk_stop_reads lets the readers finish the queue (every callback runs) and stops them, so
+ * the mount can stop them before freeing the cache. One writer thread, started by
  * the first disk_put (so that a tier opened before a fork works in the child), owns all
  * writes: disk_put copies the block into a bounded FIFO (drops when full, never waits) and the
  * writer appends it. The first write error (ENOSPC, EIO, EROFS...) turns writes off for the
@@ -58,8 +67,8 @@
  * record and is served as a miss.
  *
  * Workload: a read of a block the memory tiers lost does one index lookup and one pread of
- * block_size + 64 bytes; each block fetched from the store is written once, in the
- * background. The format is the host's byte order (a cache moved between machines of another
+ * block_size + 64 bytes, on a reader thread; each block fetched from the store is written
+ * once, in the background. The format is the host's byte order (a cache moved between machines of another
  * order reads as another format and is wiped).
  */
 #include <dirent.h>
@@ -84,6 +93,7 @@
 #define REC_ALIGN 4096u     /* records start at page boundaries */
 #define REC_MAGIC 0x42524654u /* "TFRB" */
 #define MIN_SEG 4
+#define DEF_READERS 4
 #define MAX_SEG 64
 
 static const char seg_magic[8] = "TIERFSD";
@@ -136,6 +146,16 @@ struct dseg {
 	struct dslot *table;
 };
 
+/* A read for disk_get_async, waiting for a reader thread. */
+struct rreq {
+	struct rreq *next;
+	struct cache_key key;
+	void *dst;
+	uint32_t len;
+	void (*done)(void *arg, int err);
+	void *arg;
+};
+
 /* A block waiting to be written. */
 struct witem {
 	struct witem *next;
@@ -167,6 +187,11 @@ struct disk {
 	bool held;                 /* disk_hold_writer: the writer waits; d->lock */
 	pthread_t writer;
 	bool started;              /* the writer runs (from the first put); d->lock */
+	struct rreq *rhead, *rtail; /* read queue; d->lock */
+	pthread_cond_t rwake;      /* readers wait for work */
+	uint32_t nreaders;         /* reader threads running; d->lock */
+	bool rstop;                /* disk_stop_reads: finish the queue and exit; d->lock */
+	pthread_t *readers;        /* cfg.readers of them, started by the first async read */
 	struct disk_stats st;      /* counters; d->lock */
 };
 
@@ -653,6 +678,9 @@ int disk_open(const struct disk_cfg *cfg, struct disk **ret)
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->wake, NULL);
 	pthread_cond_init(&d->idle, NULL);
+	pthread_cond_init(&d->rwake, NULL);
+	if (!d->cfg.readers)
+		d->cfg.readers = DEF_READERS;
 	d->writable = true;
 
 	d->seg = calloc(nseg, sizeof(*d->seg));
@@ -711,6 +739,7 @@ void disk_close(struct disk *d)
 {
 	if (!d)
 		return;
+	disk_stop_reads(d);
 	pthread_mutex_lock(&d->lock);
 	bool started = d->started;
 
@@ -731,6 +760,7 @@ void disk_close(struct disk *d)
 		close(d->dirfd);
 	pthread_cond_destroy(&d->wake);
 	pthread_cond_destroy(&d->idle);
+	pthread_cond_destroy(&d->rwake);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
@@ -790,6 +820,108 @@ int disk_get(struct disk *d, struct cache_key key, void *dst, uint32_t len)
 	d->st.bytes_served += len;
 	pthread_mutex_unlock(&d->lock);
 	return 0;
+}
+
+static void *reader_main(void *arg)
+{
+	struct disk *d = arg;
+
+	pthread_mutex_lock(&d->lock);
+	for (;;) {
+		struct rreq *q = d->rhead;
+		int r;
+
+		if (!q) {
+			if (d->rstop)
+				break;
+			pthread_cond_wait(&d->rwake, &d->lock);
+			continue;
+		}
+		d->rhead = q->next;
+		if (!d->rhead)
+			d->rtail = NULL;
+		pthread_mutex_unlock(&d->lock);
+		r = disk_get(d, q->key, q->dst, q->len);
+		q->done(q->arg, r);
+		free(q);
+		pthread_mutex_lock(&d->lock);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+/* Start the readers if none runs yet (d->lock held). @return how many run. */
+static uint32_t start_readers(struct disk *d)
+{
+	if (d->nreaders || d->readers || d->rstop)
+		return d->nreaders;
+	d->readers = calloc(d->cfg.readers, sizeof(*d->readers));
+	for (uint32_t i = 0; d->readers && i < d->cfg.readers; i++) {
+		if (pthread_create(&d->readers[i], NULL, reader_main, d))
+			break; /* fewer readers, still correct */
+		d->nreaders++;
+	}
+	return d->nreaders;
+}
+
+int disk_get_async(struct disk *d, struct cache_key key, void *dst, uint32_t len,
+		   void (*done)(void *arg, int err), void *arg)
+{
+	struct dslot *sl;
+	struct rreq *q;
+	uint32_t si;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->rstop) {
+		pthread_mutex_unlock(&d->lock);
+		return -ESHUTDOWN;
+	}
+	sl = find(d, key, &si);
+	if (!sl || sl->len != len) { /* a miss costs no thread hop */
+		d->st.misses++;
+		pthread_mutex_unlock(&d->lock);
+		return -ENOENT;
+	}
+	/* started here, not in disk_open, for the writer's reason (a fork after open) */
+	if (!start_readers(d)) {
+		pthread_mutex_unlock(&d->lock);
+		return -EAGAIN;
+	}
+	pthread_mutex_unlock(&d->lock);
+	q = malloc(sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	*q = (struct rreq){NULL, key, dst, len, done, arg};
+	pthread_mutex_lock(&d->lock);
+	if (d->rstop) {
+		pthread_mutex_unlock(&d->lock);
+		free(q);
+		return -ESHUTDOWN;
+	}
+	if (d->rtail)
+		d->rtail->next = q;
+	else
+		d->rhead = q;
+	d->rtail = q;
+	pthread_cond_signal(&d->rwake);
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+void disk_stop_reads(struct disk *d)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&d->lock);
+	d->rstop = true;
+	pthread_cond_broadcast(&d->rwake);
+	n = d->nreaders;
+	d->nreaders = 0;
+	pthread_mutex_unlock(&d->lock);
+	for (uint32_t i = 0; i < n; i++)
+		pthread_join(d->readers[i], NULL);
+	free(d->readers);
+	d->readers = NULL;
 }
 
 bool disk_has(struct disk *d, struct cache_key key)

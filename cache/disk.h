@@ -3,8 +3,11 @@
  * again after a restart or a crash, every byte checked by CRC-32C before it is served.
  *
  * It sits behind the memory tiers (cache.c asks it through env->lower_get/_has/_put): a read
- * is a synchronous pread into the caller's buffer; a write is a copy into a bounded queue that
- * one writer thread drains, so a reader never waits for a write. See disk.c for the layout.
+ * is a pread into the caller's buffer, on one of a few reader threads of the tier's own
+ * (disk_get_async), so that no thread of the cache or the backend ever waits for the disk and
+ * a readahead window's blocks are read in parallel; a write is a copy into a bounded queue
+ * that one writer thread drains, so a reader never waits for a write. See disk.c for the
+ * layout.
  */
 #ifndef TIERFS_DISK_H
 #define TIERFS_DISK_H
@@ -20,6 +23,7 @@ struct disk_cfg {
 	uint64_t size;        /* bytes of segment files, at most (disk_size) */
 	uint32_t block_size;  /* the mount's block_size (part of the format: a change wipes) */
 	uint64_t queue_bytes; /* write-behind queue, bytes; 0 = 16 x block_size */
+	uint32_t readers;     /* reader threads for disk_get_async; 0 = 4 */
 	/* One line about a state change (wipe, write errors, ...), no newline. May be NULL.
 	 * Called from any thread, never with a lock of the tier held. */
 	void (*log)(void *arg, const char *msg);
@@ -69,6 +73,22 @@ void disk_close(struct disk *d);
  * -EIO or another -errno of pread (counted in read_errors). @dst is written in every case.
  */
 int disk_get(struct disk *d, struct cache_key key, void *dst, uint32_t len);
+
+/*
+ * Start reading block @key (@len bytes) into @dst on a reader thread, as disk_get, and call
+ * done(arg, disk_get's result) there, exactly once. @dst must stay valid until then. A block
+ * the index does not hold (or holds with another length) is a miss known at once: no thread
+ * hop. @return 0 (started: done will be called), or -ENOENT (not resident), -ESHUTDOWN (after
+ * disk_stop_reads), -EAGAIN (no reader thread could be started) or -ENOMEM; done is then not
+ * called.
+ */
+int disk_get_async(struct disk *d, struct cache_key key, void *dst, uint32_t len,
+		   void (*done)(void *arg, int err), void *arg);
+
+/* Finish the reads queued (their done callbacks run) and stop the reader threads; later
+ * disk_get_async calls return -ESHUTDOWN. Call it before freeing what the callbacks use (the
+ * cache). disk_close calls it too. */
+void disk_stop_reads(struct disk *d);
 
 /* Is @key resident? Index only, no I/O (the bytes are checked when read). */
 bool disk_has(struct disk *d, struct cache_key key);

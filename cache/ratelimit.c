@@ -149,6 +149,15 @@ uint64_t rl_take(struct rl *r, uint64_t bytes, uint64_t now_ns)
 	return 0;
 }
 
+void rl_charge(struct rl *r, uint64_t bytes, uint64_t now_ns)
+{
+	refill(r, now_ns);
+	if (r->rate)
+		r->tokens -= (double)bytes;
+	if (r->ops)
+		r->op_tokens -= 1.0;
+}
+
 double rl_tokens(struct rl *r, uint64_t now_ns)
 {
 	refill(r, now_ns);

@@ -311,6 +311,9 @@ static void stats_text(struct mount *m, struct text *t)
 	disk_line(t, ds, "cache_evictions_total", ds ? ds->rotations : 0);
 	tier_metric(t, &cs, "cache_bounces_total", "counter",
 		    "Fetches answered but not stored: every segment was pinned.", F(bounces));
+	tier_metric(t, &cs, "cache_lower_fallbacks_total", "counter",
+		    "Blocks the disk tier listed but did not serve (CRC, read error): fetched from "
+		    "the store, charged to the limiter.", F(lower_fallbacks));
 	tier_metric(t, &cs, "cache_memory_waits_total", "counter",
 		    "Fetches that waited for memory (a ring slot or bounce room).", F(mem_waits));
 	tier_metric(t, &cs, "cache_memory_queued_fetches", "gauge",

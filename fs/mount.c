@@ -291,6 +291,10 @@ out:
 	 * the answers and the helpers' notifications write to it */
 	if (m.b)
 		backend_stop(m.b);
+	/* disk reads still queued complete (a miss finds the backend stopped) before the cache
+	 * they answer goes */
+	if (m.disk)
+		disk_stop_reads(m.disk);
 	fs_ops_quiesce(&m);
 	if (mounted)
 		fuse_session_unmount(m.se);

@@ -110,13 +110,15 @@ static int env_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_
 	return backend_defer(((struct mount *)arg)->b, delay_ns, cb, cb_arg);
 }
 
-/* The disk tier as the cache's lower tier (cache.c's essay). A disk read runs in the thread
- * that starts the flight: a FUSE worker, or the I/O thread when a completion starts one. */
-static int env_lower_get(void *arg, struct cache_key key, uint32_t len, void *dst)
+/* The disk tier as the cache's lower tier (cache.c's essay). A disk read runs on one of the
+ * tier's reader threads, never in the thread that starts the flight (a FUSE worker, or the
+ * I/O thread when a completion starts one): the I/O thread never waits for the disk. */
+static int env_lower_get(void *arg, struct cache_key key, uint32_t len, void *dst,
+			 cache_done_fn done, void *done_arg)
 {
 	struct mount *m = arg;
 
-	return disk_get(m->disk, key, dst, len);
+	return disk_get_async(m->disk, key, dst, len, done, done_arg);
 }
 
 static bool env_lower_has(void *arg, struct cache_key key)

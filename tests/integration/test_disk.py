@@ -6,14 +6,22 @@ the range GETs that reach the store.
 - A byte flipped in a segment file while unmounted is caught by the CRC: counted in the
   stats, and the read still returns the right bytes (refetched).
 - A second mount on the same cache_dir is refused with a clear message.
+- A byte flipped in a segment file while mounted, after the block left the memory tiers (a
+  tiny hot tier), is caught and the block refetched.
+- A cache_dir of another format version is wiped at mount, with one log line.
 - Faults never fail a read: a read-only cache_dir (the mount runs without a disk tier), a
-  full one (ENOSPC on a small tmpfs: writes turn off), one deleted under the mount.
+  full one (ENOSPC on a small tmpfs: writes turn off), one deleted under the mount, and EIO
+  on reads and on writes. This kernel has no device-mapper (no dm-error or dm-flakey), so
+  EIO comes from an LD_PRELOAD shim (eioshim.c, built next to tierfs) whose control file
+  the test writes while the mount runs.
 
 Each test has its own store and cache directory. Waits poll for a condition with a deadline.
 """
 
 import os
+import struct
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -80,8 +88,13 @@ def range_gets(srv, since):
 
 
 def wait_written(mnt, n):
-    harness.wait_until(lambda: stats(mnt).v("disk_writes_total", "disk") >= n, 20,
-                       f"{n} blocks written to disk")
+    try:
+        harness.wait_until(lambda: stats(mnt).v("disk_writes_total", "disk") >= n, 20,
+                           f"{n} blocks written to disk")
+    except TimeoutError as e:
+        st = stats(mnt)
+        raise TimeoutError(f"{e}: {st.v('disk_writes_total', 'disk'):.0f} written, "
+                           f"{st.v('disk_write_drops_total', 'disk'):.0f} dropped") from None
 
 
 def test_restart_warm_after_clean_unmount(mount, store, tmp_path):
@@ -280,3 +293,186 @@ def test_replay_and_the_tail_on_disk(mount, tmp_path, nginx_factory, disk_laggin
         assert written == 8 and refetched == 0
     else:
         assert written > 8 and refetched == 8
+
+
+# ---- flipped while mounted, another format, EIO ---------------------------------------------
+
+REC_MAGIC = 0x42524654
+SEG_HDR = 4096
+
+
+def rec_size(n):
+    return (64 + n + 4095) // 4096 * 4096
+
+
+def find_record(cache, blk):
+    """(segment path, offset of the record header) of block @blk, the live one: the record of
+    the segment's own generation (the header's), at a record boundary."""
+    for seg in sorted(cache.glob("seg-*.tfs")):
+        data = seg.read_bytes()
+        if len(data) < SEG_HDR:
+            continue
+        gen = struct.unpack_from("<Q", data, 32)[0]
+        off = SEG_HDR
+        while off + 64 <= len(data):
+            magic, n, g, _hi, _lo, b = struct.unpack_from("<IIQQQQ", data, off)
+            if magic != REC_MAGIC or g != gen or not n:
+                break
+            if b == blk:
+                return seg, off
+            off += rec_size(n)
+    return None
+
+
+def flip_byte(path, off):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        c = f.read(1)
+        f.seek(off)
+        f.write(bytes([c[0] ^ 0x01]))
+
+
+def test_flipped_byte_while_mounted_caught_and_refetched(mount, store, tmp_path):
+    """hot_size at its least (8 blocks): block 0 has left memory when the last block is read,
+    and only the disk tier holds it when its byte flips under the mount."""
+    cache = tmp_path / "cache"
+    o = ["block_size=64K", "hot_size=512K", "lagging=off", f"cache_dir={cache}",
+         "disk_size=16M"]
+    m = mount(store.url, o, name="a")
+    assert read_all(m) == DATA
+    harness.wait_until(lambda: "disk=0" in xattr(m.path(REL), "cached"), 20, "block 0 on disk")
+
+    def evicted():
+        """Is block 0 out of memory? If not, read the other blocks again: a reply that pinned
+        every segment of the ring while they were fetched made them bounce, not evict."""
+        if not xattr(m.path(REL), "cached").startswith("hot=0"):
+            return True
+        drop_caches()
+        with open(m.path(REL), "rb") as f:
+            f.seek(8 * B)
+            assert f.read() == DATA[8 * B:]
+        return False
+
+    harness.wait_until(evicted, 20, "block 0 to leave the memory tiers")
+    found = find_record(cache, 0)
+    assert found, "no record of block 0"
+    flip_byte(found[0], found[1] + 64 + 777)
+
+    drop_caches()  # the kernel's copy of the file, so the read reaches tierfs
+    mark = store.log_mark()
+    with open(m.path(REL), "rb") as f:
+        assert f.read(B) == DATA[:B]
+    st = stats(m.mnt)
+    assert st.v("disk_crc_failures_total", "disk") == 1
+    assert st.v("read_errors_total") == 0
+    got = range_gets(store, mark)
+    assert len(got) == 1, got  # block 0, refetched
+
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def test_other_format_version_wiped_with_one_line(mount, store, tmp_path):
+    """A cache_dir whose segment headers say another format version (as another tierfs would
+    write it, the header's CRC right) is wiped at mount with one log line: nothing of it is
+    served, every block comes from the store again, and is written again."""
+    cache = tmp_path / "cache"
+    m = mount(store.url, opts(cache), name="a")
+    assert read_all(m) == DATA
+    wait_written(m.mnt, NBLK)
+    assert m.unmount() is None
+    for seg in cache.glob("seg-*.tfs"):
+        with open(seg, "r+b") as f:
+            h = bytearray(f.read(48))
+            if len(h) < 48:
+                continue
+            struct.pack_into("<I", h, 8, struct.unpack_from("<I", h, 8)[0] + 1)  # version
+            struct.pack_into("<I", h, 44, crc32c(bytes(h[:44])))
+            f.seek(0)
+            f.write(h)
+
+    drop_caches()
+    mark = store.log_mark()
+    m2 = mount(store.url, opts(cache), name="b")
+    lines = [l for l in m2.stderr if "wiped" in l]
+    assert len(lines) == 1, m2.stderr
+    assert "another format version" in lines[0]
+    assert read_all(m2) == DATA
+    st = stats(m2.mnt)
+    assert st.v("disk_recovered_blocks", "disk") == 0
+    assert st.v("disk_crc_failures_total", "disk") == 0
+    assert len(range_gets(store, mark)) == NBLK
+    wait_written(m2.mnt, NBLK)
+
+
+def shim_env(tmp_path, name, ctl):
+    shim = Path(harness.tierfs_bin()).parent / "eioshim.so"
+    assert shim.is_file(), f"{shim}: build it (meson builds it with the tests)"
+    ctl.write_text("")
+    asan = harness.sanitizer_env(tmp_path / f"san-{name}")["ASAN_OPTIONS"]
+    return {"LD_PRELOAD": str(shim), "TIERFS_EIO_CTL": str(ctl),
+            "ASAN_OPTIONS": asan + ":verify_asan_link_order=0"}
+
+
+def test_eio_on_read_never_fails_a_read(mount, store, tmp_path):
+    """Every read of a segment file fails with EIO: each block is dropped from the disk
+    tier, counted, and fetched from the store; the reader sees the right bytes, no error."""
+    cache = tmp_path / "cache"
+    ctl = tmp_path / "eio"
+    m = mount(store.url, opts(cache), name="a")
+    assert read_all(m) == DATA
+    wait_written(m.mnt, NBLK)
+    assert m.unmount() is None
+
+    m2 = mount(store.url, opts(cache), env=shim_env(tmp_path, "b", ctl), name="b")
+    assert stats(m2.mnt).v("disk_recovered_blocks", "disk") == NBLK  # read before the fault
+    ctl.write_text("read")
+    drop_caches()
+    mark = store.log_mark()
+    assert read_all(m2) == DATA
+    st = stats(m2.mnt)
+    assert st.v("disk_read_errors_total", "disk") >= 1
+    assert st.v("cache_hits_total", "disk") == 0
+    assert st.v("read_errors_total") == 0
+    assert len(range_gets(store, mark)) == NBLK
+
+
+def test_eio_on_write_never_fails_a_read(mount, store, tmp_path):
+    """Writes fail with EIO once the first blocks are on disk: writes turn off (counted),
+    reads go on from memory and the store, and the blocks written before are still served
+    from disk after a restart."""
+    cache = tmp_path / "cache"
+    ctl = tmp_path / "eio"
+    m = mount(store.url, opts(cache, "readahead=0"), env=shim_env(tmp_path, "a", ctl),
+              name="a")
+    with open(m.path(REL), "rb") as f:
+        assert f.read(8 * B) == DATA[:8 * B]
+    wait_written(m.mnt, 8)
+    harness.wait_until(lambda: stats(m.mnt).v("disk_queued_bytes", "disk") == 0, 20,
+                       "the queue")
+    w = stats(m.mnt).v("disk_writes_total", "disk")  # 8, or more: the kernel reads ahead
+    assert w < NBLK
+    ctl.write_text("write")
+    assert read_all(m) == DATA
+    harness.wait_until(lambda: stats(m.mnt).v("disk_write_errors_total", "disk") >= 1, 20,
+                       "a write error")
+    drop_caches()
+    assert read_all(m) == DATA
+    st = stats(m.mnt)
+    assert st.v("disk_writable", "disk") == 0
+    assert st.v("disk_writes_total", "disk") == w
+    assert st.v("read_errors_total") == 0
+    assert m.unmount() is None
+
+    drop_caches()
+    mark = store.log_mark()
+    m2 = mount(store.url, opts(cache), name="b")
+    assert read_all(m2) == DATA
+    assert stats(m2.mnt).v("disk_recovered_blocks", "disk") == w
+    assert len(range_gets(store, mark)) == NBLK - w

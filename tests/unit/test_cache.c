@@ -1296,16 +1296,30 @@ static void test_lagging_tier(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The lower tier (env->lower_get / lower_has / lower_put): a fake disk tier of a few blocks
+ * The lower tier (env->lower_get / lower_has / lower_put): a fake disk tier of a few blocks.
+ * lower_get answers at once, from inside the call (L.async false), or later: it records the
+ * read and the test completes it (lower_complete), as the disk tier's reader threads do.
  * ------------------------------------------------------------------------------------------ */
 
 #define LOWER_MAX 8
+
+/* A lower read started and not answered yet (L.async). */
+struct lower_rd {
+	struct cache_key key;
+	uint32_t len;
+	void *dst;
+	cache_done_fn done;
+	void *done_arg;
+};
 
 static struct lower {
 	struct cache_key key[LOWER_MAX]; /* blocks it holds, with the pattern bytes */
 	uint32_t len[LOWER_MAX];
 	size_t n;
 	int get_err;   /* nonzero: a held block fails its check (as a CRC failure) */
+	bool async;    /* reads of held blocks are answered by lower_complete, not at once */
+	struct lower_rd pend[LOWER_MAX]; /* those reads, in order */
+	size_t npend;
 	size_t gets, get_hits, has_calls, puts;
 	struct cache_key put_key; /* the last put */
 	uint32_t put_len;
@@ -1321,19 +1335,43 @@ static int lower_find(struct cache_key k)
 	return -1;
 }
 
-static int l_get(void *arg, struct cache_key k, uint32_t len, void *dst)
+/* Answer a held block's read: the pattern, or L.get_err (then garbage in dst). */
+static void lower_answer(struct cache_key k, uint32_t len, void *dst, cache_done_fn done,
+			 void *done_arg)
+{
+	for (uint32_t b = 0; b < len; b++)
+		((unsigned char *)dst)[b] = L.get_err ? 0xee : pat(k.oid.lo, k.blk * W.bs + b);
+	if (!L.get_err)
+		L.get_hits++;
+	done(done_arg, L.get_err);
+}
+
+static int l_get(void *arg, struct cache_key k, uint32_t len, void *dst, cache_done_fn done,
+		 void *done_arg)
 {
 	int i = lower_find(k);
 
 	L.gets++;
 	if (i < 0 || L.len[i] != len)
-		return -ENOENT;
-	if (L.get_err)
-		return L.get_err;
-	for (uint32_t b = 0; b < len; b++)
-		((unsigned char *)dst)[b] = pat(k.oid.lo, k.blk * W.bs + b);
-	L.get_hits++;
+		return -ENOENT; /* known at once: no callback */
+	if (L.async) {
+		assert_true(L.npend < LOWER_MAX);
+		L.pend[L.npend++] = (struct lower_rd){k, len, dst, done, done_arg};
+		return 0;
+	}
+	lower_answer(k, len, dst, done, done_arg);
 	return 0;
+}
+
+/* Answer the oldest pending lower read (L.async), as a reader thread would. */
+static void lower_complete(void)
+{
+	struct lower_rd q;
+
+	assert_true(L.npend > 0);
+	q = L.pend[0];
+	memmove(&L.pend[0], &L.pend[1], --L.npend * sizeof(L.pend[0]));
+	lower_answer(q.key, q.len, q.dst, q.done, q.done_arg);
 }
 
 static bool l_has(void *arg, struct cache_key k)
@@ -1482,6 +1520,152 @@ static void test_lower_get_fails(void **state)
 	check_ok(&r);
 	assert_int_equal(L.puts, 1);
 	assert_true(L.put_bytes_ok);
+	rep_done(&r);
+	shut(c);
+}
+
+/* A lower read that answers later: nothing is answered nor fetched from the store until it
+ * does, then the read is served from it; a second read of the block meanwhile joins the same
+ * flight (one lower read). */
+static void test_lower_async_hit(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk_lower(&cfg);
+	struct fobj fh;
+	struct cache_obj hot = mkobj(&fh, 331, 3ull * BS, WALL0 - 5);
+	struct rep r = {0}, r2 = {0};
+	struct cache_stats st;
+
+	(void)state;
+	L.async = true;
+	lower_hold(331, 1, BS);
+	assert_false(rd(c, &hot, NULL, BS + 10, 1000, &r));
+	assert_false(rd(c, &hot, NULL, BS + 2000, 10, &r2));
+	assert_int_equal(L.gets, 1);
+	assert_int_equal(L.npend, 1);
+	assert_int_equal(W.attempts, 0);
+	assert_int_equal(r.calls, 0);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 1);
+	lower_complete();
+	check_ok(&r);
+	check_ok(&r2);
+	assert_int_equal(W.attempts, 0);
+	assert_int_equal(L.puts, 0);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].lower_hits, 1);
+	assert_int_equal(st.tier[CACHE_HOT].inflight, 0);
+	assert_int_equal(st.tier[CACHE_HOT].joins, 1);
+	rep_done(&r);
+	rep_done(&r2);
+	shut(c);
+}
+
+/* A sequential reader's readahead window: every block of it the lower tier holds is asked for
+ * before any answers (the disk tier reads them in parallel), and they may answer out of
+ * order. */
+static void test_lower_async_window(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fh;
+	struct cache_obj hot;
+	struct cache_stream s = {0};
+	struct rep r = {0}, r2 = {0};
+
+	(void)state;
+	cfg.readahead = 4;
+	c = mk_lower(&cfg);
+	hot = mkobj(&fh, 341, 8ull * BS, WALL0 - 5);
+	L.async = true;
+	for (uint64_t b = 0; b < 6; b++)
+		lower_hold(341, b, BS);
+	assert_false(rd(c, &hot, &s, 0, BS, &r));
+	assert_false(rd(c, &hot, &s, BS, BS, &r2)); /* sequential: the window opens */
+	assert_true(L.npend >= 4);
+	assert_int_equal(W.attempts, 0);
+	/* answer the newest first */
+	while (L.npend) {
+		struct lower_rd q = L.pend[--L.npend];
+
+		lower_answer(q.key, q.len, q.dst, q.done, q.done_arg);
+	}
+	check_ok(&r);
+	check_ok(&r2);
+	assert_int_equal(W.attempts, 0);
+	rep_done(&r);
+	rep_done(&r2);
+	shut(c);
+}
+
+/* A lagging block the lower tier said it held skips the limiter; when its read fails later (a
+ * CRC failure), the block is fetched from the store at once, charged to the limiter after the
+ * fact and counted, and the refetched bytes are offered again. */
+static void test_lower_async_fails_later(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fl;
+	struct cache_obj old;
+	struct rep r = {0};
+	struct cache_stats st;
+
+	(void)state;
+	cfg.lagging_rate = MIB;
+	cfg.lagging_burst = 4ull * BS;
+	c = mk_lower(&cfg);
+	old = mkobj(&fl, 351, 2ull * BS, OLD);
+	L.async = true;
+	L.get_err = -EBADMSG;
+	lower_hold(351, 0, BS);
+	assert_false(rd(c, &old, NULL, 0, BS, &r));
+	assert_int_equal(L.npend, 1);
+	assert_int_equal(W.nf, 0);
+	st = stats(c);
+	assert_true(st.tier[CACHE_LAG].tokens == 4.0 * BS); /* not charged yet */
+	lower_complete();
+	assert_int_equal(W.nf, 1); /* at once: no timer */
+	assert_int_equal(W.tpending, 0);
+	assert_true(W.f[0].lagging);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_LAG].lower_fallbacks, 1);
+	assert_int_equal(st.tier[CACHE_LAG].lower_hits, 0);
+	assert_int_equal(st.tier[CACHE_LAG].fetches, 1);
+	assert_true(st.tier[CACHE_LAG].tokens == 3.0 * BS); /* charged */
+	assert_int_equal(r.calls, 0);
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(L.puts, 1);
+	assert_true(L.put_bytes_ok);
+	rep_done(&r);
+	shut(c);
+}
+
+/* A read cancelled while its block's lower read is under way: the read is answered -EINTR at
+ * once; the lower read completes later into the ring, and the next read is a memory hit. */
+static void test_lower_async_cancel(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk_lower(&cfg);
+	struct fobj fh;
+	struct cache_obj hot = mkobj(&fh, 361, 2ull * BS, WALL0 - 5);
+	struct rep r = {0};
+	uint64_t t;
+
+	(void)state;
+	L.async = true;
+	lower_hold(361, 0, BS);
+	t = cache_ticket(c);
+	rep_init(&r, &hot, 0, 100);
+	cache_read(c, &hot, NULL, 0, 100, t, on_reply, &r);
+	assert_int_equal(L.npend, 1);
+	cache_cancel(c, t);
+	check_err(&r, -EINTR);
+	lower_complete();
+	assert_true(rd(c, &hot, NULL, 0, 100, &r));
+	check_ok(&r);
+	assert_int_equal(L.gets, 1);
+	assert_int_equal(W.attempts, 0);
 	rep_done(&r);
 	shut(c);
 }
@@ -3647,6 +3831,10 @@ int main(void)
 	    cmocka_unit_test(test_lower_hit),
 	    cmocka_unit_test(test_lower_miss_puts),
 	    cmocka_unit_test(test_lower_get_fails),
+	    cmocka_unit_test(test_lower_async_hit),
+	    cmocka_unit_test(test_lower_async_window),
+	    cmocka_unit_test(test_lower_async_fails_later),
+	    cmocka_unit_test(test_lower_async_cancel),
 	    cmocka_unit_test(test_residency_text),
 	    cmocka_unit_test(test_residency_text_bound),
 	    cmocka_unit_test(test_throttle),

@@ -2,7 +2,8 @@
  * test_disk.c - cache/disk.c in a fresh directory under /tmp: round trip, restart, torn and
  * flipped records caught, a cache of another format or block_size wiped, rotation evicting the
  * oldest segment whole, a full queue dropping instead of blocking, a write error turning
- * writes off while reads go on, and a second tier on the same directory refused.
+ * writes off while reads go on, a second tier on the same directory refused, and reads on the
+ * tier's reader threads (disk_get_async).
  *
  * The writer thread is real; tests wait for it with disk_flush, never with a sleep.
  */
@@ -13,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,6 +254,110 @@ static void flipped_byte_caught(void **state)
 	disk_close(d);
 }
 
+/* disk_get_async: what its callbacks saw, for the test thread to wait on. */
+static struct areads {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done;          /* callbacks run */
+	int err[16];       /* their results, by request */
+	bool other_thread; /* every callback ran on a thread other than the test's */
+	pthread_t test;
+} A = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static void a_done(void *arg, int err)
+{
+	pthread_mutex_lock(&A.lock);
+	A.err[(intptr_t)arg] = err;
+	if (pthread_equal(pthread_self(), A.test))
+		A.other_thread = false;
+	A.done++;
+	pthread_cond_broadcast(&A.cond);
+	pthread_mutex_unlock(&A.lock);
+}
+
+/* Wait (condition variable, 10 s deadline) until @n callbacks ran. */
+static void a_wait(int n)
+{
+	struct timespec dl;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 10;
+	pthread_mutex_lock(&A.lock);
+	while (A.done < n)
+		if (pthread_cond_timedwait(&A.cond, &A.lock, &dl))
+			break;
+	pthread_mutex_unlock(&A.lock);
+	assert_int_equal(A.done, n);
+}
+
+static void a_reset(void)
+{
+	A.done = 0;
+	A.other_thread = true;
+	A.test = pthread_self();
+	memset(A.err, 0x7f, sizeof(A.err));
+}
+
+/* Asynchronous reads: a resident block is read on a reader thread and checked there (a hit,
+ * or -EBADMSG for a flipped byte, counted and dropped); a block not in the index is a miss
+ * answered at once, with no callback; many reads queued at once all complete; after
+ * disk_stop_reads nothing starts. */
+static void async_reads(void **state)
+{
+	struct disk *d = open_sized(4u << 20, BS);
+	static unsigned char want[BS], got[12][BS];
+	struct disk_stats st;
+
+	a_reset();
+	for (uint64_t b = 0; b < 12; b++)
+		put_block(d, b, BS);
+	disk_flush(d);
+	assert_int_equal(disk_get_async(d, key(99), got[0], BS, a_done, (void *)0), -ENOENT);
+	assert_int_equal(disk_get_async(d, key(1), got[0], 1000, a_done, (void *)0), -ENOENT);
+	flip(0, REC1 + 64 + 7); /* block 1's data */
+	for (intptr_t b = 0; b < 12; b++)
+		assert_int_equal(disk_get_async(d, key((uint64_t)b), got[b], BS, a_done, (void *)b),
+				 0);
+	a_wait(12);
+	assert_true(A.other_thread);
+	assert_int_equal(A.err[1], -EBADMSG);
+	for (uint64_t b = 0; b < 12; b++) {
+		if (b == 1)
+			continue;
+		assert_int_equal(A.err[b], 0);
+		fill(want, BS, b);
+		assert_memory_equal(got[b], want, BS);
+	}
+	disk_get_stats(d, &st);
+	assert_int_equal(st.hits, 11);
+	assert_int_equal(st.crc_failures, 1);
+	assert_false(disk_has(d, key(1)));
+
+	disk_stop_reads(d);
+	assert_int_equal(disk_get_async(d, key(0), got[0], BS, a_done, (void *)0), -ESHUTDOWN);
+	assert_int_equal(A.done, 12);
+	disk_close(d);
+}
+
+/* Reads queued when the readers stop are finished, not dropped: every callback runs once. */
+static void async_stop_finishes(void **state)
+{
+	struct disk *d = open_sized(4u << 20, BS);
+	static unsigned char got[8][BS];
+
+	a_reset();
+	for (uint64_t b = 0; b < 8; b++)
+		put_block(d, b, BS);
+	disk_flush(d);
+	for (intptr_t b = 0; b < 8; b++)
+		assert_int_equal(disk_get_async(d, key((uint64_t)b), got[b], BS, a_done, (void *)b),
+				 0);
+	disk_close(d); /* stops the readers first */
+	assert_int_equal(A.done, 8);
+	for (int b = 0; b < 8; b++)
+		assert_int_equal(A.err[b], 0);
+}
+
 static void other_block_size_wiped(void **state)
 {
 	struct disk *d = open_dir();
@@ -441,6 +547,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(restart_keeps_blocks, setup, teardown),
 		cmocka_unit_test_setup_teardown(torn_write_dropped, setup, teardown),
 		cmocka_unit_test_setup_teardown(flipped_byte_caught, setup, teardown),
+		cmocka_unit_test_setup_teardown(async_reads, setup, teardown),
+		cmocka_unit_test_setup_teardown(async_stop_finishes, setup, teardown),
 		cmocka_unit_test_setup_teardown(other_block_size_wiped, setup, teardown),
 		cmocka_unit_test_setup_teardown(other_format_wiped, setup, teardown),
 		cmocka_unit_test_setup_teardown(rotation_evicts_oldest_segment, setup, teardown),
