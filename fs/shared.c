@@ -18,7 +18,8 @@
  * "rejected" and the block comes from the store (and the right value is written over it).
  * Redis is asked only from the I/O thread (backend/shared.c): the FUSE worker that misses has
  * already returned, and a Redis that is slow costs a read at most shared_timeout before the
- * store is asked. When the store answers, a hot block is offered to Redis; a lagging one only
+ * store is asked (default 50 ms: see the option's comment in opts.c). SETs go on their own
+ * connection (backend/shared.c), so a GET never waits for a SET's bytes. When the store answers, a hot block is offered to Redis; a lagging one only
  * with shared_fill_lagging, because a replay reads every old block once and would wash out the
  * blocks the fleet's tail readers share (and the fleet budget exists so that replays do not
  * cost the store much: their blocks are not worth Redis memory by default).
