@@ -878,7 +878,7 @@ static void shutdown_all(struct io *io)
 	} while (stopping);
 }
 
-#define POLLER_FDS 16
+#define POLLER_FDS 32 /* shared.c: two connections for each of up to 16 Redis servers */
 
 static void *loop(void *arg)
 {

@@ -49,6 +49,11 @@ Scenarios (interleaved runs A B C A B C ..., medians and min-max):
     a large cache at mount (filled by bench/diskfill through disk.c), mount to first answer;
     a warm restart (clean unmount, page cache dropped): bytes fetched from the store and time
     to re-read the working set, tierfs vs s3fs (use_cache) and rclone (--vfs-cache-mode full)
+ 12 a fleet on one Redis (--only shared): 1, 2 and 3 mounts read the same new objects at once,
+    each from its own share of them, with and without shared=: bytes at the server per byte of
+    the objects, and the p99 of the readers' 1 MiB reads (worst mount)
+ 13 fleet_lagging_rate over 3 mounts replaying old objects: the slope of bytes at the server
+    over the fetches' start times, from 1 s after the first, against the rate
 
 Everything started here is recorded in RUN/state (mounts, pids) so that scripts/bench's trap
 can clean up even if this process is killed; this process cleans up itself on any exit.
@@ -572,6 +577,10 @@ class Bench:
             "disk_runs": 3 if q else 5,  # disk hit / local file pairs
             "disk_recover_size": 2 * GiB if q else 10 * GiB,  # records filled for recovery
             "disk_recover_runs": 3,
+            "shared_runs": 1 if q else 3,
+            "shared_timeout": "",  # "": tierfs's default
+            "fleet_rate": "30M",
+            "fleet_seconds": 6 if q else 15,
         }
         for kv in args.set:
             k, v = kv.split("=", 1)
@@ -1087,6 +1096,151 @@ class Bench:
         return {"rate": est, "accuracy": est / rate, "slope": slope,
                 "slope_accuracy": slope / rate, "requests": len(inwin), "window": tl,
                 "bytes": bl, "burst": burst, "total_bytes": sum(q[4] for q in reqs)}
+
+    # -- scenarios 12-13: the shared tier and the fleet budget -------------------------------
+
+    def redis_start(self, name):
+        """A redis-server as README says a fleet runs it (no persistence, allkeys-lru), on a
+        free port; @return (process, port)."""
+        d = self.run_dir / name
+        d.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            port = free_port()
+            out = open(d / "redis.log", "ab")
+            proc = subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--maxmemory", "1gb", "--maxmemory-policy", "allkeys-lru",
+                 "--dir", str(d)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                start_new_session=True)
+            out.close()
+            STATE.add_proc(proc)
+            try:
+                wait_until(lambda: proc.poll() is not None or port_open(port), 20,
+                           "redis-server")
+                if proc.poll() is None:
+                    return proc, port
+            except TimeoutError:
+                pass
+            stop_proc(proc)
+        raise RuntimeError("redis-server did not start: "
+                           + (d / "redis.log").read_text(errors="replace")[-1000:])
+
+    @staticmethod
+    def stat_sum(st, name):
+        return sum(v for k, v in st.items() if k.split("{")[0] == f"tierfs_{name}")
+
+    def fleet_mounts(self, n, opts, tag):
+        ms = []
+        try:
+            for i in range(n):
+                ms.append(Tierfs("tierfs", self.mnt(f"tierfs-{tag}{i}"), self.http_url, opts,
+                                 self.run_dir / f"tierfs-{tag}{i}.log").start())
+        except BaseException:
+            for m in ms:
+                self.close_mount(m, "failed")
+            raise
+        return ms
+
+    def scen_shared(self):
+        p = self.p
+        hot = sorted(r for r in self.files if r.startswith("hot/"))
+        old = sorted(r for r in self.files if r.startswith("old/"))
+        total = sum(self.files[r] for r in hot)
+        more = {"shared_timeout": p["shared_timeout"]} if p["shared_timeout"] else {}
+        self.rewarm(hot + old[:3])
+        res = {"fetch": {}, "fleet": [], "hot_bytes": total}
+        for run_i in range(p["shared_runs"]):
+            for n in (1, 2, 3):
+                for shared in (False, True):
+                    key = f"{n} {'shared' if shared else 'alone'}"
+                    proc = None
+                    opts = {"block_size": "4M", "hot_size": "512M", "hot_ttl": "100000000"}
+                    if shared:
+                        proc, port = self.redis_start(f"redis-{run_i}-{n}")
+                        opts.update(shared=f"redis://127.0.0.1:{port}", **more)
+                    ms = []
+                    try:
+                        ms = self.fleet_mounts(n, opts, "fleet")
+                        for m in ms:
+                            wait_until(lambda: all(m.path(r).exists() for r in hot), 30,
+                                       "the new objects")
+                        mark = self.nginx.mark()
+                        # each mount starts at its own share, as brokers tailing different
+                        # partitions of the same objects
+                        cmds = [[str(PREADER), "seq"] + [str(m.path(r)) for r in
+                                                          hot[i * len(hot) // n:] +
+                                                          hot[:i * len(hot) // n]]
+                                for i, m in enumerate(ms)]
+                        rds = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True)
+                               for c in cmds]
+                        outs = [json.loads(r.communicate(timeout=600)[0].strip()
+                                           .splitlines()[-1]) for r in rds]
+                        sts = [m.stats() for m in ms]
+                    finally:
+                        for m in ms:
+                            self.close_mount(m, "scenario 12")
+                        if proc:
+                            stop_proc(proc)
+                    time.sleep(0.3)  # nginx logs a request when it ends
+                    at = self.nginx.bytes_for(mark, lambda u: u.startswith("/hot/"),
+                                              self.nginx.json_port)
+                    e = {"server_per_byte": at / total,
+                         "p99_ms": max(o["lat_us"]["p99"] for o in outs) / 1e3,
+                         "p50_ms": statistics.median(o["lat_us"]["p50"] for o in outs) / 1e3,
+                         "hits": sum(self.stat_sum(st, "shared_hits_total") for st in sts),
+                         "timeouts": sum(self.stat_sum(st, "shared_timeouts_total")
+                                         for st in sts),
+                         "shared_stats": [{k: v for k, v in st.items() if "shared" in k}
+                                          for st in sts] if shared else None}
+                    res["fetch"].setdefault(key, []).append(e)
+                    log(f"shared {key} run {run_i + 1}: server bytes {e['server_per_byte']:.2f}x "
+                        f"the objects, read p99 {e['p99_ms']:.1f} ms, hits {e['hits']:.0f}, "
+                        f"timeouts {e['timeouts']:.0f}")
+            # 11: the fleet budget
+            proc, port = self.redis_start(f"redis-{run_i}-rate")
+            rate = parse_size(p["fleet_rate"])
+            opts = {"hot_size": "256M", "lagging_rate": "0", "shared": f"redis://127.0.0.1:{port}",
+                    "fleet_lagging_rate": p["fleet_rate"], **more}
+            ms = []
+            try:
+                ms = self.fleet_mounts(3, opts, "fleet-rate")
+                paths = [m.path(old[i % len(old)]) for i, m in enumerate(ms)]
+                wait_until(lambda: all(x.exists() for x in paths), 30, "old objects")
+                mark = self.nginx.mark()
+                rds = [subprocess.Popen([str(PREADER), "seq", "--threads", "4", "--duration",
+                                         str(p["fleet_seconds"]), str(x)],
+                                        stdout=subprocess.PIPE, text=True) for x in paths]
+                for r in rds:
+                    r.communicate(timeout=p["fleet_seconds"] + 120)
+                sts = [m.stats() for m in ms]
+            finally:
+                for m in ms:
+                    self.close_mount(m, "scenario 13")
+                stop_proc(proc)
+            time.sleep(0.3)
+            reqs = sorted((q for q in self.nginx.requests(mark) if q[5] == "GET" and
+                           q[6].startswith("/old/") and q[2] == self.nginx.json_port),
+                          key=lambda q: q[0])
+            t0 = reqs[0][0] + 1.0
+            t1 = reqs[0][0] + p["fleet_seconds"] - 0.5
+            pts, cum = [], 0
+            for q in reqs:
+                if t0 <= q[0] <= t1:
+                    cum += q[4]
+                    pts.append((q[0], cum))
+            mx = sum(x for x, _ in pts) / len(pts)
+            my = sum(y for _, y in pts) / len(pts)
+            slope = (sum((x - mx) * (y - my) for x, y in pts) /
+                     sum((x - mx) ** 2 for x, _ in pts))
+            e = {"rate": slope, "accuracy": slope / rate, "window": t1 - t0,
+                 "calls": sum(self.stat_sum(st, "fleet_calls_total") for st in sts),
+                 "grants": [self.stat_sum(st, "fleet_grants_total") for st in sts]}
+            res["fleet"].append(e)
+            log(f"fleet rate {p['fleet_rate']} run {run_i + 1}: {slope / MiB:.2f} MiB/s = "
+                f"{e['accuracy']:.3f}x over {e['window']:.1f} s, calls {e['calls']:.0f}, "
+                f"grants {e['grants']}")
+        self.raw["runs"]["shared"] = res
+        return res
 
     # -- scenario 9 -------------------------------------------------------------------------
 
@@ -2246,6 +2400,41 @@ def disk_report(b, cols):
     return rows, targets
 
 
+def shared_report(b, cols):
+    """Rows and targets of scenarios 12 and 13 (none if they did not run)."""
+    rows, targets = [], []
+    r = b.raw["runs"].get("shared")
+    if not r:
+        return rows, targets
+    f = r["fetch"]
+
+    def one(key):
+        runs = f.get(key) or []
+        return (cell([e["server_per_byte"] for e in runs], "x"),
+                cell([e["p99_ms"] for e in runs], " ms"),
+                median([e["timeouts"] for e in runs]))
+
+    for n in (1, 2, 3):
+        (ax, ap, _), (sx, sp, st) = one(f"{n} alone"), one(f"{n} shared")
+        spb = median([e["server_per_byte"] for e in f.get(f"{n} shared") or []])
+        rows.append((f"12. fleet: {n} mount{'s' if n > 1 else ''} read the same "
+                     f"{r['hot_bytes'] // MiB} MiB of new objects at once: bytes at the server "
+                     f"per byte of the objects; p99 of 1 MiB reads; alone / shared",
+                     f"{ax}; {ap} / {sx}; {sp} ({fmt_num(st)} Redis timeouts)",
+                     {k: ("n/a", None) for k in cols}, "shared <= 1.1x", spb is not None
+                     and spb <= 1.1))
+        targets.append((f"fleet of {n}, shared: server bytes / object bytes", spb, 1.1, "max"))
+    acc = [e["accuracy"] for e in r["fleet"]]
+    a = median(acc)
+    rows.append((f"13. fleet_lagging_rate={b.p['fleet_rate']} over 3 replaying mounts: bytes/s "
+                 f"at the server / the rate (slope past the first second); Redis calls",
+                 f"{cell(acc)}; {fmt_num(median([e['calls'] for e in r['fleet']]))} calls",
+                 {k: ("n/a", None) for k in cols}, "0.95-1.05",
+                 a is not None and 0.95 <= a <= 1.05))
+    targets.append(("fleet lagging rate accuracy", a, (0.95, 1.05), "band"))
+    return rows, targets
+
+
 def write_results(b, cols, rows, targets, machine, elapsed):
     out = b.out
     out.mkdir(parents=True, exist_ok=True)
@@ -2448,7 +2637,7 @@ def main():
     ap.add_argument("--runs", type=int, default=0)
     ap.add_argument("--only", default="",
                     help="comma list of scenarios: seq,multi,iso,rate,mem,broker,meta,lagrand,"
-                    "disk")
+                    "disk,shared")
     ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                     help="override a parameter (see Bench.p), e.g. --set iso_seconds=30")
     ap.add_argument("--chart-only", action="store_true",
@@ -2493,6 +2682,8 @@ def main():
             b.scen_lagrand()
         if not only or "disk" in only:
             b.scen_disk()
+        if not only or "shared" in only:
+            b.scen_shared()
     finally:
         cleanup()
     if only:
@@ -2514,15 +2705,20 @@ def main():
             peers = "; ".join(f"{k} {v}" for k, (v, _) in cells.items() if v != "n/a")
             print(f"| {name} | {tcell} | {peers or '-'} | {target} | "
                   f"{'met' if met else 'MISSED' if met is not None else ''} |")
-        bt += mt + lt + dt
+        sr, st = shared_report(b, [])
+        for name, tcell, _, target, met in sr:  # scenarios 12-13's rows
+            print(f"| {name} | {tcell} | {target} | {'met' if met else 'MISSED'} |")
+        bt += mt + lt + dt + st
         for n in b.notes:
             print(f"note: {n}")
         for name, v, lim, kind in bt:
-            print(f"| {name} | {fmt_num(v)} | {kind} {fmt_num(lim)} | "
+            print(f"| {name} | {fmt_num(v)} | {kind} {lim if kind == 'band' else fmt_num(lim)} | "
                   f"{'met' if lim is not None and target_ok(v, lim, kind) else 'MISSED'} |")
         return 0
     elapsed = time.monotonic() - t0
     cols, rows, targets = build_report(b, seq, multi, iso, rate)
+    sr, st = shared_report(b, cols)
+    rows, targets = rows + sr, targets + st
     text = write_results(b, cols, rows, targets, b.machine(), elapsed)
     draw_chart(b, targets, seq)
     print()

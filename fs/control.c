@@ -214,7 +214,8 @@ static void shared_text(struct mount *m, struct text *t)
 	shared_metric(t, "fleet_grants_total", "counter", "Fleet budget chunks granted.",
 		      s.fleet_grants);
 	shared_metric(t, "fleet_waits_total", "counter",
-		      "Fleet budget calls told to wait: the fleet is at its rate.", s.fleet_waits);
+		      "Fleet budget calls told to wait (a chunk lent ahead, or refused): the "
+		      "fleet is at its rate.", s.fleet_waits);
 	shared_metric(t, "fleet_errors_total", "counter", "Fleet budget calls that failed.",
 		      s.fleet_errors);
 	shared_metric(t, "fleet_queued_fetches_total", "counter",

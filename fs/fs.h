@@ -55,7 +55,7 @@ struct fs_opts {
 	uint64_t dir_mode;    /* permission bits of directories, 0..0777; default 0755 */
 
 	char *shared;         /* redis://HOST:PORT[,HOST:PORT...]: the shared tier; NULL = none */
-	uint64_t shared_timeout; /* milliseconds a Redis call may take; default 10 */
+	uint64_t shared_timeout; /* milliseconds a Redis call may take; default 50 */
 	char *shared_prefix;  /* prefix of every key, one per fleet; default "tierfs:" */
 	char *shared_password_file; /* AUTH password's file (or TIERFS_SHARED_PASSWORD) */
 	bool shared_fill_lagging; /* lagging fetches fill the shared tier too; default off */

@@ -214,8 +214,14 @@ static const struct opt opt_table[] = {
 	 .check = CHECK_REDIS_URL, .meta = "URL",
 	 .help = "redis://HOST:PORT[\\,HOST:PORT...]: shared tier"},
 	{.name = "shared_timeout", .kind = OPT_COUNT, .group = GROUP_SHARED,
-	 .off = OFF(shared_timeout), .min = 1, .max = 10000, .def = 10, .meta = "MS",
-	 .help = "ms a Redis call may take, then the store"},
+	 .off = OFF(shared_timeout), .min = 1, .max = 10000, .def = 50, .meta = "MS",
+	 /* bench/shared_latency.py on the loaded 2-core test VM: a 4 MiB block's GET took
+	  * 3 ms (p50) alone and 9 ms beside a stream of SETs, with a long tail (p90 12 and
+	  * 70-120 ms): 10 ms sent a loaded mount's reads to the store often, which costs more
+	  * than waiting (an S3 GET of a block: tens of ms). A hung Redis costs a read at most
+	  * this, about 3 times a second per server (then it is left alone for a second). */
+	 .help = "ms for Redis, then the store",
+	 .def_help = "50: loaded 4M GETs"},
 	{.name = "shared_prefix", .kind = OPT_STRING, .group = GROUP_SHARED,
 	 .off = OFF(shared_prefix), .def_str = "tierfs:", .check = CHECK_PREFIX,
 	 .meta = "TEXT", .help = "prefix of the fleet's Redis keys"},

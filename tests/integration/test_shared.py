@@ -36,9 +36,10 @@ PREFIX = "t:"
 
 
 class Redis:
-    def __init__(self, workdir, port=None):
+    def __init__(self, workdir, port=None, password=None):
         self.dir = workdir
         self.port = port
+        self.password = password  # redis-server --requirepass, and what cmd() sends
         self.proc = None
 
     def start(self):
@@ -50,7 +51,8 @@ class Redis:
             self.proc = subprocess.Popen(
                 ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--maxmemory", "512mb",
-                 "--maxmemory-policy", "allkeys-lru", "--dir", str(self.dir)],
+                 "--maxmemory-policy", "allkeys-lru", "--dir", str(self.dir),
+                 *(["--requirepass", self.password] if self.password else [])],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
             log.close()
             try:
@@ -76,12 +78,17 @@ class Redis:
 
     def cmd(self, *args):
         with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
-            out = b"*%d\r\n" % len(args)
-            for a in args:
-                a = a if isinstance(a, bytes) else str(a).encode()
-                out += b"$%d\r\n%s\r\n" % (len(a), a)
+            cmds = ([("AUTH", self.password)] if self.password else []) + [args]
+            out = b""
+            for c in cmds:
+                out += b"*%d\r\n" % len(c)
+                for a in c:
+                    a = a if isinstance(a, bytes) else str(a).encode()
+                    out += b"$%d\r\n%s\r\n" % (len(a), a)
             s.sendall(out)
-            return _read_reply(s.makefile("rb"))
+            f = s.makefile("rb")
+            replies = [_read_reply(f) for _ in cmds]
+            return replies[-1]
 
 
 def _read_reply(f):
@@ -108,8 +115,8 @@ def _read_reply(f):
 def redis(tmp_path):
     started = []
 
-    def start(port=None):
-        r = Redis(tmp_path / f"redis{len(started)}", port)
+    def start(port=None, password=None):
+        r = Redis(tmp_path / f"redis{len(started)}", port, password)
         started.append(r)
         return r.start()
 

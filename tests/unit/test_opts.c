@@ -1039,7 +1039,7 @@ static void test_format(void **state)
 		 "lagging_rate=52428800\n"
 		 "lagging_burst=0\n"
 		 "lagging_ops=0\n"
-		 "shared_timeout=10\n"
+		 "shared_timeout=50\n"
 		 "shared_prefix=tierfs:\n"
 		 "shared_fill_lagging=off\n"
 		 "fleet_lagging_rate=0\n"
