@@ -1723,6 +1723,8 @@ class Bench:
             left = px.stop()
             if left:
                 log(f"faultproxy threads did not stop: {left}")
+        return res
+
     # -- scenario disk: the disk tier ---------------------------------------------------------
 
     def scen_disk(self):
