@@ -13,6 +13,12 @@
  * The tiers are a list, c->tier[] (struct tier: name, ring, size, TTL, limiter, admission
  * rule), walked in order for lookups; adding one means adding its entry in tiers_of().
  *
+ * A random read of a lagging object (one that does not continue its stream) fetches parts of
+ * blocks instead: for each block it touches, the 64 KiB-aligned range around what it reads, up
+ * to 256 KiB, stored in the lagging ring under a key of its own (see part_of). A piece then
+ * carries the offset its bytes start at in the block; everything else (single-flight, pins,
+ * cancel, the limiter's charge) works per part as it does per block.
+ *
  * A flight is one fetch of one block. It reserves its bytes in the ring of the tier chosen by
  * the object's age (cache_route; ring_reserve pins them; readers cannot see them until commit) and the
  * fetcher writes straight into them, so a block is copied once from the network into the ring
