@@ -699,7 +699,9 @@ int disk_open(const struct disk_cfg *cfg, struct disk **ret)
 		r = -errno;
 		goto fail;
 	}
-	d->lockfd = openat(d->dirfd, "tierfs.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	/* never through a link another user planted in the directory */
+	d->lockfd = openat(d->dirfd, "tierfs.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+			   0600);
 	if (d->lockfd < 0) {
 		r = -errno;
 		goto fail;
@@ -712,7 +714,8 @@ int disk_open(const struct disk_cfg *cfg, struct disk **ret)
 		char name[32];
 
 		seg_name(i, name);
-		d->seg[i].fd = openat(d->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		d->seg[i].fd =
+		    openat(d->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (d->seg[i].fd < 0) {
 			r = -errno;
 			goto fail;

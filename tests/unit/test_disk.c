@@ -540,10 +540,34 @@ static void recovery_time(void **state)
 	disk_close(d);
 }
 
+/* A segment file name that is a link (planted by another user in a shared directory) is never
+ * followed: the open fails, and what the link points at is untouched. */
+static void links_not_followed(void **state)
+{
+	struct disk_cfg cfg = {.dir = dir, .size = 64u << 20, .block_size = BS, .log = log_cb};
+	char victim[128], link[128];
+	struct disk *d = NULL;
+	struct stat st;
+	FILE *f;
+
+	snprintf(victim, sizeof(victim), "%s/victim", dir);
+	snprintf(link, sizeof(link), "%s/seg-0000.tfs", dir);
+	f = fopen(victim, "w");
+	assert_non_null(f);
+	fputs("precious", f);
+	fclose(f);
+	assert_int_equal(symlink(victim, link), 0);
+	assert_true(disk_open(&cfg, &d) < 0);
+	assert_null(d);
+	assert_int_equal(stat(victim, &st), 0);
+	assert_int_equal(st.st_size, 8);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(links_not_followed, setup, teardown),
 		cmocka_unit_test_setup_teardown(restart_keeps_blocks, setup, teardown),
 		cmocka_unit_test_setup_teardown(torn_write_dropped, setup, teardown),
 		cmocka_unit_test_setup_teardown(flipped_byte_caught, setup, teardown),
