@@ -43,6 +43,7 @@ struct disk_stats {
 	uint64_t write_drops;      /* disk_put calls dropped: queue full, or writes off */
 	uint64_t crc_failures;     /* records whose CRC or header did not match: dropped */
 	uint64_t read_errors;      /* preads that failed (EIO...): served as misses */
+	uint64_t direct_reads;     /* hits read with O_DIRECT (bypassing the page cache) */
 	uint64_t rotations;        /* segments reused (everything in them evicted) */
 	uint64_t recovered_blocks; /* records found by the scan at disk_open */
 	uint64_t recovery_ms;      /* how long that scan took */

@@ -289,6 +289,9 @@ static void stats_text(struct mount *m, struct text *t)
 	disk_metric(t, ds, "disk_read_errors_total", "counter",
 		    "Disk reads that failed (EIO...): served from the store.",
 		    ds ? ds->read_errors : 0);
+	disk_metric(t, ds, "disk_direct_reads_total", "counter",
+		    "Disk hits read with O_DIRECT, past the page cache (the rest: buffered).",
+		    ds ? ds->direct_reads : 0);
 	disk_metric(t, ds, "disk_recovered_blocks", "gauge",
 		    "Blocks the disk tier found by its scan at mount.",
 		    ds ? ds->recovered_blocks : 0);
