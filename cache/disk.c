@@ -69,8 +69,9 @@
  * Reads bypass the page cache where the file system allows (O_DIRECT; not tmpfs): each reader
  * thread reads whole records (page aligned, padded to a page) into its own aligned buffer of
  * block_size + 4 KiB and copies the data out. The memory tiers are the cache of what is read
- * again; the page cache would only hold a second copy, cost its upkeep on every hit, and push
- * the broker's own pages out. Writes stay buffered (the writer is off the reader's path).
+ * again; the page cache would only hold a second copy and cost its upkeep on every hit.
+ * Writes stay buffered (the writer is off the reader's path; its pages are left clean and
+ * reclaimable).
  *
  * Workload: a read of a block the memory tiers lost does one index lookup and one pread of
  * block_size + 64 bytes (rounded to a page when direct), on a reader thread; each block
