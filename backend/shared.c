@@ -158,7 +158,8 @@ struct srv {
 	bool down;               /* thought down (logged once when it went) */
 	bool auth_logged;        /* an AUTH refusal was logged */
 	uint64_t retry_ns;       /* not connected: no new connection before this */
-	unsigned strikes;        /* timeouts in a row */
+	unsigned strikes;        /* timeouts in a row, the GET connection silent meanwhile */
+	uint64_t rx_ns;          /* when its GET connection last had bytes to read */
 };
 
 struct bk_shared {
@@ -175,22 +176,26 @@ struct bk_shared {
 	struct bk_shared_stats st;
 };
 
-enum op { OP_GET, OP_PUT, OP_EVAL };
+enum op { OP_GET, OP_GETLOCK, OP_PUT, OP_EVAL };
 
 /* One command. Freed when refs reaches 0; I/O thread only once started. */
 struct req {
 	struct bk_shared *s;
 	struct srv *v;
 	enum op op;              /* OP_PUT goes on v->c[CONN_PUT], the others on CONN_GET */
-	unsigned refs;           /* the reply callback's and the timer's */
+	unsigned refs;           /* the reply callbacks' and the timer's */
 	bool answered;
 	uint64_t timeout_ns;
+	uint64_t sent_ns;        /* when it was written to hiredis */
 	bk_shared_get_fn get_done;
 	bk_shared_eval_fn eval_done;
 	void *arg;
 	size_t put_len;          /* OP_PUT: bytes counted in st.put_queued */
-	char *value;             /* OP_PUT: the value, freed once hiredis has copied it */
-	int argc;
+	char *value;             /* OP_PUT: the whole SET command, formatted (see bk_shared_put),
+				  * freed once hiredis has copied it */
+	size_t value_len;
+	bool unlock;             /* OP_PUT: a DEL of a fetch lock, not a value */
+	int argc;                /* OP_GETLOCK: the GET's; argv[argc..] is the SET NX's */
 	const char *argv[12];
 	size_t argvlen[12];
 	char buf[];              /* the arguments' bytes */
@@ -344,7 +349,7 @@ static void answer(struct req *q, int err, const redisReply *reply)
 	if (q->answered)
 		return;
 	q->answered = true;
-	if (q->op == OP_GET) {
+	if (q->op == OP_GET || q->op == OP_GETLOCK) {
 		if (err == 0 && reply->type == REDIS_REPLY_STRING) {
 			STAT_ADD(q->s, found, 1);
 			STAT_ADD(q->s, bytes_in, (uint64_t)reply->len);
@@ -354,6 +359,8 @@ static void answer(struct req *q, int err, const redisReply *reply)
 		if (err == 0 && reply->type == REDIS_REPLY_NIL) {
 			STAT_ADD(q->s, missing, 1);
 			err = -ENOENT;
+		} else if (err == -ENOENT || err == -EBUSY) {
+			STAT_ADD(q->s, missing, 1); /* OP_GETLOCK's nil, told with the lock's answer */
 		} else if (err == 0) {
 			err = -EIO;
 		}
@@ -380,6 +387,24 @@ static void answer(struct req *q, int err, const redisReply *reply)
 	}
 }
 
+/* OP_GETLOCK's first reply (the GET): a value is answered now; a nil waits for the lock's. */
+static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	struct req *q = priv;
+
+	(void)ac;
+	if (reply)
+		mark_up(q->v);
+	if (!reply)
+		answer(q, q->s->stopped ? -ESHUTDOWN : -ECONNRESET, NULL);
+	else if (reply->type == REDIS_REPLY_ERROR)
+		answer(q, -EIO, NULL);
+	else if (reply->type != REDIS_REPLY_NIL)
+		answer(q, 0, reply);
+	req_put(q);
+}
+
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	redisReply *reply = r;
@@ -387,7 +412,20 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 
 	if (reply)
 		mark_up(q->v);
-	if (q->op == OP_PUT) {
+	if (q->op == OP_GETLOCK) {
+		/* the SET NX's reply, after the GET's nil (or after a value already answered:
+		 * the lock taken on a hit is left to expire) */
+		if (!reply)
+			answer(q, q->s->stopped ? -ESHUTDOWN : -ECONNRESET, NULL);
+		else if (reply->type == REDIS_REPLY_STATUS)
+			answer(q, -ENOENT, NULL);
+		else if (reply->type == REDIS_REPLY_NIL)
+			answer(q, -EBUSY, NULL);
+		else
+			answer(q, -ENOENT, NULL); /* the lock refused: fetch, nobody waits for us */
+	} else if (q->op == OP_PUT && q->unlock) {
+		/* nothing to count: a lock not deleted expires */
+	} else if (q->op == OP_PUT) {
 		STAT_SUB(q->s, put_queued, q->put_len);
 		if (reply && reply->type == REDIS_REPLY_STATUS) {
 			STAT_ADD(q->s, puts, 1);
@@ -413,7 +451,10 @@ static void on_timeout(void *p)
 	if (!q->answered) {
 		STAT_ADD(q->s, timeouts, 1);
 		answer(q, -ETIMEDOUT, NULL);
-		if (++v->strikes >= MAX_STRIKES && v->c[CONN_GET].ac) {
+		/* a strike only if the server said nothing since the request went out: one that
+		 * is sending replies (4 MiB values, to three mounts reading at full speed) is
+		 * busy, not hung, and pausing it sent every read to the store for a second */
+		if (v->rx_ns < q->sent_ns && ++v->strikes >= MAX_STRIKES && v->c[CONN_GET].ac) {
 			/* a server that stopped answering: drop its queues (the replies still owed
 			 * come back NULL, to requests already answered) and pause it */
 			mark_down(v, "not answering");
@@ -431,7 +472,7 @@ static void start(void *p)
 	redisAsyncContext *ac = s->stopped ? NULL : conn(q->v, q->op == OP_PUT ? CONN_PUT : CONN_GET);
 
 	if (!ac) {
-		if (q->op == OP_PUT) {
+		if (q->op == OP_PUT && !q->unlock) {
 			STAT_SUB(s, put_queued, q->put_len);
 			STAT_ADD(s, put_drops, 1);
 		}
@@ -439,8 +480,22 @@ static void start(void *p)
 		req_put(q);
 		return;
 	}
-	if (redisAsyncCommandArgv(ac, on_reply, q, q->argc, q->argv, q->argvlen) != REDIS_OK) {
-		if (q->op == OP_PUT) {
+	if (q->op == OP_GETLOCK) {
+		/* the GET and the SET NX go out together: one round trip */
+		q->refs++;
+		if (redisAsyncCommandArgv(ac, on_getlock_value, q, q->argc, q->argv,
+					  q->argvlen) != REDIS_OK) {
+			q->refs--;
+			answer(q, -EIO, NULL);
+			req_put(q);
+			return;
+		}
+	}
+	if ((q->op == OP_PUT ? redisAsyncFormattedCommand(ac, on_reply, q, q->value, q->value_len)
+	     : q->op == OP_GETLOCK ? redisAsyncCommandArgv(ac, on_reply, q, 6, q->argv + q->argc,
+							    q->argvlen + q->argc)
+	     : redisAsyncCommandArgv(ac, on_reply, q, q->argc, q->argv, q->argvlen)) != REDIS_OK) {
+		if (q->op == OP_PUT && !q->unlock) {
 			STAT_SUB(s, put_queued, q->put_len);
 			STAT_ADD(s, put_errors, 1);
 		}
@@ -453,6 +508,7 @@ static void start(void *p)
 		q->value = NULL;
 		return;
 	}
+	q->sent_ns = io_now_ns(s->io);
 	q->refs++;
 	if (io_defer(s->io, q->timeout_ns, on_timeout, q) < 0)
 		q->refs--; /* stopping: the stop hook answers it */
@@ -504,10 +560,43 @@ int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, v
 	return submit(q);
 }
 
+/* The RESP of a command whose arguments are @argv (@n of them) and then @tail (@tlen bytes,
+ * given as @hdr and @data, one argument, when @tlen is not 0), in one malloc'd buffer: the
+ * value is copied once here, and once more by hiredis into its output buffer. Formatting with
+ * redisAsyncCommandArgv copied it three times (our buffer, hiredis's formatted command, its
+ * output buffer), all on the I/O thread. @return the buffer and *len, or NULL. */
+static char *format_cmd(const char *const *argv, int n, const void *hdr, size_t hlen,
+			const void *data, size_t dlen, bool tail, size_t *len)
+{
+	size_t need = 32 + hlen + dlen, off = 0;
+	char *buf;
+
+	for (int i = 0; i < n; i++)
+		need += 32 + strlen(argv[i]);
+	buf = malloc(need);
+	if (!buf)
+		return NULL;
+	off += (size_t)snprintf(buf + off, need - off, "*%d\r\n", n + (tail ? 1 : 0));
+	for (int i = 0; i < n; i++)
+		off += (size_t)snprintf(buf + off, need - off, "$%zu\r\n%s\r\n", strlen(argv[i]),
+					argv[i]);
+	if (tail) {
+		off += (size_t)snprintf(buf + off, need - off, "$%zu\r\n", hlen + dlen);
+		memcpy(buf + off, hdr, hlen);
+		memcpy(buf + off + hlen, data, dlen);
+		off += hlen + dlen;
+		memcpy(buf + off, "\r\n", 2);
+		off += 2;
+	}
+	*len = off;
+	return buf;
+}
+
 int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t hlen,
 		  const void *data, size_t len)
 {
-	size_t kl = strlen(key), vl = hlen + len;
+	size_t vl = hlen + len;
+	const char *argv[2] = {"SET", key};
 	struct req *q;
 
 	if (__atomic_add_fetch(&s->st.put_queued, vl, __ATOMIC_RELAXED) > s->put_limit) {
@@ -515,26 +604,62 @@ int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t 
 		STAT_ADD(s, put_drops, 1);
 		return -ENOBUFS;
 	}
-	q = req_new(s, OP_PUT, key, kl + 1);
+	q = req_new(s, OP_PUT, key, 0);
 	if (q)
-		q->value = malloc(vl);
+		q->value = format_cmd(argv, 2, hdr, hlen, data, len, true, &q->value_len);
 	if (!q || !q->value) {
 		STAT_SUB(s, put_queued, vl);
 		free(q);
 		return -ENOMEM;
 	}
-	memcpy(q->buf, key, kl + 1);
-	memcpy(q->value, hdr, hlen);
-	memcpy(q->value + hlen, data, len);
 	q->put_len = vl;
 	q->answered = true; /* nobody to answer */
-	q->argc = 3;
-	q->argv[0] = "SET";
-	q->argvlen[0] = 3;
+	return submit(q);
+}
+
+int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock)
+{
+	const char *argv[2] = {"DEL", lock};
+	struct req *q = req_new(s, OP_PUT, key, 0);
+
+	if (q)
+		q->value = format_cmd(argv, 2, NULL, 0, NULL, 0, false, &q->value_len);
+	if (!q || !q->value) {
+		free(q);
+		return -ENOMEM;
+	}
+	q->unlock = true;
+	q->answered = true;
+	return submit(q);
+}
+
+int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
+		       uint64_t lock_ms, bk_shared_get_fn done, void *arg)
+{
+	size_t kl = strlen(key), ll = strlen(lock);
+	struct req *q = req_new(s, OP_GETLOCK, key, kl + 1 + ll + 1 + 24);
+	char *ms;
+
+	if (!q)
+		return -ENOMEM;
+	memcpy(q->buf, key, kl + 1);
+	memcpy(q->buf + kl + 1, lock, ll + 1);
+	ms = q->buf + kl + 1 + ll + 1;
+	snprintf(ms, 24, "%llu", (unsigned long long)(lock_ms ? lock_ms : 1));
+	q->get_done = done;
+	q->arg = arg;
+	q->argc = 2;
+	q->argv[0] = "GET";
 	q->argv[1] = q->buf;
-	q->argvlen[1] = kl;
-	q->argv[2] = q->value;
-	q->argvlen[2] = vl;
+	q->argv[2] = "SET"; /* SET lock 1 NX PX ms */
+	q->argv[3] = q->buf + kl + 1;
+	q->argv[4] = "1";
+	q->argv[5] = "NX";
+	q->argv[6] = "PX";
+	q->argv[7] = ms;
+	for (int i = 0; i < 8; i++)
+		q->argvlen[i] = strlen(q->argv[i]);
+	STAT_ADD(s, gets, 1);
 	return submit(q);
 }
 
@@ -610,8 +735,11 @@ static void poll_ready(void *arg, const struct curl_waitfd *fds, unsigned n)
 		/* the context may have gone while an earlier one was handled */
 		if (!ac || ac->c.fd != fds[i].fd)
 			continue;
-		if (fds[i].revents & CURL_WAIT_POLLIN)
+		if (fds[i].revents & CURL_WAIT_POLLIN) {
+			if (c == &c->v->c[CONN_GET])
+				c->v->rx_ns = io_now_ns(s->io);
 			redisAsyncHandleRead(ac);
+		}
 		if (c->ac == ac && (fds[i].revents & CURL_WAIT_POLLOUT))
 			redisAsyncHandleWrite(ac);
 	}

@@ -81,6 +81,18 @@ typedef void (*bk_shared_get_fn)(void *arg, int err, const void *val, size_t len
  * @return 0 or -errno (done not called). */
 int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, void *arg);
 
+/* GET @key and, in the same round trip, SET @lock NX PX @lock_ms (the fetch lock: see
+ * fs/shared.c). @done gets 0 and the value; -ENOENT no value, and the lock is the caller's now
+ * (or could not be taken: nobody holds it for the caller); -EBUSY no value, and another holds
+ * the lock; other errors as for a GET. A lock taken with a value found is left to expire.
+ * @return 0 or -errno (done not called). */
+int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
+		       uint64_t lock_ms, bk_shared_get_fn done, void *arg);
+
+/* DEL @lock, on the server of @key, in the background after the puts queued before it.
+ * @return 0 queued or -errno. */
+int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock);
+
 /* SET @key to @hdr followed by @data (both copied before returning), in the background,
  * nobody waiting. @return 0 queued, -ENOBUFS dropped (put_limit), -ENOMEM. */
 int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t hlen,

@@ -206,6 +206,17 @@ static void shared_text(struct mount *m, struct text *t)
 		      "Bytes of writes sent to Redis and not answered yet.", r.put_queued);
 	shared_metric(t, "shared_store_fetches_total", "counter",
 		      "Blocks fetched from the store after the shared tier.", s.store_fetches);
+	shared_metric(t, "shared_lock_wins_total", "counter",
+		      "Misses that took the block's fetch lock and fetched it from the store.",
+		      s.lock_wins);
+	shared_metric(t, "shared_lock_waits_total", "counter",
+		      "Misses that found another mount fetching the block, and waited for it.",
+		      s.lock_waits);
+	shared_metric(t, "shared_lock_wait_hits_total", "counter",
+		      "Waits served the other mount's value.", s.lock_wait_hits);
+	shared_metric(t, "shared_lock_gave_up_total", "counter",
+		      "Waits that went to the store after the bound (10 x shared_timeout).",
+		      s.lock_gave_up);
 	shared_metric(t, "shared_servers", "gauge", "Redis servers configured.", r.servers);
 	shared_metric(t, "shared_servers_down", "gauge", "Redis servers thought down now.",
 		      r.servers_down);
