@@ -43,6 +43,7 @@
  * Stats are relaxed atomics.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,7 @@
 
 #define RETRY_NS   (1000 * 1000000ULL) /* a server down is tried again after this */
 #define MAX_STRIKES 3                  /* timeouts in a row that disconnect a server */
+#define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
 #define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
 
 #define STAT_ADD(s, f, v) __atomic_fetch_add(&(s)->st.f, (v), __ATOMIC_RELAXED)
@@ -187,6 +189,7 @@ struct req {
 	bool answered;
 	uint64_t timeout_ns;
 	uint64_t sent_ns;        /* when it was written to hiredis */
+	unsigned extends;        /* timeouts it waited past, the server sending meanwhile */
 	bk_shared_get_fn get_done;
 	bk_shared_eval_fn eval_done;
 	void *arg;
@@ -364,7 +367,7 @@ static void answer(struct req *q, int err, const redisReply *reply)
 		} else if (err == 0) {
 			err = -EIO;
 		}
-		if (err != -ENOENT && err != -ETIMEDOUT)
+		if (err != -ENOENT && err != -EBUSY && err != -ETIMEDOUT)
 			STAT_ADD(q->s, errors, 1);
 		q->get_done(q->arg, err, NULL, 0);
 	} else if (q->op == OP_EVAL) {
@@ -447,7 +450,28 @@ static void on_timeout(void *p)
 {
 	struct req *q = p;
 	struct srv *v = q->v;
+	redisAsyncContext *ac = v->c[CONN_GET].ac;
 
+	/* the I/O thread may have been busy past several timers (copying blocks, faulting their
+	 * memory in): bytes waiting in the socket say the server is alive, whatever poll_ready
+	 * has seen yet */
+	if (!q->answered && ac) {
+		struct pollfd pf = {.fd = ac->c.fd, .events = POLLIN};
+
+		if (poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN))
+			v->rx_ns = io_now_ns(q->s->io);
+	}
+	if (!q->answered && v->c[CONN_GET].ac && !q->s->stopped && q->extends < MAX_EXTENDS &&
+	    v->rx_ns + q->timeout_ns > io_now_ns(q->s->io)) {
+		/* the server sent bytes within the last timeout: it is streaming the replies
+		 * queued before this one (4 MiB values to mounts reading at full speed), not hung.
+		 * Abandoning the call would send a block the fleet holds to the store; wait one
+		 * more timeout, at most MAX_EXTENDS times */
+		q->extends++;
+		STAT_ADD(q->s, extended, 1);
+		if (io_defer(q->s->io, q->timeout_ns, on_timeout, q) == 0)
+			return; /* the timer keeps its reference */
+	}
 	if (!q->answered) {
 		STAT_ADD(q->s, timeouts, 1);
 		answer(q, -ETIMEDOUT, NULL);
@@ -858,6 +882,7 @@ void bk_shared_get_stats(struct bk_shared *s, struct bk_shared_stats *ret)
 	ret->found = __atomic_load_n(&st->found, __ATOMIC_RELAXED);
 	ret->missing = __atomic_load_n(&st->missing, __ATOMIC_RELAXED);
 	ret->timeouts = __atomic_load_n(&st->timeouts, __ATOMIC_RELAXED);
+	ret->extended = __atomic_load_n(&st->extended, __ATOMIC_RELAXED);
 	ret->errors = __atomic_load_n(&st->errors, __ATOMIC_RELAXED);
 	ret->bytes_in = __atomic_load_n(&st->bytes_in, __ATOMIC_RELAXED);
 	ret->puts = __atomic_load_n(&st->puts, __ATOMIC_RELAXED);
