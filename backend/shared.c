@@ -23,14 +23,23 @@
  * thread, so SETs still cost a GET their turns of its loop, but no longer their bytes.
  *
  * A request is answered exactly once: by its reply, or by its timer when the reply is late
- * (then the reply, if it ever comes, is dropped). It is freed when both have let go of it
- * (refs). A server that does not answer three requests in a row (a hung process: SIGSTOP, a
- * swap storm) is disconnected; one that refuses connections is down; either way requests to it
+ * (then the reply, if it ever comes, is dropped). It is freed when all have let go of it
+ * (refs). A timer that finds the server sent bytes within the last timeout (its socket is
+ * checked too: the I/O thread may have been busy) waits one more timeout, three times at most:
+ * a server streaming 4 MiB replies to mounts at full speed is busy, not hung, and abandoning
+ * its GETs sent blocks the fleet held to the store. A server that misses three requests in a
+ * row without sending anything (a hung process: SIGSTOP, a swap storm) is disconnected; one that refuses connections is down; either way requests to it
  * fail at once for RETRY_NS, then a new connection is tried. A reader therefore pays at most
  * timeout_ns for a server that hangs, a few times per RETRY_NS, and nothing for one that is
  * down. Going down and coming back are logged once each.
  *
- * Puts are fire and forget. Their bytes are counted from submission to Redis's answer, and a
+ * A GET with the fetch lock (bk_shared_get_lock) is two commands written together, GET and
+ * SET NX PX: the GET's value is answered at once; a nil waits for the SET's reply, which says
+ * whose the lock is.
+ *
+ * Puts are fire and forget. They are formatted here (one copy of the value) and handed to
+ * hiredis only while its output buffer is under PUT_FEED (see feed()); the rest wait in the
+ * server's queue. Their bytes are counted from submission to Redis's answer, and a
  * put that would take more than put_limit in flight is dropped: a slow Redis costs memory up to
  * put_limit, never more. Puts to a server thought down are dropped too.
  *

@@ -4,13 +4,25 @@
  * The memory tiers (cache/) call env->fetch for a block they miss. With shared=redis://...,
  * that fetch comes here first:
  *
- *   fetch(block) ─► GET key ─► value ─► shv_check ok ─► copy into dst ─► done(0)   (a hit)
- *                     │            └─ refused: counted, logged once ─┐
- *                     └─ nil, timeout, error, Redis down ────────────┤
+ *   fetch(block) ─► GET key + SET lock NX ─► value ─► shv_check ok ─► copy ─► done(0)  (a hit)
+ *                     │   │                     └─ refused: counted, logged once ─┐
+ *                     │   └─ nil, lock held by another: re-GET on a timer ─► ... ─┤ (after the
+ *                     │                                                           │  bound)
+ *                     └─ nil (the lock is ours), timeout, error, Redis down ──────┤
  *                                                                    ▼
  *                         lagging? ─► fleet gate (tokens from Redis) ─► backend_read ─► done
  *                                                                         └─► SET key value,
  *                                                                          in the background
+ *
+ * The fetch lock: N mounts that miss one block at the same instant would all fetch it (three
+ * mounts reading the same new objects at full speed: 2.25x the objects at the store). So a
+ * GET of a fetch that will fill Redis carries "SET <prefix>lock:<key> 1 NX PX bound" in the
+ * same round trip (backend/shared.c pipelines them). The winner fetches, SETs, then DELs the
+ * lock after the SET on the same connection. A loser re-GETs (with the lock again, so that a
+ * lock deleted without a value is taken over) on the I/O loop's timer, 2 ms doubling to 16 ms,
+ * until it gets the value or the bound passes (wait_ns: 10 x shared_timeout, also the lock's
+ * PX), then fetches from the store itself. A dead holder costs at most that. A fetch that
+ * does not fill (lagging, shared_fill_lagging off) neither takes nor waits for a lock.
  *
  * The key is the block's (cache/sharedval.h: prefix, oid, block index, block size), so two
  * block sizes never mix and two fleets with two prefixes never meet. A value is served only
