@@ -23,14 +23,23 @@
  * thread, so SETs still cost a GET their turns of its loop, but no longer their bytes.
  *
  * A request is answered exactly once: by its reply, or by its timer when the reply is late
- * (then the reply, if it ever comes, is dropped). It is freed when both have let go of it
- * (refs). A server that does not answer three requests in a row (a hung process: SIGSTOP, a
- * swap storm) is disconnected; one that refuses connections is down; either way requests to it
+ * (then the reply, if it ever comes, is dropped). It is freed when all have let go of it
+ * (refs). A timer that finds the server sent bytes within the last timeout (its socket is
+ * checked too: the I/O thread may have been busy) waits one more timeout, three times at most:
+ * a server streaming 4 MiB replies to mounts at full speed is busy, not hung, and abandoning
+ * its GETs sent blocks the fleet held to the store. A server that misses three requests in a
+ * row without sending anything (a hung process: SIGSTOP, a swap storm) is disconnected; one that refuses connections is down; either way requests to it
  * fail at once for RETRY_NS, then a new connection is tried. A reader therefore pays at most
  * timeout_ns for a server that hangs, a few times per RETRY_NS, and nothing for one that is
  * down. Going down and coming back are logged once each.
  *
- * Puts are fire and forget. Their bytes are counted from submission to Redis's answer, and a
+ * A GET with the fetch lock (bk_shared_get_lock) is two commands written together, GET and
+ * SET NX PX: the GET's value is answered at once; a nil waits for the SET's reply, which says
+ * whose the lock is.
+ *
+ * Puts are fire and forget. They are formatted here (one copy of the value) and handed to
+ * hiredis only while its output buffer is under PUT_FEED (see feed()); the rest wait in the
+ * server's queue. Their bytes are counted from submission to Redis's answer, and a
  * put that would take more than put_limit in flight is dropped: a slow Redis costs memory up to
  * put_limit, never more. Puts to a server thought down are dropped too.
  *
@@ -43,6 +52,7 @@
  * Stats are relaxed atomics.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +60,7 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 
 #include "io.h"
 #include "scheme.h"
@@ -57,6 +68,8 @@
 
 #define RETRY_NS   (1000 * 1000000ULL) /* a server down is tried again after this */
 #define MAX_STRIKES 3                  /* timeouts in a row that disconnect a server */
+#define PUT_FEED   (1u << 20)          /* hiredis's output buffer takes a SET below this */
+#define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
 #define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
 
 #define STAT_ADD(s, f, v) __atomic_fetch_add(&(s)->st.f, (v), __ATOMIC_RELAXED)
@@ -158,7 +171,9 @@ struct srv {
 	bool down;               /* thought down (logged once when it went) */
 	bool auth_logged;        /* an AUTH refusal was logged */
 	uint64_t retry_ns;       /* not connected: no new connection before this */
-	unsigned strikes;        /* timeouts in a row */
+	unsigned strikes;        /* timeouts in a row, the GET connection silent meanwhile */
+	struct req *putq, *putq_tail; /* SETs not yet given to hiredis (see feed) */
+	uint64_t rx_ns;          /* when its GET connection last had bytes to read */
 };
 
 struct bk_shared {
@@ -175,22 +190,28 @@ struct bk_shared {
 	struct bk_shared_stats st;
 };
 
-enum op { OP_GET, OP_PUT, OP_EVAL };
+enum op { OP_GET, OP_GETLOCK, OP_PUT, OP_EVAL };
 
 /* One command. Freed when refs reaches 0; I/O thread only once started. */
 struct req {
 	struct bk_shared *s;
 	struct srv *v;
 	enum op op;              /* OP_PUT goes on v->c[CONN_PUT], the others on CONN_GET */
-	unsigned refs;           /* the reply callback's and the timer's */
+	unsigned refs;           /* the reply callbacks' and the timer's */
 	bool answered;
 	uint64_t timeout_ns;
+	uint64_t sent_ns;        /* when it was written to hiredis */
+	unsigned extends;        /* timeouts it waited past, the server sending meanwhile */
 	bk_shared_get_fn get_done;
 	bk_shared_eval_fn eval_done;
 	void *arg;
 	size_t put_len;          /* OP_PUT: bytes counted in st.put_queued */
-	char *value;             /* OP_PUT: the value, freed once hiredis has copied it */
-	int argc;
+	char *value;             /* OP_PUT: the whole SET command, formatted (see bk_shared_put),
+				  * freed once hiredis has copied it */
+	size_t value_len;
+	bool unlock;             /* OP_PUT: a DEL of a fetch lock, not a value */
+	struct req *qnext;       /* OP_PUT: srv's putq */
+	int argc;                /* OP_GETLOCK: the GET's; argv[argc..] is the SET NX's */
 	const char *argv[12];
 	size_t argvlen[12];
 	char buf[];              /* the arguments' bytes */
@@ -244,14 +265,19 @@ static void ev_cleanup(void *p)
 	c->rd = c->wr = false;
 }
 
+static void drop_putq(struct srv *v);
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
 	struct sconn *c = ac->data;
 
 	if (status == REDIS_OK)
 		return; /* up once something is answered */
-	if (c->ac == ac)
+	if (c->ac == ac) {
 		c->ac = NULL; /* hiredis frees it after this callback */
+		if (c == &c->v->c[CONN_PUT])
+			drop_putq(c->v);
+	}
 	mark_down(c->v, ac->errstr[0] ? ac->errstr : "cannot connect");
 }
 
@@ -259,8 +285,11 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 {
 	struct sconn *c = ac->data;
 
-	if (c->ac == ac)
-		c->ac = NULL;
+	if (c->ac != ac)
+		return; /* an older connection, closed already */
+	c->ac = NULL;
+	if (c == &c->v->c[CONN_PUT])
+		drop_putq(c->v);
 	if (status != REDIS_OK)
 		mark_down(c->v, ac->errstr[0] ? ac->errstr : "connection lost");
 }
@@ -281,9 +310,28 @@ static void on_auth(redisAsyncContext *ac, void *r, void *priv)
 	}
 }
 
+static void req_put(struct req *q);
+
+/* The SETs @v's queue still holds are dropped (the connection went). */
+static void drop_putq(struct srv *v)
+{
+	while (v->putq) {
+		struct req *q = v->putq;
+
+		v->putq = q->qnext;
+		if (!q->unlock) {
+			STAT_SUB(v->s, put_queued, q->put_len);
+			STAT_ADD(v->s, put_drops, 1);
+		}
+		req_put(q);
+	}
+	v->putq_tail = NULL;
+}
+
 /* Close both connections of @v; what they still owed is answered NULL (on_reply). */
 static void close_all(struct srv *v)
 {
+	drop_putq(v);
 	for (int i = 0; i < NCONN; i++) {
 		redisAsyncContext *ac = v->c[i].ac;
 
@@ -344,7 +392,7 @@ static void answer(struct req *q, int err, const redisReply *reply)
 	if (q->answered)
 		return;
 	q->answered = true;
-	if (q->op == OP_GET) {
+	if (q->op == OP_GET || q->op == OP_GETLOCK) {
 		if (err == 0 && reply->type == REDIS_REPLY_STRING) {
 			STAT_ADD(q->s, found, 1);
 			STAT_ADD(q->s, bytes_in, (uint64_t)reply->len);
@@ -354,10 +402,12 @@ static void answer(struct req *q, int err, const redisReply *reply)
 		if (err == 0 && reply->type == REDIS_REPLY_NIL) {
 			STAT_ADD(q->s, missing, 1);
 			err = -ENOENT;
+		} else if (err == -ENOENT || err == -EBUSY) {
+			STAT_ADD(q->s, missing, 1); /* OP_GETLOCK's nil, told with the lock's answer */
 		} else if (err == 0) {
 			err = -EIO;
 		}
-		if (err != -ENOENT && err != -ETIMEDOUT)
+		if (err != -ENOENT && err != -EBUSY && err != -ETIMEDOUT)
 			STAT_ADD(q->s, errors, 1);
 		q->get_done(q->arg, err, NULL, 0);
 	} else if (q->op == OP_EVAL) {
@@ -380,6 +430,24 @@ static void answer(struct req *q, int err, const redisReply *reply)
 	}
 }
 
+/* OP_GETLOCK's first reply (the GET): a value is answered now; a nil waits for the lock's. */
+static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	struct req *q = priv;
+
+	(void)ac;
+	if (reply)
+		mark_up(q->v);
+	if (!reply)
+		answer(q, q->s->stopped ? -ESHUTDOWN : -ECONNRESET, NULL);
+	else if (reply->type == REDIS_REPLY_ERROR)
+		answer(q, -EIO, NULL);
+	else if (reply->type != REDIS_REPLY_NIL)
+		answer(q, 0, reply);
+	req_put(q);
+}
+
 static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	redisReply *reply = r;
@@ -387,7 +455,20 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 
 	if (reply)
 		mark_up(q->v);
-	if (q->op == OP_PUT) {
+	if (q->op == OP_GETLOCK) {
+		/* the SET NX's reply, after the GET's nil (or after a value already answered:
+		 * the lock taken on a hit is left to expire) */
+		if (!reply)
+			answer(q, q->s->stopped ? -ESHUTDOWN : -ECONNRESET, NULL);
+		else if (reply->type == REDIS_REPLY_STATUS)
+			answer(q, -ENOENT, NULL);
+		else if (reply->type == REDIS_REPLY_NIL)
+			answer(q, -EBUSY, NULL);
+		else
+			answer(q, -ENOENT, NULL); /* the lock refused: fetch, nobody waits for us */
+	} else if (q->op == OP_PUT && q->unlock) {
+		/* nothing to count: a lock not deleted expires */
+	} else if (q->op == OP_PUT) {
 		STAT_SUB(q->s, put_queued, q->put_len);
 		if (reply && reply->type == REDIS_REPLY_STATUS) {
 			STAT_ADD(q->s, puts, 1);
@@ -409,11 +490,35 @@ static void on_timeout(void *p)
 {
 	struct req *q = p;
 	struct srv *v = q->v;
+	redisAsyncContext *ac = v->c[CONN_GET].ac;
 
+	/* the I/O thread may have been busy past several timers (copying blocks, faulting their
+	 * memory in): bytes waiting in the socket say the server is alive, whatever poll_ready
+	 * has seen yet */
+	if (!q->answered && ac) {
+		struct pollfd pf = {.fd = ac->c.fd, .events = POLLIN};
+
+		if (poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN))
+			v->rx_ns = io_now_ns(q->s->io);
+	}
+	if (!q->answered && v->c[CONN_GET].ac && !q->s->stopped && q->extends < MAX_EXTENDS &&
+	    v->rx_ns + q->timeout_ns > io_now_ns(q->s->io)) {
+		/* the server sent bytes within the last timeout: it is streaming the replies
+		 * queued before this one (4 MiB values to mounts reading at full speed), not hung.
+		 * Abandoning the call would send a block the fleet holds to the store; wait one
+		 * more timeout, at most MAX_EXTENDS times */
+		q->extends++;
+		STAT_ADD(q->s, extended, 1);
+		if (io_defer(q->s->io, q->timeout_ns, on_timeout, q) == 0)
+			return; /* the timer keeps its reference */
+	}
 	if (!q->answered) {
 		STAT_ADD(q->s, timeouts, 1);
 		answer(q, -ETIMEDOUT, NULL);
-		if (++v->strikes >= MAX_STRIKES && v->c[CONN_GET].ac) {
+		/* a strike only if the server said nothing since the request went out: one that
+		 * is sending replies (4 MiB values, to three mounts reading at full speed) is
+		 * busy, not hung, and pausing it sent every read to the store for a second */
+		if (v->rx_ns < q->sent_ns && ++v->strikes >= MAX_STRIKES && v->c[CONN_GET].ac) {
 			/* a server that stopped answering: drop its queues (the replies still owed
 			 * come back NULL, to requests already answered) and pause it */
 			mark_down(v, "not answering");
@@ -421,6 +526,30 @@ static void on_timeout(void *p)
 		}
 	}
 	req_put(q);
+}
+
+static void send_req(struct req *q, redisAsyncContext *ac);
+
+/*
+ * Give queued SETs to hiredis while its output buffer is short. hiredis appends a command to
+ * one buffer (a realloc that copies all it holds when it grows) and, after each partial
+ * write to the socket, moves what is left to the front: with 60 MiB of SETs handed over at
+ * once, a profile of one mount reading at full speed showed those copies as 28% of its CPU
+ * (bench/shared_single.py --perf). Fed one SET at a time, each value is copied once.
+ */
+static void feed(struct srv *v)
+{
+	redisAsyncContext *ac;
+
+	while (v->putq && (ac = v->c[CONN_PUT].ac) && sdslen(ac->c.obuf) < PUT_FEED) {
+		struct req *q = v->putq;
+
+		v->putq = q->qnext;
+		if (!v->putq)
+			v->putq_tail = NULL;
+		q->qnext = NULL;
+		send_req(q, ac);
+	}
 }
 
 /* On the I/O thread: send @q to its server. */
@@ -431,7 +560,7 @@ static void start(void *p)
 	redisAsyncContext *ac = s->stopped ? NULL : conn(q->v, q->op == OP_PUT ? CONN_PUT : CONN_GET);
 
 	if (!ac) {
-		if (q->op == OP_PUT) {
+		if (q->op == OP_PUT && !q->unlock) {
 			STAT_SUB(s, put_queued, q->put_len);
 			STAT_ADD(s, put_drops, 1);
 		}
@@ -439,8 +568,37 @@ static void start(void *p)
 		req_put(q);
 		return;
 	}
-	if (redisAsyncCommandArgv(ac, on_reply, q, q->argc, q->argv, q->argvlen) != REDIS_OK) {
-		if (q->op == OP_PUT) {
+	if (q->op == OP_PUT && (q->v->putq || sdslen(ac->c.obuf) >= PUT_FEED)) {
+		if (q->v->putq_tail)
+			q->v->putq_tail->qnext = q;
+		else
+			q->v->putq = q;
+		q->v->putq_tail = q;
+		return;
+	}
+	send_req(q, ac);
+}
+
+static void send_req(struct req *q, redisAsyncContext *ac)
+{
+	struct bk_shared *s = q->s;
+
+	if (q->op == OP_GETLOCK) {
+		/* the GET and the SET NX go out together: one round trip */
+		q->refs++;
+		if (redisAsyncCommandArgv(ac, on_getlock_value, q, q->argc, q->argv,
+					  q->argvlen) != REDIS_OK) {
+			q->refs--;
+			answer(q, -EIO, NULL);
+			req_put(q);
+			return;
+		}
+	}
+	if ((q->op == OP_PUT ? redisAsyncFormattedCommand(ac, on_reply, q, q->value, q->value_len)
+	     : q->op == OP_GETLOCK ? redisAsyncCommandArgv(ac, on_reply, q, 6, q->argv + q->argc,
+							    q->argvlen + q->argc)
+	     : redisAsyncCommandArgv(ac, on_reply, q, q->argc, q->argv, q->argvlen)) != REDIS_OK) {
+		if (q->op == OP_PUT && !q->unlock) {
 			STAT_SUB(s, put_queued, q->put_len);
 			STAT_ADD(s, put_errors, 1);
 		}
@@ -453,6 +611,7 @@ static void start(void *p)
 		q->value = NULL;
 		return;
 	}
+	q->sent_ns = io_now_ns(s->io);
 	q->refs++;
 	if (io_defer(s->io, q->timeout_ns, on_timeout, q) < 0)
 		q->refs--; /* stopping: the stop hook answers it */
@@ -504,10 +663,43 @@ int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, v
 	return submit(q);
 }
 
+/* The RESP of a command whose arguments are @argv (@n of them) and then @tail (@tlen bytes,
+ * given as @hdr and @data, one argument, when @tlen is not 0), in one malloc'd buffer: the
+ * value is copied once here, and once more by hiredis into its output buffer. Formatting with
+ * redisAsyncCommandArgv copied it three times (our buffer, hiredis's formatted command, its
+ * output buffer), all on the I/O thread. @return the buffer and *len, or NULL. */
+static char *format_cmd(const char *const *argv, int n, const void *hdr, size_t hlen,
+			const void *data, size_t dlen, bool tail, size_t *len)
+{
+	size_t need = 32 + hlen + dlen, off = 0;
+	char *buf;
+
+	for (int i = 0; i < n; i++)
+		need += 32 + strlen(argv[i]);
+	buf = malloc(need);
+	if (!buf)
+		return NULL;
+	off += (size_t)snprintf(buf + off, need - off, "*%d\r\n", n + (tail ? 1 : 0));
+	for (int i = 0; i < n; i++)
+		off += (size_t)snprintf(buf + off, need - off, "$%zu\r\n%s\r\n", strlen(argv[i]),
+					argv[i]);
+	if (tail) {
+		off += (size_t)snprintf(buf + off, need - off, "$%zu\r\n", hlen + dlen);
+		memcpy(buf + off, hdr, hlen);
+		memcpy(buf + off + hlen, data, dlen);
+		off += hlen + dlen;
+		memcpy(buf + off, "\r\n", 2);
+		off += 2;
+	}
+	*len = off;
+	return buf;
+}
+
 int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t hlen,
 		  const void *data, size_t len)
 {
-	size_t kl = strlen(key), vl = hlen + len;
+	size_t vl = hlen + len;
+	const char *argv[2] = {"SET", key};
 	struct req *q;
 
 	if (__atomic_add_fetch(&s->st.put_queued, vl, __ATOMIC_RELAXED) > s->put_limit) {
@@ -515,26 +707,62 @@ int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t 
 		STAT_ADD(s, put_drops, 1);
 		return -ENOBUFS;
 	}
-	q = req_new(s, OP_PUT, key, kl + 1);
+	q = req_new(s, OP_PUT, key, 0);
 	if (q)
-		q->value = malloc(vl);
+		q->value = format_cmd(argv, 2, hdr, hlen, data, len, true, &q->value_len);
 	if (!q || !q->value) {
 		STAT_SUB(s, put_queued, vl);
 		free(q);
 		return -ENOMEM;
 	}
-	memcpy(q->buf, key, kl + 1);
-	memcpy(q->value, hdr, hlen);
-	memcpy(q->value + hlen, data, len);
 	q->put_len = vl;
 	q->answered = true; /* nobody to answer */
-	q->argc = 3;
-	q->argv[0] = "SET";
-	q->argvlen[0] = 3;
+	return submit(q);
+}
+
+int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock)
+{
+	const char *argv[2] = {"DEL", lock};
+	struct req *q = req_new(s, OP_PUT, key, 0);
+
+	if (q)
+		q->value = format_cmd(argv, 2, NULL, 0, NULL, 0, false, &q->value_len);
+	if (!q || !q->value) {
+		free(q);
+		return -ENOMEM;
+	}
+	q->unlock = true;
+	q->answered = true;
+	return submit(q);
+}
+
+int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
+		       uint64_t lock_ms, bk_shared_get_fn done, void *arg)
+{
+	size_t kl = strlen(key), ll = strlen(lock);
+	struct req *q = req_new(s, OP_GETLOCK, key, kl + 1 + ll + 1 + 24);
+	char *ms;
+
+	if (!q)
+		return -ENOMEM;
+	memcpy(q->buf, key, kl + 1);
+	memcpy(q->buf + kl + 1, lock, ll + 1);
+	ms = q->buf + kl + 1 + ll + 1;
+	snprintf(ms, 24, "%llu", (unsigned long long)(lock_ms ? lock_ms : 1));
+	q->get_done = done;
+	q->arg = arg;
+	q->argc = 2;
+	q->argv[0] = "GET";
 	q->argv[1] = q->buf;
-	q->argvlen[1] = kl;
-	q->argv[2] = q->value;
-	q->argvlen[2] = vl;
+	q->argv[2] = "SET"; /* SET lock 1 NX PX ms */
+	q->argv[3] = q->buf + kl + 1;
+	q->argv[4] = "1";
+	q->argv[5] = "NX";
+	q->argv[6] = "PX";
+	q->argv[7] = ms;
+	for (int i = 0; i < 8; i++)
+		q->argvlen[i] = strlen(q->argv[i]);
+	STAT_ADD(s, gets, 1);
 	return submit(q);
 }
 
@@ -610,10 +838,16 @@ static void poll_ready(void *arg, const struct curl_waitfd *fds, unsigned n)
 		/* the context may have gone while an earlier one was handled */
 		if (!ac || ac->c.fd != fds[i].fd)
 			continue;
-		if (fds[i].revents & CURL_WAIT_POLLIN)
+		if (fds[i].revents & CURL_WAIT_POLLIN) {
+			if (c == &c->v->c[CONN_GET])
+				c->v->rx_ns = io_now_ns(s->io);
 			redisAsyncHandleRead(ac);
-		if (c->ac == ac && (fds[i].revents & CURL_WAIT_POLLOUT))
+		}
+		if (c->ac == ac && (fds[i].revents & CURL_WAIT_POLLOUT)) {
 			redisAsyncHandleWrite(ac);
+			if (c == &c->v->c[CONN_PUT])
+				feed(c->v);
+		}
 	}
 }
 
@@ -730,6 +964,7 @@ void bk_shared_get_stats(struct bk_shared *s, struct bk_shared_stats *ret)
 	ret->found = __atomic_load_n(&st->found, __ATOMIC_RELAXED);
 	ret->missing = __atomic_load_n(&st->missing, __ATOMIC_RELAXED);
 	ret->timeouts = __atomic_load_n(&st->timeouts, __ATOMIC_RELAXED);
+	ret->extended = __atomic_load_n(&st->extended, __ATOMIC_RELAXED);
 	ret->errors = __atomic_load_n(&st->errors, __ATOMIC_RELAXED);
 	ret->bytes_in = __atomic_load_n(&st->bytes_in, __ATOMIC_RELAXED);
 	ret->puts = __atomic_load_n(&st->puts, __ATOMIC_RELAXED);

@@ -42,7 +42,8 @@ unsigned bk_chash_pick(const struct bk_chash *ch, const void *key, size_t len);
 struct bk_shared_cfg {
 	const char *servers;     /* "host:port[,host:port...]" (a redis:// in front is skipped) */
 	const char *password;    /* AUTH with it, or NULL; copied, wiped at free */
-	uint64_t timeout_ns;     /* a GET not answered by then is abandoned (-ETIMEDOUT) */
+	uint64_t timeout_ns;     /* a GET not answered by then is abandoned (-ETIMEDOUT), unless
+				  * the server is sending other replies: then up to 4x this */
 	uint64_t put_limit;      /* bytes of SETs queued at once; beyond it puts are dropped */
 };
 
@@ -51,6 +52,8 @@ struct bk_shared_stats {
 	uint64_t found;          /* GETs answered with a value */
 	uint64_t missing;        /* GETs answered nil */
 	uint64_t timeouts;       /* GETs abandoned after timeout_ns */
+	uint64_t extended;       /* timeouts waited past: the server was sending other replies
+				  * (at most 3 a call: see shared.c) */
 	uint64_t errors;         /* GETs and scripts failed: server down, refused, error reply */
 	uint64_t bytes_in;       /* value bytes received */
 	uint64_t puts;           /* SETs answered OK */
@@ -80,6 +83,18 @@ typedef void (*bk_shared_get_fn)(void *arg, int err, const void *val, size_t len
 /* GET @key (copied) from the server the ring picks. @done runs exactly once on the I/O thread.
  * @return 0 or -errno (done not called). */
 int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, void *arg);
+
+/* GET @key and, in the same round trip, SET @lock NX PX @lock_ms (the fetch lock: see
+ * fs/shared.c). @done gets 0 and the value; -ENOENT no value, and the lock is the caller's now
+ * (or could not be taken: nobody holds it for the caller); -EBUSY no value, and another holds
+ * the lock; other errors as for a GET. A lock taken with a value found is left to expire.
+ * @return 0 or -errno (done not called). */
+int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
+		       uint64_t lock_ms, bk_shared_get_fn done, void *arg);
+
+/* DEL @lock, on the server of @key, in the background after the puts queued before it.
+ * @return 0 queued or -errno. */
+int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock);
 
 /* SET @key to @hdr followed by @data (both copied before returning), in the background,
  * nobody waiting. @return 0 queued, -ENOBUFS dropped (put_limit), -ENOMEM. */

@@ -191,6 +191,9 @@ static void shared_text(struct mount *m, struct text *t)
 		      "could not take (down).", s.unavailable);
 	shared_metric(t, "shared_timeouts_total", "counter",
 		      "Redis calls abandoned after shared_timeout.", r.timeouts);
+	shared_metric(t, "shared_timeouts_extended_total", "counter",
+		      "Timeouts a call waited past because the server was sending other replies "
+		      "(up to 3 a call).", r.extended);
 	shared_metric(t, "shared_errors_total", "counter",
 		      "Redis calls failed: server down, connection lost, error reply.", r.errors);
 	shared_metric(t, "shared_received_bytes_total", "counter",
@@ -206,6 +209,17 @@ static void shared_text(struct mount *m, struct text *t)
 		      "Bytes of writes sent to Redis and not answered yet.", r.put_queued);
 	shared_metric(t, "shared_store_fetches_total", "counter",
 		      "Blocks fetched from the store after the shared tier.", s.store_fetches);
+	shared_metric(t, "shared_lock_wins_total", "counter",
+		      "Misses that took the block's fetch lock and fetched it from the store.",
+		      s.lock_wins);
+	shared_metric(t, "shared_lock_waits_total", "counter",
+		      "Misses that found another mount fetching the block, and waited for it.",
+		      s.lock_waits);
+	shared_metric(t, "shared_lock_wait_hits_total", "counter",
+		      "Waits served the other mount's value.", s.lock_wait_hits);
+	shared_metric(t, "shared_lock_gave_up_total", "counter",
+		      "Waits that went to the store after the bound (10 x shared_timeout).",
+		      s.lock_gave_up);
 	shared_metric(t, "shared_servers", "gauge", "Redis servers configured.", r.servers);
 	shared_metric(t, "shared_servers_down", "gauge", "Redis servers thought down now.",
 		      r.servers_down);

@@ -212,6 +212,10 @@ struct fs_shared_stats {
 	uint64_t rejected;        /* values refused by the check (wrong, truncated, foreign) */
 	uint64_t unavailable;     /* Redis did not answer in time, or is down, or erred */
 	uint64_t store_fetches;   /* blocks fetched from the store through the decorator */
+	uint64_t lock_wins;       /* misses that took the block's fetch lock and fetched it */
+	uint64_t lock_waits;      /* misses that found another mount fetching, and waited */
+	uint64_t lock_wait_hits;  /* ... and were served its value */
+	uint64_t lock_gave_up;    /* ... and went to the store after the bound */
 	uint64_t fleet_calls;     /* grant scripts called */
 	uint64_t fleet_grants;    /* chunks granted */
 	uint64_t fleet_waits;     /* calls told to wait */

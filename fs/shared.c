@@ -4,13 +4,25 @@
  * The memory tiers (cache/) call env->fetch for a block they miss. With shared=redis://...,
  * that fetch comes here first:
  *
- *   fetch(block) ─► GET key ─► value ─► shv_check ok ─► copy into dst ─► done(0)   (a hit)
- *                     │            └─ refused: counted, logged once ─┐
- *                     └─ nil, timeout, error, Redis down ────────────┤
+ *   fetch(block) ─► GET key + SET lock NX ─► value ─► shv_check ok ─► copy ─► done(0)  (a hit)
+ *                     │   │                     └─ refused: counted, logged once ─┐
+ *                     │   └─ nil, lock held by another: re-GET on a timer ─► ... ─┤ (after the
+ *                     │                                                           │  bound)
+ *                     └─ nil (the lock is ours), timeout, error, Redis down ──────┤
  *                                                                    ▼
  *                         lagging? ─► fleet gate (tokens from Redis) ─► backend_read ─► done
  *                                                                         └─► SET key value,
  *                                                                          in the background
+ *
+ * The fetch lock: N mounts that miss one block at the same instant would all fetch it (three
+ * mounts reading the same new objects at full speed: 2.25x the objects at the store). So a
+ * GET of a fetch that will fill Redis carries "SET <prefix>lock:<key> 1 NX PX bound" in the
+ * same round trip (backend/shared.c pipelines them). The winner fetches, SETs, then DELs the
+ * lock after the SET on the same connection. A loser re-GETs (with the lock again, so that a
+ * lock deleted without a value is taken over) on the I/O loop's timer, 2 ms doubling to 16 ms,
+ * until it gets the value or the bound passes (wait_ns: 10 x shared_timeout, also the lock's
+ * PX), then fetches from the store itself. A dead holder costs at most that. A fetch that
+ * does not fill (lagging, shared_fill_lagging off) neither takes nor waits for a lock.
  *
  * The key is the block's (cache/sharedval.h: prefix, oid, block index, block size), so two
  * block sizes never mix and two fleets with two prefixes never meet. A value is served only
@@ -55,6 +67,9 @@
 #define FLEET_RETRY_NS (1000 * 1000000ULL)     /* Redis failed: local limits this long */
 #define FLEET_WAIT_MAX (1000 * 1000000ULL)     /* longest wait before asking again */
 #define FLEET_EVAL_TIMEOUT_NS (200 * 1000000ULL) /* a grant is not on a reader's tail path */
+#define WAIT_FACTOR    10                      /* the fetch lock's bound: shared_timeout x this */
+#define POLL_FIRST_NS  (2 * 1000000ULL)        /* a lock loser's first re-GET, then doubled */
+#define POLL_MAX_NS    (16 * 1000000ULL)       /* ... up to this */
 
 /*
  * KEYS[1]: the bucket (a hash: tok, ops, ts). ARGV: rate (bytes/s), burst (bytes), bytes
@@ -101,11 +116,17 @@ struct sfetch {
 	void *dst;
 	bool lagging;
 	bool put;                 /* offer the store's bytes to Redis */
+	bool locked;              /* this fetch holds the block's fetch lock: DEL it when done */
+	bool waited;              /* it lost the lock and waited for the holder's value */
+	bool answered;            /* Redis answered it once (a miss is counted once) */
+	uint64_t deadline;        /* a loser goes to the store after this (mono_ns) */
+	uint64_t poll_ns;         /* its next re-GET's delay */
 	cache_done_fn done;
 	void *done_arg;
 	struct cache_key k;
 	struct sfetch *next;      /* the fleet queue; sh->lock */
 	char key[SHV_KEY_MAX];
+	char lock[SHV_KEY_MAX + 8]; /* "<prefix>lock:<key without prefix>" */
 };
 
 struct fs_shared {
@@ -115,6 +136,7 @@ struct fs_shared {
 	uint32_t block_size;
 	char prefix[SHV_PREFIX_MAX + 1];
 	bool fill_lagging;
+	uint64_t wait_ns;         /* the fetch lock's bound (and its PX) */
 	uint64_t fleet_rate, fleet_ops; /* 0: no budget of that kind */
 	char fleet_key[SHV_PREFIX_MAX + 32];
 
@@ -163,6 +185,10 @@ static void store_done(void *arg, int err)
 		shv_header(hdr, f->k, sh->block_size, f->dst, f->len);
 		bk_shared_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len);
 	}
+	/* after the SET on the same connection: a loser that polls after the DEL finds the
+	 * value; if the SET was dropped (or the fetch failed), it takes the lock and fetches */
+	if (f->locked)
+		bk_shared_unlock(sh->bs, f->key, f->lock);
 	finish(f, err);
 }
 
@@ -395,15 +421,59 @@ static void miss(struct sfetch *f, bool redis_ok)
 		to_store(f);
 }
 
+static void ask_value(struct sfetch *f);
+
+static void poll_again(void *arg)
+{
+	ask_value(arg);
+}
+
 static void got(void *arg, int err, const void *val, size_t vlen)
 {
 	struct sfetch *f = arg;
 	struct fs_shared *sh = f->sh;
+	bool first = !f->answered;
 	const void *data;
 	int r;
 
-	if (err == -ENOENT) {
+	f->answered = true;
+	if ((err == -ENOENT || err == -EBUSY) && first)
 		STAT_ADD(sh, misses, 1);
+	if (err == -ENOENT) {
+		/* the lock is ours (or there is none: a lagging fetch that does not fill) */
+		f->locked = f->lock[0] != 0;
+		if (f->locked)
+			STAT_ADD(sh, lock_wins, 1);
+		miss(f, true);
+		return;
+	}
+	if (err == -EBUSY) {
+		uint64_t now = mono_ns(), d = f->poll_ns;
+
+		if (!f->waited) {
+			f->waited = true;
+			f->deadline = now + sh->wait_ns;
+			STAT_ADD(sh, lock_waits, 1);
+		}
+		if (now >= f->deadline) {
+			/* the holder is slow or dead: what waiting saved is lost, not more */
+			STAT_ADD(sh, lock_gave_up, 1);
+			miss(f, true);
+			return;
+		}
+		if (d > f->deadline - now)
+			d = f->deadline - now;
+		f->poll_ns = f->poll_ns * 2 < POLL_MAX_NS ? f->poll_ns * 2 : POLL_MAX_NS;
+		/* the re-GET on the I/O loop's timer: no thread waits; stopping, now */
+		if (backend_defer(sh->b, d, poll_again, f) < 0)
+			miss(f, false);
+		return;
+	}
+	if (err == -ETIMEDOUT && f->lock[0]) {
+		/* slow, not down: the lock may be ours, and the value is worth putting (the put
+		 * queue bounds what a slow Redis costs) */
+		STAT_ADD(sh, unavailable, 1);
+		f->locked = true;
 		miss(f, true);
 		return;
 	}
@@ -425,7 +495,26 @@ static void got(void *arg, int err, const void *val, size_t vlen)
 	memcpy(f->dst, data, f->len);
 	STAT_ADD(sh, hits, 1);
 	STAT_ADD(sh, hit_bytes, f->len);
+	if (f->waited)
+		STAT_ADD(sh, lock_wait_hits, 1);
 	finish(f, 0);
+}
+
+/* Ask Redis for @f's block: with the fetch lock when this fetch would fill the shared tier
+ * (f->lock set), else a plain GET. */
+static void ask_value(struct sfetch *f)
+{
+	struct fs_shared *sh = f->sh;
+	int e;
+
+	if (f->lock[0])
+		e = bk_shared_get_lock(sh->bs, f->key, f->lock, sh->wait_ns / 1000000, got, f);
+	else
+		e = bk_shared_get(sh->bs, f->key, got, f);
+	if (e < 0) {
+		STAT_ADD(sh, unavailable, 1);
+		miss(f, false);
+	}
 }
 
 int fs_shared_fetch(struct fs_shared *sh, struct fobj *o, uint64_t off, uint32_t len, void *dst,
@@ -448,10 +537,13 @@ int fs_shared_fetch(struct fs_shared *sh, struct fobj *o, uint64_t off, uint32_t
 		return 0;
 	}
 	shv_key(f->key, sizeof(f->key), sh->prefix, f->k, sh->block_size);
-	if (bk_shared_get(sh->bs, f->key, got, f) < 0) {
-		STAT_ADD(sh, unavailable, 1);
-		miss(f, false);
-	}
+	/* only a fetch that will fill the shared tier takes the lock: others would wait for a
+	 * value that a lagging holder (shared_fill_lagging off) never writes */
+	if (!lagging || sh->fill_lagging)
+		snprintf(f->lock, sizeof(f->lock), "%slock:%s", sh->prefix,
+			 f->key + strlen(sh->prefix));
+	f->poll_ns = POLL_FIRST_NS;
+	ask_value(f);
 	return 0;
 }
 
@@ -526,6 +618,7 @@ int fs_shared_new(struct mount *m, const struct fs_opts *o, struct fs_shared **r
 	snprintf(sh->prefix, sizeof(sh->prefix), "%s", o->shared_prefix ? o->shared_prefix : "");
 	snprintf(sh->fleet_key, sizeof(sh->fleet_key), "%sfleet:lagging", sh->prefix);
 	sh->fill_lagging = o->shared_fill_lagging;
+	sh->wait_ns = WAIT_FACTOR * o->shared_timeout * 1000000ULL;
 	sh->fleet_rate = o->fleet_lagging_rate;
 	sh->fleet_ops = o->fleet_lagging_ops;
 	pthread_mutex_init(&sh->lock, NULL);
@@ -553,6 +646,10 @@ void fs_shared_get_stats(struct fs_shared *sh, struct fs_shared_stats *ret,
 	ret->rejected = __atomic_load_n(&s->rejected, __ATOMIC_RELAXED);
 	ret->unavailable = __atomic_load_n(&s->unavailable, __ATOMIC_RELAXED);
 	ret->store_fetches = __atomic_load_n(&s->store_fetches, __ATOMIC_RELAXED);
+	ret->lock_wins = __atomic_load_n(&s->lock_wins, __ATOMIC_RELAXED);
+	ret->lock_waits = __atomic_load_n(&s->lock_waits, __ATOMIC_RELAXED);
+	ret->lock_wait_hits = __atomic_load_n(&s->lock_wait_hits, __ATOMIC_RELAXED);
+	ret->lock_gave_up = __atomic_load_n(&s->lock_gave_up, __ATOMIC_RELAXED);
 	ret->fleet_calls = __atomic_load_n(&s->fleet_calls, __ATOMIC_RELAXED);
 	ret->fleet_grants = __atomic_load_n(&s->fleet_grants, __ATOMIC_RELAXED);
 	ret->fleet_waits = __atomic_load_n(&s->fleet_waits, __ATOMIC_RELAXED);

@@ -141,6 +141,91 @@ def test_three_mounts_fetch_new_objects_once(store, mount, redis, record_propert
     assert results["shared"] <= 1.1
 
 
+@pytest.mark.watchdog(400)
+def test_three_mounts_same_blocks_same_instant(store, mount, redis, record_property):
+    """The hard case of the test above: three mounts started together read the same new
+    objects in the same order at full speed (readahead on, no staggering), so they miss each
+    block at the same instant. Without a fetch lock every mount fetched it (3.00x at the
+    store); with it, the first GET's SET NX wins and the others wait for its value."""
+    total = sum(store.sizes[r] for r in store.new)
+    r = redis()
+    opts = [f"block_size=4M", f"hot_ttl={HOT_TTL}", *sh(r)]
+    ms = [mount(store.nginx.url, opts, name=f"same{i}", foreground=True) for i in range(3)]
+    drop_caches()
+    store.nginx.wait_idle()
+    mark = store.nginx.timed_mark()
+    go = threading.Barrier(3)
+    errors = []
+
+    def one(m):
+        try:
+            go.wait(timeout=30)
+            for rel in store.new:
+                if lu.sha256_read(m.path(rel)) != store.sha[rel]:
+                    errors.append(f"{m.mnt}/{rel}: wrong bytes")
+        except BaseException as e:
+            errors.append(f"{m.mnt}: {e!r}")
+
+    ts = [threading.Thread(target=one, args=(m,), daemon=True) for m in ms]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=300)
+    assert not errors, errors
+    x = store_bytes(store, mark, "new/") / total
+    st = [lu.stats(m.mnt) for m in ms]
+
+    def tot(name):  # .get: the code before the fetch lock has no lock counters
+        return sum(s.get((name, "shared"), 0) for s in st)
+
+    print(f"{total // MIB} MiB read by 3 mounts at once, same order: store bytes {x:.2f}x; "
+          f"hits {tot('shared_hits_total')}, timeouts {tot('shared_timeouts_total')}, "
+          f"lock wins {tot('shared_lock_wins_total')}, waits {tot('shared_lock_waits_total')}, "
+          f"gave up {tot('shared_lock_gave_up_total')}")
+    print({k[0]: sum(s[k] for s in st) for k in st[0] if k[1] == "shared"})
+    record_property("store_x_same_instant", x)
+    for s in st:
+        assert s.v("read_errors_total") == 0
+    assert x <= 1.1
+
+
+@pytest.mark.watchdog(200)
+def test_dead_lock_holder_costs_the_bound(store, mount, redis):
+    """A fetch lock whose holder died (set here by another client, with a PX far longer than
+    the bound, and never deleted): a mount that misses those blocks waits at most the bound
+    (10 x shared_timeout) for each, then reads the right bytes from the store."""
+    r = redis()
+    rel = store.new[0]
+    a = mount(store.nginx.url, base("4M", *sh(r)), name="a")
+    assert not read_all([a], [[rel]], store)
+    nblk = store.sizes[rel] // (4 * MIB)
+    harness.wait_until(lambda: len(r.cmd("KEYS", PREFIX + "tfs1:*")) == nblk, 20,
+                       "the object's blocks in Redis")
+    keys = sorted(r.cmd("KEYS", PREFIX + "tfs1:*"))
+    dead = keys[:2]
+    for k in dead:  # the holder fetched nothing and died holding the lock
+        r.cmd("DEL", k)
+        r.cmd("SET", PREFIX.encode() + b"lock:" + k[len(PREFIX):], "1", "PX", "60000")
+    timeout_ms = 100
+    b = mount(store.nginx.url, base("4M", *sh(r, f"shared_timeout={timeout_ms}")), name="b")
+    drop_caches()
+    t0 = time.monotonic()
+    assert not read_all([b], [[rel]], store)
+    took = time.monotonic() - t0
+    s = lu.stats(b.mnt)
+    bound = 10 * timeout_ms / 1000
+    print({k: v for k, v in s.items() if "shared" in k[0]})
+    print(f"{len(dead)} blocks locked by a dead holder: read in {took:.2f} s (bound "
+          f"{bound:.1f} s each); waits {s.v('shared_lock_waits_total', 'shared')}, gave up "
+          f"{s.v('shared_lock_gave_up_total', 'shared')}")
+    assert s.v("shared_lock_waits_total", "shared") == len(dead)
+    assert s.v("shared_lock_gave_up_total", "shared") == len(dead)
+    assert s.v("shared_hits_total", "shared") == nblk - len(dead)
+    assert s.v("read_errors_total") == 0
+    # readahead=0: the locked blocks are waited for one after the other
+    assert took <= len(dead) * bound + 2.0
+
+
 def slope(points):
     """Least-squares slope of (t, cumulative bytes or count): a rate that the edges of the
     window (tokens a host holds, a request in flight) move far less than first/last would."""

@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""One fresh mount reads eight new 16 MiB objects from a loopback nginx, with and without
+shared= (an empty redis-server each time), runs interleaved; prints MiB/s per run and the
+medians. What issue 13's second cost is measured with:
+
+    TIERFS_BIN=$PWD/build/tierfs /usr/bin/python3 bench/shared_single.py [runs] [-- opts]
+
+--perf: record the shared mount of each run with perf (perf-<i>.data in the work directory).
+As root (it mounts and drops the page cache).
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
+
+import corpus  # noqa: E402
+import harness  # noqa: E402
+from test_shared import Redis, drop_caches  # noqa: E402
+
+MIB = 1 << 20
+N, SIZE = 8, 16 * MIB
+
+
+def read_all(m, rels):
+    t0 = time.monotonic()
+    for rel in rels:
+        with open(m.mnt / rel, "rb", buffering=0) as f:
+            while f.read(MIB):
+                pass
+    return N * SIZE / MIB / (time.monotonic() - t0)
+
+
+def main():
+    args = sys.argv[1:]
+    perf = "--perf" in args
+    args = [a for a in args if a != "--perf"]
+    extra = args[args.index("--") + 1:] if "--" in args else []
+    runs = int(args[0]) if args and args[0] != "--" else 3
+    work = Path(tempfile.mkdtemp(prefix="shared-single-", dir="/var/tmp"))
+    root = work / "store"
+    rels = [f"n-{i}.bin" for i in range(N)]
+    for rel in rels:
+        corpus.build_one(root, rel, SIZE, seed=5)
+    ng = harness.Nginx(root, work / "nginx")
+    ng.start()
+    res = {"alone": [], "shared": []}
+    try:
+        for i in range(runs):
+            for label in ("alone", "shared") if i % 2 == 0 else ("shared", "alone"):
+                r = Redis(work / f"redis-{i}-{label}").start() if label == "shared" else None
+                # the objects are new (mtime now): a fresh mount reads them as hot blocks
+                now = time.time()
+                for rel in rels:
+                    os.utime(root / rel, (now, now))
+                o = ["block_size=4M", *extra] + ([f"shared={r.url()}"] if r else [])
+                m = harness.Mount(ng.url, work / f"mnt-{i}-{label}", o, logdir=work).start()
+                p = None
+                try:
+                    drop_caches()
+                    if perf and (r or os.environ.get("PERF_ALL")):
+                        p = subprocess.Popen(["perf", "record", "--call-graph", os.environ.get("PERF_CG", "fp"), "-o",
+                                              str(work / f"perf-{i}-{label}.data"), "-p",
+                                              ",".join(str(x) for x in m.pids)],
+                                             stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL)
+                        time.sleep(0.5)
+                    res[label].append(read_all(m, rels))
+                finally:
+                    if p:
+                        p.send_signal(2)
+                        p.wait()
+                    m.unmount()
+                    if r:
+                        r.stop()
+                print(f"run {i + 1} {label}: {res[label][-1]:.0f} MiB/s", flush=True)
+    finally:
+        ng.stop()
+    med = {k: sorted(v)[len(v) // 2] for k, v in res.items()}
+    print(f"median of {runs}: alone {med['alone']:.0f} MiB/s, shared {med['shared']:.0f} MiB/s "
+          f"= {med['shared'] / med['alone']:.2f}x  (work dir {work})")
+
+
+if __name__ == "__main__":
+    main()
