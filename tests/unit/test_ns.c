@@ -505,6 +505,95 @@ static void test_move(void **state)
 	ns_free(ns);
 }
 
+/* Remove @path from the fake store. */
+static void del(const char *path)
+{
+	for (int i = 0; i < MAXOBJ; i++)
+		if (S.o[i].present && strcmp(S.o[i].path, path) == 0)
+			S.o[i].present = false;
+}
+
+/* A node made from a listing entry (lazy: no version of its own) answers from the directory's
+ * listing: with nothing open it follows the entry to a new version in place (same inode); when
+ * the name leaves the listing, or becomes a directory, it keeps what it had; an open gives it a
+ * version, revalidated when the listing is older than metadata_ttl. */
+static void test_lazy_versions(void **state)
+{
+	struct ns *ns = mk(10, 1);
+	struct fobj *o;
+	struct stat st;
+	bool same, changed;
+	uint64_t a, x, x2, dir;
+
+	(void)state;
+	put("a", 100, "\"a1\"");
+	put("b", 1, "\"b\"");
+	put("x", 7, "\"x1\"");
+	a = lookup_ok(ns, 1, "a", &st);
+	x = lookup_ok(ns, 1, "x", NULL);
+	assert_int_equal(st.st_size, 100);
+	assert_true(cache_oid_eq(oid_of(ns, a), cache_oid_make("fake://store", "a", "\"a1\"")));
+
+	/* a new version, relisted by a lookup of another name: a follows, on its inode */
+	put("a", 200, "\"a2\"");
+	S.now += 11 * SEC;
+	lookup_ok(ns, 1, "b", NULL);
+	assert_int_equal(S.lists, 2);
+	assert_int_equal(ns_getattr(ns, a, &st), 0);
+	assert_int_equal(st.st_size, 200);
+	assert_int_equal(lookup_ok(ns, 1, "a", NULL), a);
+	assert_true(cache_oid_eq(oid_of(ns, a), cache_oid_make("fake://store", "a", "\"a2\"")));
+
+	/* a leaves the store, x becomes a prefix: both nodes keep what they had */
+	del("a");
+	del("x");
+	put("x/y", 3, "\"y\"");
+	S.now += 11 * SEC;
+	lookup_ok(ns, 1, "b", NULL);
+	assert_int_equal(S.lists, 3);
+	assert_int_equal(ns_getattr(ns, a, &st), 0);
+	assert_int_equal(st.st_size, 200);
+	assert_true(S_ISREG(st.st_mode));
+	assert_true(cache_oid_eq(oid_of(ns, a), cache_oid_make("fake://store", "a", "\"a2\"")));
+	assert_int_equal(ns_lookup(ns, 1, "a", &st), -ENOENT);
+	x2 = lookup_ok(ns, 1, "x", &st);
+	assert_true(x2 != x);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(ns_getattr(ns, x, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_size, 7);
+
+	/* an open within metadata_ttl of the listing asks nothing; past it, a HEAD */
+	int stats = S.stats;
+	uint64_t b = lookup_ok(ns, 1, "b", NULL);
+	assert_int_equal(ns_open(ns, b, &o, &same, &changed), 0);
+	assert_int_equal(S.stats, stats);
+	assert_false(same);
+	assert_int_equal(o->size, 1);
+	fobj_put(o);
+	ns_release(ns, b);
+	uint64_t y = lookup_ok(ns, x2, "y", NULL);
+	S.now += 11 * SEC;
+	put("x/y", 4, "\"y2\"");
+	assert_int_equal(ns_open(ns, y, &o, &same, &changed), 0);
+	assert_int_equal(S.stats, stats + 1);
+	assert_int_equal(o->size, 4);
+	assert_true(changed); /* the kernel's attributes (3 bytes) are old */
+	fobj_put(o);
+	ns_release(ns, y);
+
+	/* a directory forgotten before its lazy children: they keep their attributes */
+	put("d/f", 9, "\"f\"");
+	dir = lookup_ok(ns, 1, "d", NULL);
+	uint64_t f = lookup_ok(ns, dir, "f", NULL);
+	ns_forget(ns, dir, 1);
+	assert_int_equal(ns_getattr(ns, dir, &st), -ENOENT);
+	assert_int_equal(ns_getattr(ns, f, &st), 0);
+	assert_int_equal(st.st_size, 9);
+	assert_true(cache_oid_eq(oid_of(ns, f), cache_oid_make("fake://store", "d/f", "\"f\"")));
+	ns_free(ns);
+}
+
 /* Answers of asynchronous calls, counted. */
 static struct {
 	int entries, entry_errs, dirs;
@@ -785,6 +874,7 @@ int main(void)
 	    cmocka_unit_test(test_failed_lookup_frees_node),
 	    cmocka_unit_test(test_new_version_new_inode),
 	    cmocka_unit_test(test_move),
+	    cmocka_unit_test(test_lazy_versions),
 	    cmocka_unit_test(test_readdirplus_entries),
 	    cmocka_unit_test(test_single_flight_listing),
 	    cmocka_unit_test(test_stale_while_revalidate),
