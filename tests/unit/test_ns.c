@@ -798,8 +798,11 @@ static void test_parked_lookups_do_not_block_known(void **state)
 	ns_free(ns);
 }
 
-/* Memory of the namespace at 100k keys in one prefix, listed (ls) and then looked up (ls -l):
- * printed, with bounds: <= 200 B per listed key. */
+/* Memory of the namespace at N keys in one prefix, listed (ls) and then every name looked up
+ * (a lookup, or an `ls -l`: readdirplus makes the same node): printed, with bounds: <= 200 B
+ * per key both ways (issue 8 asks it at 1M keys). */
+static int big_n;
+
 static int big_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 {
 	struct bk_meta m = {.size = 1234567, .mtime = 1700000000};
@@ -808,7 +811,7 @@ static int big_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg
 	(void)b;
 	(void)dir;
 	S.lists++;
-	for (int i = 0; i < 100000; i++) {
+	for (int i = 0; i < big_n; i++) {
 		snprintf(name, sizeof(name), "%020d.log", i);
 		snprintf(m.etag, sizeof(m.etag), "\"%032x\"", (unsigned)i * 2654435761u);
 		int e = fn(arg, name, false, &m);
@@ -825,7 +828,7 @@ static int big_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_
 	return 0;
 }
 
-static void test_memory_per_key(void **state)
+static void memory_per_key(int n)
 {
 	static const struct bk_ops big_ops = {.list = big_list, .list_async = big_list_async};
 	static struct backend big = {.ops = &big_ops, .scheme = "fake"};
@@ -836,32 +839,53 @@ static void test_memory_per_key(void **state)
 	struct ns *ns;
 	char name[64];
 
-	(void)state;
 	memset(&S, 0, sizeof(S));
 	S.now = SEC;
+	big_n = n;
 	ns = ns_new(&cfg);
 	assert_non_null(ns);
 	ns_mem(ns, &bytes0, &keys);
 	for (int i = 0; i < 20; i++)
 		assert_int_equal(ns_opendir(ns, 1, &d[i]), 0);
 	ns_mem(ns, &bytes1, &keys);
-	assert_int_equal(keys, 100000);
-	for (int i = 0; i < 100000; i++) {
+	assert_int_equal(keys, n);
+	for (int i = 0; i < n; i++) {
 		struct stat st;
 
 		snprintf(name, sizeof(name), "%020d.log", i);
 		assert_int_equal(ns_lookup(ns, 1, name, &st), 0);
+		assert_int_equal(st.st_size, 1234567);
 	}
 	ns_mem(ns, &bytes2, &keys);
-	double listed = (double)(bytes1 - bytes0) / 100000, looked = (double)(bytes2 - bytes0) / 100000;
-	print_message("# namespace at 100k keys: %.1f B/key listed (20 open handles share it), "
-		      "%.1f B/key with every name looked up (a node and a version each)\n",
-		      listed, looked);
+	double listed = (double)(bytes1 - bytes0) / n, looked = (double)(bytes2 - bytes0) / n;
+	print_message("# namespace at %dk keys: %.1f B/key listed (20 open handles share it), "
+		      "%.1f B/key with every name looked up (a node each)\n",
+		      n / 1000, listed, looked);
 	assert_true(listed <= 200);
+	assert_true(looked <= 200);
 	assert_int_equal(S.lists, 1);
 	for (int i = 0; i < 20; i++)
 		ns_dir_put(d[i]);
 	ns_free(ns);
+}
+
+static void test_memory_per_key(void **state)
+{
+	(void)state;
+	memory_per_key(100000);
+}
+
+/* The same at 1M keys, as the issue measures it: about 5 s, so only with TIERFS_NS_1M=1.
+ * Without it the test passes with a note (cmocka 1.1.5 reports skip() in TAP as "not ok",
+ * which meson 1.0 counts as a failure: see test_sigv4.c). */
+static void test_memory_per_key_1m(void **state)
+{
+	(void)state;
+	if (!getenv("TIERFS_NS_1M")) {
+		print_message("# SKIP the 1M-key run: set TIERFS_NS_1M=1 (about 5 s)\n");
+		return;
+	}
+	memory_per_key(1000000);
 }
 
 int main(void)
@@ -882,6 +906,7 @@ int main(void)
 	    cmocka_unit_test(test_insert_copies_shared_listing),
 	    cmocka_unit_test(test_parked_lookups_do_not_block_known),
 	    cmocka_unit_test(test_memory_per_key),
+	    cmocka_unit_test(test_memory_per_key_1m),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
