@@ -115,6 +115,7 @@ struct dirst {
 	struct lfetch *inflight; /* the listing being fetched, NULL if none (single flight) */
 	bool fail_logged;        /* a failed refresh was reported; cleared by a success */
 	uint32_t lazy;           /* file nodes in it whose version is the listing's (fstate) */
+	uint32_t kids;           /* nodes whose up is this one: it is freed after them */
 	struct neg negs[NEG_MAX]; /* names found missing; unused slots have name NULL */
 };
 
@@ -134,13 +135,14 @@ struct fstate {
 };
 
 /*
- * A node: 46 bytes and its path, in one allocation (72 usable bytes for a 24-byte name in the
- * root), because `ls -l` of a big prefix makes one per name. Fields only open files need are
- * in struct fstate; a directory's in struct dirst.
+ * A node: 46 bytes and its name, in one allocation (72 usable bytes for a 24-byte name, at any
+ * depth), because `ls -l` of a big prefix makes one per name. Its path is the names up to the
+ * root (node_path), asked for only when the store is. Fields only open files need are in
+ * struct fstate; a directory's in struct dirst.
  */
 struct node {
 	uint64_t ino;
-	uint64_t parent;     /* parent's inode; the root's is itself */
+	struct node *up;     /* the directory it is in (counted in its kids); NULL for the root */
 	struct node *next_ino, *next_name; /* hash chains */
 	union {
 		struct fstate *f; /* files: NULL while lazy (the version is the listing's) */
@@ -154,8 +156,9 @@ struct node {
 	unsigned have_perm : 1;
 	unsigned is_dir : 1;
 	unsigned unlinked : 1; /* no longer in by_name (replaced by another node of the name) */
-	char path[];         /* relative path in the store, "" for the root; the name is its
-			      * last segment (node_name) */
+	unsigned gone : 1;   /* a directory the kernel forgot, out of the tables, kept until its
+			      * last child goes (their paths go through its name) */
+	char name[];         /* last segment of the path, "" for the root */
 };
 
 struct ns {
@@ -198,12 +201,40 @@ static size_t hash_name(uint64_t parent, const char *name, size_t nb)
 	return (size_t)(h ^ (h >> 29)) & (nb - 1);
 }
 
-/* The last segment of @n's path (names never hold a '/'). */
-static const char *node_name(const struct node *n)
+/* The inode of @n's directory (the root's is itself). */
+static uint64_t pino(const struct node *n)
 {
-	const char *s = strrchr(n->path, '/');
+	return n->up ? n->up->ino : ROOT_INO;
+}
 
-	return s ? s + 1 : n->path;
+/* @n's directory, or NULL when the kernel forgot it (or @n is the root). */
+static struct node *parent_of(const struct node *n)
+{
+	return n->up && !n->up->gone ? n->up : NULL;
+}
+
+/* @n's path in the store ("" for the root): its names up to the root, joined by '/'.
+ * @return malloc'd or NULL. */
+static char *node_path(const struct node *n)
+{
+	size_t len = 0, end;
+	char *p;
+
+	for (const struct node *a = n; a->up; a = a->up)
+		len += strlen(a->name) + 1;
+	if (!(p = malloc(len ? len : 1)))
+		return NULL;
+	end = len ? len - 1 : 0;
+	p[end] = '\0';
+	for (const struct node *a = n; a->up; a = a->up) {
+		size_t l = strlen(a->name);
+
+		end -= l;
+		memcpy(p + end, a->name, l);
+		if (end)
+			p[--end] = '/';
+	}
+	return p;
 }
 
 static struct node *find_ino(struct ns *ns, uint64_t ino)
@@ -214,11 +245,13 @@ static struct node *find_ino(struct ns *ns, uint64_t ino)
 	return NULL;
 }
 
-static struct node *find_name(struct ns *ns, uint64_t parent, const char *name)
+/* The node named @name in directory @p. Comparing pointers is safe: a directory is freed only
+ * after its last child. */
+static struct node *find_name(struct ns *ns, const struct node *p, const char *name)
 {
-	for (struct node *n = ns->by_name[hash_name(parent, name, ns->nbuckets)]; n;
+	for (struct node *n = ns->by_name[hash_name(p->ino, name, ns->nbuckets)]; n;
 	     n = n->next_name)
-		if (n->parent == parent && strcmp(node_name(n), name) == 0)
+		if (n->up == p && strcmp(n->name, name) == 0)
 			return n;
 	return NULL;
 }
@@ -226,7 +259,7 @@ static struct node *find_name(struct ns *ns, uint64_t parent, const char *name)
 static void link_node(struct ns *ns, struct node *n)
 {
 	size_t hi = hash_ino(n->ino, ns->nbuckets);
-	size_t hn = hash_name(n->parent, node_name(n), ns->nbuckets);
+	size_t hn = hash_name(pino(n), n->name, ns->nbuckets);
 
 	n->next_ino = ns->by_ino[hi];
 	ns->by_ino[hi] = n;
@@ -238,7 +271,7 @@ static void link_node(struct ns *ns, struct node *n)
 
 static void unlink_name(struct ns *ns, struct node *n)
 {
-	struct node **pp = &ns->by_name[hash_name(n->parent, node_name(n), ns->nbuckets)];
+	struct node **pp = &ns->by_name[hash_name(pino(n), n->name, ns->nbuckets)];
 
 	if (n->unlinked || n->ino == ROOT_INO)
 		return;
@@ -542,16 +575,17 @@ static struct dirst *dirst_new(void)
 	return calloc(1, sizeof(struct dirst));
 }
 
-/* Bytes of a node with a path of @len bytes: the path starts in the struct's tail padding
+/* Bytes of a node with a name of @len bytes: the name starts in the struct's tail padding
  * (never less than the struct, so the whole struct is always inside the allocation). */
 static size_t node_size(size_t len)
 {
-	size_t n = offsetof(struct node, path) + len + 1;
+	size_t n = offsetof(struct node, name) + len + 1;
 
 	return n < sizeof(struct node) ? sizeof(struct node) : n;
 }
 
-/* Free @n and what it owns (not its place in the tables: see node_drop). */
+/* Free @n and what it owns (not its place in the tables, nor its directory's count of it:
+ * see node_drop). */
 static void node_free(struct node *n)
 {
 	if (n->is_dir && n->dir) {
@@ -580,11 +614,10 @@ struct ns *ns_new(const struct ns_cfg *cfg)
 	ns->nbuckets = 1024;
 	ns->by_ino = calloc(ns->nbuckets, sizeof(struct node *));
 	ns->by_name = calloc(ns->nbuckets, sizeof(struct node *));
-	root = calloc(1, node_size(0)); /* path "" */
+	root = calloc(1, node_size(0)); /* name "" */
 	if (!ns->by_ino || !ns->by_name || !root || !ns->store)
 		goto fail;
 	root->ino = ROOT_INO;
-	root->parent = ROOT_INO;
 	root->is_dir = true;
 	root->nlookup = 1;
 	root->dir = dirst_new();
@@ -607,13 +640,27 @@ fail:
 
 void ns_free(struct ns *ns)
 {
+	struct node *gone = NULL;
+
 	if (!ns)
 		return;
+	/* directories the kernel forgot are out of the tables: found through their children
+	 * (before any is freed), each once, when its last child counts off */
+	for (size_t i = 0; i < ns->nbuckets; i++)
+		for (struct node *n = ns->by_ino[i]; n; n = n->next_ino)
+			for (struct node *g = n->up; g && g->gone && !--g->dir->kids; g = g->up) {
+				g->next_ino = gone;
+				gone = g;
+			}
 	for (size_t i = 0; i < ns->nbuckets; i++)
 		for (struct node *n = ns->by_ino[i], *next; n; n = next) {
 			next = n->next_ino;
 			node_free(n);
 		}
+	for (struct node *next; gone; gone = next) {
+		next = gone->next_ino;
+		node_free(gone);
+	}
 	free(ns->by_ino);
 	free(ns->by_name);
 	free(ns->store);
@@ -643,15 +690,18 @@ static struct cache_oid version_oid(struct ns *ns, const char *path, const struc
 	return cache_oid_make(ns->store, path, v);
 }
 
-/* A new version @m of @path, with one reference. @return it or NULL (out of memory). */
-static struct fobj *fobj_new(struct ns *ns, const char *path, const struct bk_meta *m)
+/* A new version @m of file @n, with one reference. @return it or NULL (out of memory). */
+static struct fobj *fobj_new(struct ns *ns, const struct node *n, const struct bk_meta *m)
 {
-	size_t plen = strlen(path), elen = strnlen(m->etag, BK_ETAG_MAX - 1);
-	struct fobj *o = malloc(sizeof(*o) + plen + 1 + elen + 1);
+	char *path = node_path(n);
+	size_t plen = path ? strlen(path) : 0, elen = strnlen(m->etag, BK_ETAG_MAX - 1);
+	struct fobj *o = path ? malloc(sizeof(*o) + plen + 1 + elen + 1) : NULL;
 	char *etag;
 
-	if (!o)
+	if (!o) {
+		free(path);
 		return NULL;
+	}
 	o->refs = 1;
 	o->backend = ns->cfg.backend;
 	o->serves = 0;
@@ -663,6 +713,7 @@ static struct fobj *fobj_new(struct ns *ns, const char *path, const struct bk_me
 	etag[elen] = '\0';
 	o->etag = etag;
 	o->id = version_oid(ns, path, m);
+	free(path);
 	return o;
 }
 
@@ -685,9 +736,9 @@ static bool is_lazy(const struct node *n)
 }
 
 /* Lazy node @n is lazy no more, or goes: its directory counts one less (lock held). */
-static void lazy_gone(struct ns *ns, const struct node *n)
+static void lazy_gone(const struct node *n)
 {
-	struct node *p = find_ino(ns, n->parent);
+	struct node *p = parent_of(n);
 
 	if (p && p->is_dir && p->dir->lazy)
 		p->dir->lazy--;
@@ -696,11 +747,11 @@ static void lazy_gone(struct ns *ns, const struct node *n)
 /* The version of lazy node @n: its directory's listing entry for its name, a file with
  * metadata (lock held). @return the entry and its listing in *ret_l, or NULL when there is
  * none (out of memory kept the node from taking its own version when the entry went). */
-static struct lent *lazy_entry(struct ns *ns, const struct node *n, struct ns_listing **ret_l)
+static struct lent *lazy_entry(const struct node *n, struct ns_listing **ret_l)
 {
-	struct node *p = find_ino(ns, n->parent);
-	struct ns_listing *l = p && p->is_dir ? p->dir->list : NULL;
-	struct lent *e = l ? find_entry(l, node_name(n)) : NULL;
+	struct node *p = parent_of(n);
+	struct ns_listing *l = p ? p->dir->list : NULL;
+	struct lent *e = l ? find_entry(l, n->name) : NULL;
 
 	if (!e || (e->flags & (LE_DIR | LE_META)) != LE_META)
 		return NULL;
@@ -723,7 +774,7 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 		made = true;
 	}
 	if (!f->cur || !same_version(f->cur, m) || (!f->cur->etag[0] && m->etag[0])) {
-		struct fobj *o = fobj_new(ns, n->path, m);
+		struct fobj *o = fobj_new(ns, n, m);
 
 		if (!o) {
 			if (made)
@@ -734,7 +785,7 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 		f->cur = o;
 	}
 	if (made) {
-		lazy_gone(ns, n);
+		lazy_gone(n);
 		n->f = f;
 	}
 	take_perm(n, m);
@@ -769,7 +820,7 @@ static int materialize(struct ns *ns, struct node *n)
 
 	if (!is_lazy(n))
 		return 0;
-	if (!(e = lazy_entry(ns, n, &l)))
+	if (!(e = lazy_entry(n, &l)))
 		return -ENOENT;
 	return keep_entry(ns, n, l, e);
 }
@@ -795,7 +846,7 @@ static void keep_dropped(struct ns *ns, struct node *p, const struct ns_listing 
 			j++;
 		if (j < new->n && cmp == 0 && (new->e[j].flags & (LE_DIR | LE_META)) == LE_META)
 			continue;
-		c = find_name(ns, p->ino, name);
+		c = find_name(ns, p, name);
 		if (c && is_lazy(c))
 			keep_entry(ns, c, old, e); /* out of memory: lazy_entry says so */
 	}
@@ -813,9 +864,22 @@ static void keep_children(struct ns *ns, struct node *p)
 
 		if ((e->flags & (LE_DIR | LE_META)) != LE_META)
 			continue;
-		c = find_name(ns, p->ino, lname(l, e));
+		c = find_name(ns, p, lname(l, e));
 		if (c && is_lazy(c))
 			keep_entry(ns, c, l, e);
+	}
+}
+
+/* Free @n; then its directory, if the kernel forgot it and it waited for its last child. */
+static void node_release(struct node *n)
+{
+	while (n) {
+		struct node *up = n->up;
+
+		node_free(n);
+		if (!up || --up->dir->kids || !up->gone)
+			return;
+		n = up;
 	}
 }
 
@@ -825,11 +889,18 @@ static void node_drop(struct ns *ns, struct node *n)
 	if (n->is_dir && n->dir->lazy)
 		keep_children(ns, n);
 	if (is_lazy(n))
-		lazy_gone(ns, n);
+		lazy_gone(n);
 	unlink_name(ns, n);
 	unlink_ino(ns, n);
 	ns->count--;
-	node_free(n);
+	if (n->is_dir && n->dir->kids) {
+		/* its children's paths go through its name: kept until the last goes */
+		n->gone = true;
+		listing_put(n->dir->list);
+		n->dir->list = NULL;
+		return;
+	}
+	node_release(n);
 }
 
 /* Would @m replace the bytes of @n's current version (not merely add an ETag)? Only a node
@@ -845,9 +916,9 @@ static bool changes(const struct node *n, const struct bk_meta *m)
  * if that fails marked stale. */
 static void listing_note(struct ns *ns, const struct node *n, const struct bk_meta *m)
 {
-	struct node *p = find_ino(ns, n->parent);
-	struct ns_listing *l = p && p->dir ? p->dir->list : NULL;
-	struct lent *e = l ? find_entry(l, node_name(n)) : NULL;
+	struct node *p = parent_of(n);
+	struct ns_listing *l = p ? p->dir->list : NULL;
+	struct lent *e = l ? find_entry(l, n->name) : NULL;
 	size_t nl = strlen(m->etag);
 
 	if (!e || (e->flags & LE_DIR))
@@ -856,7 +927,7 @@ static void listing_note(struct ns *ns, const struct node *n, const struct bk_me
 		uint32_t off;
 
 		l = listing_own(p->dir);
-		e = l ? find_entry(l, node_name(n)) : NULL;
+		e = l ? find_entry(l, n->name) : NULL;
 		if (!e || pool_add(l, m->etag, &off) < 0) {
 			p->dir->list->stale = true;
 			return;
@@ -872,11 +943,11 @@ static void listing_note(struct ns *ns, const struct node *n, const struct bk_me
 	e->mtime = m->mtime;
 }
 
-/* Ask the store about @path (lock held on entry and exit, dropped for the request; helper
- * threads only). @return what backend_stat returns. */
-static int stat_unlocked(struct ns *ns, const char *path, struct bk_meta *ret)
+/* Ask the store about @n's path (lock held on entry and exit, dropped for the request;
+ * helper threads only). @return what backend_stat returns. */
+static int stat_unlocked(struct ns *ns, const struct node *n, struct bk_meta *ret)
 {
-	char *copy = strdup(path);
+	char *copy = node_path(n);
 	int e;
 
 	if (!copy)
@@ -913,7 +984,7 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 		mtime = n->f->cur->mtime;
 	} else if (!n->is_dir) {
 		struct ns_listing *l;
-		const struct lent *e = lazy_entry(ns, n, &l);
+		const struct lent *e = lazy_entry(n, &l);
 
 		if (e) {
 			size = e->size;
@@ -947,35 +1018,37 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 /* "parent/name", or "name" in the root. @return malloc'd or NULL. */
 static char *child_path(const struct node *parent, const char *name)
 {
-	char *p;
+	char *pp = node_path(parent), *p;
 
-	if (!parent->path[0])
-		return strdup(name);
-	if (asprintf(&p, "%s/%s", parent->path, name) < 0)
+	if (!pp)
 		return NULL;
+	if (!pp[0]) {
+		free(pp);
+		return strdup(name);
+	}
+	if (asprintf(&p, "%s/%s", pp, name) < 0)
+		p = NULL;
+	free(pp);
 	return p;
 }
 
-/* A new node for @name in @parent, its path inline; a file starts lazy. */
+/* A new node for @name in @parent, its name inline; a file starts lazy. */
 static struct node *node_new(struct ns *ns, struct node *parent, const char *name, bool is_dir)
 {
-	size_t pl = strlen(parent->path), nl = strlen(name);
-	struct node *n = calloc(1, node_size(pl + 1 + nl));
+	size_t nl = strlen(name);
+	struct node *n = calloc(1, node_size(nl));
 
 	if (!n)
 		return NULL;
 	n->ino = ns->next_ino++;
-	n->parent = parent->ino;
+	n->up = parent;
 	n->is_dir = is_dir;
-	if (pl) {
-		memcpy(n->path, parent->path, pl);
-		n->path[pl++] = '/';
-	}
-	memcpy(n->path + pl, name, nl + 1);
+	memcpy(n->name, name, nl + 1);
 	if (is_dir && !(n->dir = dirst_new())) {
 		free(n);
 		return NULL;
 	}
+	parent->dir->kids++;
 	if (!is_dir)
 		parent->dir->lazy++;
 	if (ns->count >= ns->nbuckets)
@@ -994,7 +1067,7 @@ static struct node *node_new(struct ns *ns, struct node *parent, const char *nam
 static struct node *entry_node(struct ns *ns, struct node *p, const char *name, bool is_dir,
 			       const struct bk_meta *m)
 {
-	struct node *n = find_name(ns, p->ino, name);
+	struct node *n = find_name(ns, p, name);
 
 	if (n && n->is_dir != is_dir) {
 		/* the key changed type: a new inode; the old one keeps what it had (taken when
@@ -1155,15 +1228,19 @@ static int start_listing(struct ns *ns, struct node *n, struct nsop *op, struct 
 	struct lfetch *lf = n->dir->inflight;
 
 	if (!lf) {
-		lf = calloc(1, sizeof(*lf) + strlen(n->path) + 1);
+		char *path = node_path(n);
+
+		lf = path ? calloc(1, sizeof(*lf) + strlen(path) + 1) : NULL;
 		if (!lf || !(lf->l = listing_new())) {
 			free(lf);
+			free(path);
 			return -ENOMEM;
 		}
+		strcpy(lf->path, path);
+		free(path);
 		lf->ns = ns;
 		lf->ino = n->ino;
 		lf->started = clock_ns(ns); /* a change after this may be missing from it */
-		strcpy(lf->path, n->path);
 		n->dir->inflight = lf;
 		*ret_lf = lf;
 	}
@@ -1352,7 +1429,7 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 				return -ESTALE;
 			}
 		} else if (!n || !n->f || !fresh(ns, n->f->meta_ns, clock_ns(ns))) {
-			*ret_path = n ? strdup(n->path) : child_path(p, op->name);
+			*ret_path = n ? node_path(n) : child_path(p, op->name);
 			op->stat = STAT_META;
 			op->have_stat = false;
 			return *ret_path ? STEP_STAT : -ENOMEM;
@@ -1395,7 +1472,7 @@ static int step_open(struct ns *ns, struct nsop *op, char **ret_path)
 	} else if (n->f->stale ||
 		   (!ns->cfg.immutable &&
 		    (!n->f->cur->etag[0] || !fresh(ns, n->f->meta_ns, clock_ns(ns))))) {
-		*ret_path = strdup(n->path);
+		*ret_path = node_path(n);
 		op->stat = STAT_OPEN;
 		return *ret_path ? STEP_STAT : -ENOMEM;
 	}
@@ -1431,7 +1508,7 @@ static int step_opendir(struct ns *ns, struct nsop *op, struct lfetch **ret_lf)
 	if (!h)
 		return -ENOMEM;
 	h->ino = n->ino;
-	h->parent = n->parent;
+	h->parent = pino(n);
 	h->l = n->dir->list;
 	listing_get(h->l);
 	op->d = h;
@@ -1714,7 +1791,7 @@ int ns_move(struct ns *ns, uint64_t ino, struct fobj *old, uint64_t serves, stru
 		e = -ESTALE;
 		goto out;
 	}
-	e = stat_unlocked(ns, n->path, &m);
+	e = stat_unlocked(ns, n, &m);
 	n = find_ino(ns, ino);
 	if (!n)
 		e = -ESTALE;
@@ -1755,8 +1832,8 @@ void ns_stale(struct ns *ns, uint64_t ino, struct cache_oid id)
 	n = find_ino(ns, ino);
 	if (n && !n->is_dir && n->f && cache_oid_eq(n->f->cur->id, id)) {
 		n->f->stale = true;
-		p = find_ino(ns, n->parent);
-		if (p && p->dir && p->dir->list)
+		p = parent_of(n);
+		if (p && p->dir->list)
 			p->dir->list->stale = true;
 	}
 	pthread_mutex_unlock(&ns->lock);
@@ -1779,12 +1856,12 @@ int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret)
 	} else {
 		/* lazy: a version made for the caller alone, the node stays as it is */
 		struct ns_listing *l;
-		struct lent *ent = lazy_entry(ns, n, &l);
+		struct lent *ent = lazy_entry(n, &l);
 		struct bk_meta m;
 
 		if (ent) {
 			lent_meta(l, ent, &m);
-			*ret = fobj_new(ns, n->path, &m);
+			*ret = fobj_new(ns, n, &m);
 		}
 		e = !ent ? -ENODATA : *ret ? 0 : -ENOMEM;
 	}
@@ -1862,17 +1939,21 @@ int ns_dir_lookup(struct ns *ns, const struct ns_dir *d, size_t i, struct stat *
 int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len)
 {
 	struct node *n;
+	char *path = NULL;
 	int e = 0;
 
 	pthread_mutex_lock(&ns->lock);
 	n = find_ino(ns, ino);
 	if (!n)
 		e = -ENOENT;
-	else if (strlen(n->path) >= len)
+	else if (!(path = node_path(n)))
+		e = -ENOMEM;
+	else if (strlen(path) >= len)
 		e = -ENAMETOOLONG;
 	else
-		strcpy(buf, n->path);
+		strcpy(buf, path);
 	pthread_mutex_unlock(&ns->lock);
+	free(path);
 	return e;
 }
 
