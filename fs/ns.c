@@ -52,9 +52,8 @@
  * the store (stat / HEAD): found, it joins the listing; missing, the answer is kept for
  * negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
  * metadata_ttl (a lazy node's is as old as its listing) or has no ETag, unless the mount is
- * immutable. A lookup waits for an old
- * listing to be refreshed; opendir does not (stale-while-revalidate: it gets the listing held
- * and a refresh goes out in the background). A refresh that fails leaves the last good listing
+ * immutable. A lookup waits for an old listing to be refreshed; opendir does not
+ * (stale-while-revalidate: it gets the listing held and a refresh goes out in the background). A refresh that fails leaves the last good listing
  * in place (reported once through cfg.log); only a directory never listed fails its callers.
  *
  * No caller waits: lookup, open and opendir are ops run in steps (see "operations that may
