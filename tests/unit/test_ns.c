@@ -624,6 +624,200 @@ static void test_lazy_versions(void **state)
 	ns_free(ns);
 }
 
+/*
+ * Random operations against a small reference model: objects are put, replaced, deleted and
+ * turned into prefixes (and back) in the store, while names are looked up (also as readdirplus
+ * entries), opened, released and forgotten in any order, directories before their children
+ * included. After each step: every inode the model holds answers getattr with its path, and a
+ * file a version its path really had; every inode with open files shows the version they
+ * have; every forgotten one is gone. At the end
+ * everything is released and forgotten (the sanitizer build finds what is not freed).
+ */
+#define R_INOS 64
+#define R_FHS 16
+static const char *const r_paths[] = {"f",     "g",     "x",     "x/f", "x/g",
+				      "x/y",   "x/y/f", "x/y/g", "z/f", "z/x/f"};
+
+static uint64_t r_seed;
+static bool r_had[10][1000]; /* sizes each path had */
+
+static bool r_size_had(const char *path, off_t size)
+{
+	for (int i = 0; i < 10; i++)
+		if (strcmp(r_paths[i], path) == 0)
+			return size >= 0 && size < 1000 && r_had[i][size];
+	return false;
+}
+
+static unsigned rnd(unsigned n)
+{
+	r_seed = r_seed * 6364136223846793005ULL + 1442695040888963407ULL;
+	return (unsigned)(r_seed >> 33) % n;
+}
+
+static void test_random_against_model(void **state)
+{
+	struct {
+		uint64_t ino;
+		char path[32];
+		unsigned count; /* lookups the model holds */
+		bool is_dir;
+	} in[R_INOS];
+	struct {
+		uint64_t ino;
+		struct fobj *o;
+	} fh[R_FHS];
+	int nin, nfh;
+
+	(void)state;
+	for (int seed = 1; seed <= 4; seed++) {
+		struct ns *ns = mk(2, 1);
+
+		r_seed = (uint64_t)seed;
+		memset(r_had, 0, sizeof(r_had));
+		nin = nfh = 0;
+		in[nin].ino = 1; /* the root, never forgotten */
+		in[nin].path[0] = '\0';
+		in[nin].count = 1;
+		in[nin++].is_dir = true;
+		for (int step = 0; step < 3000; step++) {
+			unsigned op = rnd(10), i = nin ? rnd((unsigned)nin) : 0;
+			struct stat st;
+			char name[16], etag[16];
+			bool same, changed;
+
+			if (op == 0) { /* a new version, or a new object */
+				unsigned p = rnd(10), size = rnd(1000);
+
+				snprintf(etag, sizeof(etag), "\"%d\"", step);
+				put(r_paths[p], size, etag);
+				r_had[p][size] = true;
+			} else if (op == 1) {
+				del(r_paths[rnd(10)]);
+			} else if (op == 2) {
+				S.now += rnd(3) * SEC;
+			} else if ((op == 3 || op == 4) && in[i].is_dir && nin < R_INOS) {
+				const char *p = r_paths[rnd(10)], *slash;
+				size_t dl = strlen(in[i].path);
+
+				if (dl && (strncmp(p, in[i].path, dl) || p[dl] != '/'))
+					continue;
+				p += dl ? dl + 1 : 0;
+				slash = strchr(p, '/');
+				snprintf(name, sizeof(name), "%.*s",
+					 (int)(slash ? (size_t)(slash - p) : strlen(p)), p);
+				if (ns_lookup(ns, in[i].ino, name, &st) < 0)
+					continue;
+				int k;
+				for (k = 0; k < nin && in[k].ino != st.st_ino; k++)
+					;
+				if (k == nin) {
+					char path[32];
+
+					snprintf(path, sizeof(path), "%s%s%s", in[i].path,
+						 in[i].path[0] ? "/" : "", name);
+					nin++;
+					in[k].ino = st.st_ino;
+					in[k].count = 0;
+					memcpy(in[k].path, path, sizeof(path));
+				}
+				in[k].count++;
+				in[k].is_dir = S_ISDIR(st.st_mode);
+			} else if (op == 5 && in[i].is_dir && nin + 10 < R_INOS) { /* readdirplus */
+				struct ns_dir *d;
+
+				if (ns_opendir(ns, in[i].ino, &d) < 0)
+					continue;
+				for (size_t j = 0; j < ns_dir_count(d); j++) {
+					int k;
+
+					if (ns_dir_lookup(ns, d, j, &st) < 0)
+						continue;
+					for (k = 0; k < nin && in[k].ino != st.st_ino; k++)
+						;
+					if (k == nin) {
+						char path[32];
+						bool is_dir;
+
+						snprintf(path, sizeof(path), "%s%s%s", in[i].path,
+							 in[i].path[0] ? "/" : "",
+							 ns_dir_name(d, j, &is_dir));
+						nin++;
+						in[k].ino = st.st_ino;
+						in[k].count = 0;
+						memcpy(in[k].path, path, sizeof(path));
+					}
+					in[k].count++;
+					in[k].is_dir = S_ISDIR(st.st_mode);
+				}
+				ns_dir_put(d);
+			} else if (op == 6 && i > 0) { /* forget, all or part */
+				unsigned c = 1 + rnd(in[i].count);
+
+				/* the kernel keeps a lookup while a file is open on the inode */
+				for (int h = 0; h < nfh; h++)
+					if (fh[h].ino == in[i].ino && c == in[i].count)
+						c--;
+				if (!c)
+					continue;
+				ns_forget(ns, in[i].ino, c);
+				in[i].count -= c;
+				if (!in[i].count)
+					in[i] = in[--nin];
+			} else if (op == 7 && !in[i].is_dir && nfh < R_FHS) {
+				struct fobj *o;
+
+				if (ns_open(ns, in[i].ino, &o, &same, &changed) < 0)
+					continue;
+				assert_string_equal(o->path, in[i].path);
+				fh[nfh].ino = in[i].ino;
+				fh[nfh++].o = o;
+			} else if (op == 8 && nfh) {
+				unsigned h = rnd((unsigned)nfh);
+
+				fobj_put(fh[h].o);
+				ns_release(ns, fh[h].ino);
+				fh[h] = fh[--nfh];
+			} else if (op == 9 && nfh) {
+				unsigned h = rnd((unsigned)nfh);
+
+				ns_stale(ns, fh[h].ino, fh[h].o->id);
+			}
+			for (int k = 0; k < nin; k++) {
+				char path[64];
+
+				assert_int_equal(ns_getattr(ns, in[k].ino, &st), 0);
+				assert_int_equal(ns_path(ns, in[k].ino, path, sizeof(path)), 0);
+				assert_string_equal(path, in[k].path);
+				if (!S_ISDIR(st.st_mode)) {
+					assert_int_equal(st.st_mtime, 1000);
+					assert_true(r_size_had(path, st.st_size));
+				}
+			}
+			for (int h = 0; h < nfh; h++) {
+				assert_int_equal(ns_getattr(ns, fh[h].ino, &st), 0);
+				assert_int_equal(st.st_size, fh[h].o->size);
+				assert_true(cache_oid_eq(oid_of(ns, fh[h].ino), fh[h].o->id));
+			}
+		}
+		while (nfh) {
+			fobj_put(fh[--nfh].o);
+			ns_release(ns, fh[nfh].ino);
+		}
+		/* forget in random order: directories before their children too */
+		while (nin > 1) {
+			unsigned i = 1 + rnd((unsigned)nin - 1);
+			uint64_t ino = in[i].ino;
+			struct stat st;
+
+			ns_forget(ns, ino, in[i].count);
+			in[i] = in[--nin];
+			assert_int_equal(ns_getattr(ns, ino, &st), -ENOENT);
+		}
+		ns_free(ns);
+	}
+}
+
 /* Answers of asynchronous calls, counted. */
 static struct {
 	int entries, entry_errs, dirs;
@@ -946,6 +1140,7 @@ int main(void)
 	    cmocka_unit_test(test_new_version_new_inode),
 	    cmocka_unit_test(test_move),
 	    cmocka_unit_test(test_lazy_versions),
+	    cmocka_unit_test(test_random_against_model),
 	    cmocka_unit_test(test_readdirplus_entries),
 	    cmocka_unit_test(test_single_flight_listing),
 	    cmocka_unit_test(test_stale_while_revalidate),
