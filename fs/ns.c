@@ -38,7 +38,8 @@
  * name or makes it a prefix (keep_dropped), or its directory's node being forgotten
  * (keep_children). Once it has one it keeps it until forgotten. A node is 46 bytes and its
  * name in one allocation, whatever the depth: 72 usable bytes for a 24-byte name, with the
- * listing's 92 and the tables' 16-21 about 185 bytes per key looked up (test_ns measures it).
+ * listing's 73 (S3's ETags) and the tables' 16-21 about 166 bytes per key looked up (test_ns
+ * measures it).
  * A node's path is built from the names up to the root when the store is asked, so a
  * directory the kernel forgets leaves the tables at once and its memory when its last child
  * goes (dirst.kids).
@@ -86,10 +87,12 @@
 
 /*
  * A listing: entries in one array, their names and ETags in one string pool (32 bytes per
- * entry plus the strings, instead of a malloc'd name and a 128-byte ETag each).
+ * entry plus the strings, instead of a malloc'd name and a 128-byte ETag each). An ETag that
+ * is a quoted MD5 in lowercase hex (S3's for an object of one PUT) is kept as its 16 bytes
+ * (LE_MD5) instead of 35 characters, and given back character for character.
  *
  *     e[] ─ {name, etag: offsets in pool; size, mtime, perm, flags}   sorted by name, unique
- *     pool ─ "\0name1\0\"etag1\"\0name2\0..."   (offset 0 is the empty string)
+ *     pool ─ "\0name1\0\"etag1\"\0name2\0<16 bytes>..."   (offset 0 is the empty string)
  *
  * Reference counted: the directory holds one, each open handle one. A listing with other
  * holders is never changed but in place of equal size (an ETag no longer than the old one);
@@ -98,6 +101,7 @@
 #define LE_DIR 1
 #define LE_META 2
 #define LE_PERM 4
+#define LE_MD5 8
 
 struct lent {
 	uint32_t name;       /* offset in pool */
@@ -380,15 +384,9 @@ static const char *lname(const struct ns_listing *l, const struct lent *e)
 	return l->pool + e->name;
 }
 
-/* Copy @s into the pool. @return 0 and its offset (0 for ""), or -ENOMEM, -EFBIG. */
-static int pool_add(struct ns_listing *l, const char *s, uint32_t *ret)
+/* Copy @n bytes at @s into the pool. @return 0 and their offset, or -ENOMEM, -EFBIG. */
+static int pool_put(struct ns_listing *l, const void *s, size_t n, uint32_t *ret)
 {
-	size_t n = strlen(s) + 1;
-
-	if (n == 1) {
-		*ret = 0;
-		return 0;
-	}
 	if (l->plen + n > UINT32_MAX)
 		return -EFBIG;
 	if (l->plen + n > l->pcap) {
@@ -409,12 +407,70 @@ static int pool_add(struct ns_listing *l, const char *s, uint32_t *ret)
 	return 0;
 }
 
+/* Copy string @s into the pool. @return 0 and its offset (0 for ""), or -ENOMEM, -EFBIG. */
+static int pool_add(struct ns_listing *l, const char *s, uint32_t *ret)
+{
+	if (!s[0]) {
+		*ret = 0;
+		return 0;
+	}
+	return pool_put(l, s, strlen(s) + 1, ret);
+}
+
+/* Is @etag a quoted MD5 in lowercase hex ("<32 digits>")? Then its 16 bytes are in @ret. */
+static bool etag_md5(const char *etag, unsigned char ret[16])
+{
+	if (strlen(etag) != 34 || etag[0] != '"' || etag[33] != '"')
+		return false;
+	for (int i = 0; i < 32; i++) {
+		char c = etag[1 + i];
+		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+
+		if (v < 0)
+			return false;
+		if (i & 1)
+			ret[i / 2] |= (unsigned char)v;
+		else
+			ret[i / 2] = (unsigned char)(v << 4);
+	}
+	return true;
+}
+
+/* Put @etag in the pool, 16 bytes for a quoted MD5 (*ret_md5). @return as pool_put. */
+static int pool_etag(struct ns_listing *l, const char *etag, uint32_t *ret, bool *ret_md5)
+{
+	unsigned char md5[16];
+
+	*ret_md5 = etag_md5(etag, md5);
+	return *ret_md5 ? pool_put(l, md5, 16, ret) : pool_add(l, etag, ret);
+}
+
+/* Bytes entry @e's ETag takes in the pool (0 for none). */
+static size_t etag_bytes(const struct ns_listing *l, const struct lent *e)
+{
+	if (e->flags & LE_MD5)
+		return 16;
+	return e->etag ? strlen(l->pool + e->etag) + 1 : 0;
+}
+
 static void lent_meta(const struct ns_listing *l, const struct lent *e, struct bk_meta *m)
 {
 	memset(m, 0, sizeof(*m));
 	m->size = e->size;
 	m->mtime = e->mtime;
-	snprintf(m->etag, sizeof(m->etag), "%s", l->pool + e->etag);
+	if (e->flags & LE_MD5) {
+		const unsigned char *b = (const unsigned char *)l->pool + e->etag;
+		static const char hex[] = "0123456789abcdef";
+
+		m->etag[0] = '"';
+		for (int i = 0; i < 16; i++) {
+			m->etag[1 + 2 * i] = hex[b[i] >> 4];
+			m->etag[2 + 2 * i] = hex[b[i] & 15];
+		}
+		m->etag[33] = '"'; /* and the NUL of the memset */
+	} else {
+		snprintf(m->etag, sizeof(m->etag), "%s", l->pool + e->etag);
+	}
 	m->have_perm = (e->flags & LE_PERM) != 0;
 	m->perm = e->perm;
 }
@@ -441,11 +497,15 @@ static int listing_append(struct ns_listing *l, const char *name, bool is_dir,
 		return r;
 	e->flags = is_dir ? LE_DIR : 0;
 	if (m && !is_dir) {
+		bool md5;
+
 		e->flags |= LE_META;
 		e->size = m->size;
 		e->mtime = m->mtime;
-		if ((r = pool_add(l, m->etag, &e->etag)) < 0)
+		if ((r = pool_etag(l, m->etag, &e->etag, &md5)) < 0)
 			return r;
+		if (md5)
+			e->flags |= LE_MD5;
 	}
 	if (m && m->have_perm) {
 		e->flags |= LE_PERM;
@@ -937,26 +997,29 @@ static void listing_note(struct ns *ns, const struct node *n, const struct bk_me
 	struct node *p = parent_of(n);
 	struct ns_listing *l = p ? p->dir->list : NULL;
 	struct lent *e = l ? find_entry(l, n->name) : NULL;
-	size_t nl = strlen(m->etag);
+	unsigned char md5b[16];
+	bool md5 = etag_md5(m->etag, md5b);
+	size_t need = md5 ? 16 : m->etag[0] ? strlen(m->etag) + 1 : 0;
 
 	if (!e || (e->flags & LE_DIR))
 		return;
-	if (nl > strlen(l->pool + e->etag) || (nl && !e->etag)) {
+	if (need > etag_bytes(l, e)) {
 		uint32_t off;
 
 		l = listing_own(p->dir);
 		e = l ? find_entry(l, n->name) : NULL;
-		if (!e || pool_add(l, m->etag, &off) < 0) {
+		if (!e || pool_put(l, md5 ? (const void *)md5b : m->etag, need, &off) < 0) {
 			p->dir->list->stale = true;
 			return;
 		}
 		e->etag = off;
-	} else if (nl) {
-		memcpy(l->pool + e->etag, m->etag, nl + 1); /* handles never read ETags */
+	} else if (need) {
+		/* in the old one's place: handles never read ETags */
+		memcpy(l->pool + e->etag, md5 ? (const void *)md5b : m->etag, need);
 	} else {
 		e->etag = 0;
 	}
-	e->flags |= LE_META;
+	e->flags = (uint8_t)((e->flags & ~LE_MD5) | (md5 ? LE_MD5 : 0) | LE_META);
 	e->size = m->size;
 	e->mtime = m->mtime;
 }

@@ -624,6 +624,72 @@ static void test_lazy_versions(void **state)
 	ns_free(ns);
 }
 
+/* The ETag a new lookup of @name in the root gives (its listing entry's), compared with @want;
+ * the node is forgotten again. */
+static void listed_etag_is(struct ns *ns, const char *name, const char *want)
+{
+	struct fobj *o;
+	uint64_t a = lookup_ok(ns, 1, name, NULL);
+
+	assert_int_equal(ns_peek(ns, a, &o), 0);
+	assert_string_equal(o->etag, want);
+	fobj_put(o);
+	ns_forget(ns, a, 1);
+}
+
+/* A listing keeps a quoted lowercase MD5 as its 16 bytes and gives every ETag back as the store
+ * sent it; ETags the store gives later (ns_move's stat) replace it in place or appended, in
+ * every direction between the two forms. */
+static void test_listing_etags(void **state)
+{
+	static const char *const etags[] = {
+	    "\"0123456789abcdef0123456789abcdef\"",   /* one PUT: 16 bytes */
+	    "\"0123456789abcdef0123456789abcdef-2\"", /* multipart: the string */
+	    "\"fedcba9876543210fedcba9876543210\"",   /* in place of the longer one */
+	    "\"x\"",                                  /* in place of 16 bytes */
+	    "\"0123456789ABCDEF0123456789ABCDEF\"",   /* upper case: the string, appended */
+	    "0123456789abcdef0123456789abcdef",       /* unquoted: the string */
+	    "\"0123456789abcdef0123456789abcdeg\"",   /* not hex */
+	    "",
+	};
+	struct ns *ns = mk(60, 1);
+	struct fobj *o, *moved;
+	bool same, changed;
+	uint64_t a;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(etags) / sizeof(etags[0]); i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "k%zu", i);
+		put(name, i, etags[i]);
+	}
+	for (size_t i = 0; i < sizeof(etags) / sizeof(etags[0]); i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "k%zu", i);
+		listed_etag_is(ns, name, etags[i]);
+	}
+	put("m", 100, etags[0]);
+	S.stats = 0;
+	S.now += SEC; /* the listing above has no "m": a HEAD adds it */
+	listed_etag_is(ns, "m", etags[0]);
+	for (size_t i = 1; i < 7; i++) {
+		a = lookup_ok(ns, 1, "m", NULL);
+		assert_int_equal(ns_open(ns, a, &o, &same, &changed), 0);
+		put("m", 100 + i, etags[i]);
+		assert_int_equal(ns_move(ns, a, o, 0, &moved), 0);
+		fobj_put(o);
+		fobj_put(moved);
+		ns_release(ns, a);
+		ns_forget(ns, a, 1);
+		listed_etag_is(ns, "m", etags[i]);
+	}
+	assert_int_equal(S.lists, 1); /* the ETags came from the stats, through the listing */
+	assert_int_equal(S.stats, 1 + 6);
+	ns_free(ns);
+}
+
 /*
  * Random operations against a small reference model: objects are put, replaced, deleted and
  * turned into prefixes (and back) in the store, while names are looked up (also as readdirplus
@@ -1141,6 +1207,7 @@ int main(void)
 	    cmocka_unit_test(test_move),
 	    cmocka_unit_test(test_lazy_versions),
 	    cmocka_unit_test(test_random_against_model),
+	    cmocka_unit_test(test_listing_etags),
 	    cmocka_unit_test(test_readdirplus_entries),
 	    cmocka_unit_test(test_single_flight_listing),
 	    cmocka_unit_test(test_stale_while_revalidate),
