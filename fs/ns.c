@@ -2060,6 +2060,8 @@ static size_t msize(const void *p)
 	return p ? malloc_usable_size((void *)p) : 0;
 }
 
+/* What malloc really gave (malloc_usable_size), not sizeof. Directories the kernel forgot that
+ * wait for their last child are out of the tables and not counted (a few at most). */
 void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
 {
 	uint64_t bytes = sizeof(*ns), keys = 0;
