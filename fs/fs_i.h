@@ -178,7 +178,9 @@ int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len);
  * the next lookup in its directory ask the store again, whatever metadata_ttl says. */
 void ns_stale(struct ns *ns, uint64_t ino, struct cache_oid id);
 
-/* The current version of file @ino without revalidating. @return 0 and a ref, or -errno. */
+/* The current version of file @ino without revalidating (a node that has no version of its
+ * own yet gets one made from its listing entry, for the caller alone). @return 0 and a ref,
+ * or -errno. */
 int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret);
 
 /* ---------------------------------------------------------------------------------------------

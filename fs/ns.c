@@ -5,8 +5,11 @@
  * its entries are what the backend lists one level below it. Each node is found two ways:
  *
  *     by_ino[ino]            ──► node ◄── by_name[(parent ino, name)]
- *                                 │
- *            file: cur ──► struct fobj (path, size, mtime, ETag, cache oid), refcounted
+ *                                 │  up ──► the node of its directory (the path is the names
+ *                                 │         up to the root)
+ *            file: f ──► NULL while lazy: size, mtime, ETag are the directory's listing's
+ *                        struct fstate once opened: cur ──► struct fobj (path, size, mtime,
+ *                        ETag, cache oid), refcounted; nopen, the previous open's version
  *            dir:  dir ──► list ──► the last good listing (shared with open handles)
  *                          inflight ──► the listing being fetched, and the ops waiting for it
  *                          negs ──► names the store said do not exist, and when
@@ -26,16 +29,32 @@
  *   - the one exception is ns_move: the only open file, which has served nothing, moves to the
  *     new version with its inode (a fresh open after an append must not fail).
  *
+ * Lazy versions. `ls -l` of a big prefix makes a node per name (readdirplus), so a node made
+ * from a listing entry holds no version: it answers with its directory's listing entry for its
+ * name (a binary search), and with nothing open it follows that entry to a new version in
+ * place, as the rule above says. It gets a version of its own (struct fstate and a fobj) when
+ * it is opened (as confirmed as the listing is: an older one is revalidated), when the store
+ * was asked about the name (stat / HEAD), and before its entry goes: a refresh that drops the
+ * name or makes it a prefix (keep_dropped), or its directory's node being forgotten
+ * (keep_children). Once it has one it keeps it until forgotten. A node is 46 bytes and its
+ * name in one allocation, whatever the depth: 72 usable bytes for a 24-byte name, with the
+ * listing's 73 (S3's ETags) and the tables' 16-21 about 166 bytes per key looked up (test_ns
+ * measures it).
+ * A node's path is built from the names up to the root when the store is asked, so a
+ * directory the kernel forgets leaves the tables at once and its memory when its last child
+ * goes (dirst.kids).
+ *
  * Attributes: every node is owned by the mount's uid and gid, with file_mode or dir_mode; where
  * the store has permission bits of its own (file://), the last listing's or stat's bits are
- * kept in the node and ANDed in, so the mount never shows a wider mode than the store.
+ * kept in the node (a lazy one's in the listing) and ANDed in, so the mount never shows a
+ * wider mode than the store.
  *
  * Freshness: a listing is reused for metadata_ttl seconds. A name missing from it is asked of
  * the store (stat / HEAD): found, it joins the listing; missing, the answer is kept for
  * negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
- * metadata_ttl or has no ETag, unless the mount is immutable. A lookup waits for an old
- * listing to be refreshed; opendir does not (stale-while-revalidate: it gets the listing held
- * and a refresh goes out in the background). A refresh that fails leaves the last good listing
+ * metadata_ttl (a lazy node's is as old as its listing) or has no ETag, unless the mount is
+ * immutable. A lookup waits for an old listing to be refreshed; opendir does not
+ * (stale-while-revalidate: it gets the listing held and a refresh goes out in the background). A refresh that fails leaves the last good listing
  * in place (reported once through cfg.log); only a directory never listed fails its callers.
  *
  * No caller waits: lookup, open and opendir are ops run in steps (see "operations that may
@@ -52,10 +71,11 @@
  * published listing shared with handles is immutable but for ETags rewritten in place.
  *
  * Workload: brokers look up a few hundred segment files and open them repeatedly; operators
- * list directories of thousands of keys.
+ * list directories of thousands to millions of keys (`ls -l`: a node per name, no version).
  */
 #include <errno.h>
 #include <malloc.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,10 +87,12 @@
 
 /*
  * A listing: entries in one array, their names and ETags in one string pool (32 bytes per
- * entry plus the strings, instead of a malloc'd name and a 128-byte ETag each).
+ * entry plus the strings, instead of a malloc'd name and a 128-byte ETag each). An ETag that
+ * is a quoted MD5 in lowercase hex (S3's for an object of one PUT) is kept as its 16 bytes
+ * (LE_MD5) instead of 35 characters, and given back character for character.
  *
  *     e[] ─ {name, etag: offsets in pool; size, mtime, perm, flags}   sorted by name, unique
- *     pool ─ "\0name1\0\"etag1\"\0name2\0..."   (offset 0 is the empty string)
+ *     pool ─ "\0name1\0\"etag1\"\0name2\0<16 bytes>..."   (offset 0 is the empty string)
  *
  * Reference counted: the directory holds one, each open handle one. A listing with other
  * holders is never changed but in place of equal size (an ETag no longer than the old one);
@@ -79,6 +101,7 @@
 #define LE_DIR 1
 #define LE_META 2
 #define LE_PERM 4
+#define LE_MD5 8
 
 struct lent {
 	uint32_t name;       /* offset in pool */
@@ -113,29 +136,51 @@ struct dirst {
 	struct ns_listing *list; /* the last good listing (one ref), NULL until one arrived */
 	struct lfetch *inflight; /* the listing being fetched, NULL if none (single flight) */
 	bool fail_logged;        /* a failed refresh was reported; cleared by a success */
+	uint32_t lazy;           /* file nodes in it whose version is the listing's (fstate) */
+	uint32_t kids;           /* nodes whose up is this one: it is freed after them */
 	struct neg negs[NEG_MAX]; /* names found missing; unused slots have name NULL */
 };
 
-struct node {
-	uint64_t ino;
-	uint64_t parent;     /* parent's inode; the root's is itself */
-	const char *name;    /* last path segment: the tail of path, not an allocation */
-	char *path;          /* relative path in the store, "" for the root */
-	bool is_dir;
-	bool unlinked;       /* no longer in by_name (replaced by a node of another type) */
-	bool have_perm;      /* the store gave permission bits (file://) ... */
-	bool opened;         /* last_open_id is set */
-	bool stale;          /* a read found cur changed: revalidate at the next open */
-	uint32_t perm;       /* ... these (last listing or stat); modes never exceed them */
-	unsigned nopen;      /* files open on this inode (ns_open - ns_release) */
-	uint64_t nlookup;    /* kernel references */
-	struct node *next_ino, *next_name; /* hash chains */
-	/* files */
-	struct fobj *cur;    /* current known version (one ref), NULL until known */
+/*
+ * What a file node has once it holds a version of its own: opened, found by a stat / HEAD, or
+ * its listing entry gone (ns->lock). A node made from a listing entry has none ("lazy"): its
+ * size, mtime, ETag and permission bits are the ones its directory's listing has for its name
+ * now, so an `ls -l` of a big prefix costs a node per name and nothing more.
+ */
+struct fstate {
+	struct fobj *cur;    /* current known version (one ref), never NULL */
 	uint64_t meta_ns;    /* when cur was last confirmed with an ETag */
 	struct cache_oid last_open_id; /* cur->id at the previous open */
-	/* directories */
-	struct dirst *dir;   /* NULL for files */
+	uint32_t nopen;      /* files open on this inode (ns_open - ns_release) */
+	bool opened;         /* last_open_id is set */
+	bool stale;          /* a read found cur changed: revalidate at the next open */
+};
+
+/*
+ * A node: 46 bytes and its name, in one allocation (72 usable bytes for a 24-byte name, at any
+ * depth), because `ls -l` of a big prefix makes one per name. Its path is the names up to the
+ * root (node_path), asked for only when the store is. Fields only open files need are in
+ * struct fstate; a directory's in struct dirst.
+ */
+struct node {
+	uint64_t ino;
+	struct node *up;     /* the directory it is in (counted in its kids); NULL for the root */
+	struct node *next_ino, *next_name; /* hash chains */
+	union {
+		struct fstate *f; /* files: NULL while lazy (the version is the listing's) */
+		struct dirst *dir; /* directories, never NULL */
+	};
+	/* kernel references; saturates at UINT32_MAX, and then the node is never freed (it
+	 * would take 4 billion lookups of one inode without a forget) */
+	uint32_t nlookup;
+	unsigned perm : 9;   /* with have_perm: the store's permission bits (last listing or
+			      * stat); modes never exceed them */
+	unsigned have_perm : 1;
+	unsigned is_dir : 1;
+	unsigned unlinked : 1; /* no longer in by_name (replaced by another node of the name) */
+	unsigned gone : 1;   /* a directory the kernel forgot, out of the tables, kept until its
+			      * last child goes (their paths go through its name) */
+	char name[];         /* last segment of the path, "" for the root */
 };
 
 struct ns {
@@ -178,6 +223,42 @@ static size_t hash_name(uint64_t parent, const char *name, size_t nb)
 	return (size_t)(h ^ (h >> 29)) & (nb - 1);
 }
 
+/* The inode of @n's directory (the root's is itself). */
+static uint64_t pino(const struct node *n)
+{
+	return n->up ? n->up->ino : ROOT_INO;
+}
+
+/* @n's directory, or NULL when the kernel forgot it (or @n is the root). */
+static struct node *parent_of(const struct node *n)
+{
+	return n->up && !n->up->gone ? n->up : NULL;
+}
+
+/* @n's path in the store ("" for the root): its names up to the root, joined by '/'.
+ * @return malloc'd or NULL. */
+static char *node_path(const struct node *n)
+{
+	size_t len = 0, end;
+	char *p;
+
+	for (const struct node *a = n; a->up; a = a->up)
+		len += strlen(a->name) + 1;
+	if (!(p = malloc(len ? len : 1)))
+		return NULL;
+	end = len ? len - 1 : 0;
+	p[end] = '\0';
+	for (const struct node *a = n; a->up; a = a->up) {
+		size_t l = strlen(a->name);
+
+		end -= l;
+		memcpy(p + end, a->name, l);
+		if (end)
+			p[--end] = '/';
+	}
+	return p;
+}
+
 static struct node *find_ino(struct ns *ns, uint64_t ino)
 {
 	for (struct node *n = ns->by_ino[hash_ino(ino, ns->nbuckets)]; n; n = n->next_ino)
@@ -186,18 +267,21 @@ static struct node *find_ino(struct ns *ns, uint64_t ino)
 	return NULL;
 }
 
-static struct node *find_name(struct ns *ns, uint64_t parent, const char *name)
+/* The node named @name in directory @p. Comparing pointers is safe: a directory is freed only
+ * after its last child. */
+static struct node *find_name(struct ns *ns, const struct node *p, const char *name)
 {
-	for (struct node *n = ns->by_name[hash_name(parent, name, ns->nbuckets)]; n;
+	for (struct node *n = ns->by_name[hash_name(p->ino, name, ns->nbuckets)]; n;
 	     n = n->next_name)
-		if (n->parent == parent && strcmp(n->name, name) == 0)
+		if (n->up == p && strcmp(n->name, name) == 0)
 			return n;
 	return NULL;
 }
 
 static void link_node(struct ns *ns, struct node *n)
 {
-	size_t hi = hash_ino(n->ino, ns->nbuckets), hn = hash_name(n->parent, n->name, ns->nbuckets);
+	size_t hi = hash_ino(n->ino, ns->nbuckets);
+	size_t hn = hash_name(pino(n), n->name, ns->nbuckets);
 
 	n->next_ino = ns->by_ino[hi];
 	ns->by_ino[hi] = n;
@@ -209,7 +293,7 @@ static void link_node(struct ns *ns, struct node *n)
 
 static void unlink_name(struct ns *ns, struct node *n)
 {
-	struct node **pp = &ns->by_name[hash_name(n->parent, n->name, ns->nbuckets)];
+	struct node **pp = &ns->by_name[hash_name(pino(n), n->name, ns->nbuckets)];
 
 	if (n->unlinked || n->ino == ROOT_INO)
 		return;
@@ -300,15 +384,9 @@ static const char *lname(const struct ns_listing *l, const struct lent *e)
 	return l->pool + e->name;
 }
 
-/* Copy @s into the pool. @return 0 and its offset (0 for ""), or -ENOMEM, -EFBIG. */
-static int pool_add(struct ns_listing *l, const char *s, uint32_t *ret)
+/* Copy @n bytes at @s into the pool. @return 0 and their offset, or -ENOMEM, -EFBIG. */
+static int pool_put(struct ns_listing *l, const void *s, size_t n, uint32_t *ret)
 {
-	size_t n = strlen(s) + 1;
-
-	if (n == 1) {
-		*ret = 0;
-		return 0;
-	}
 	if (l->plen + n > UINT32_MAX)
 		return -EFBIG;
 	if (l->plen + n > l->pcap) {
@@ -329,12 +407,70 @@ static int pool_add(struct ns_listing *l, const char *s, uint32_t *ret)
 	return 0;
 }
 
+/* Copy string @s into the pool. @return 0 and its offset (0 for ""), or -ENOMEM, -EFBIG. */
+static int pool_add(struct ns_listing *l, const char *s, uint32_t *ret)
+{
+	if (!s[0]) {
+		*ret = 0;
+		return 0;
+	}
+	return pool_put(l, s, strlen(s) + 1, ret);
+}
+
+/* Is @etag a quoted MD5 in lowercase hex ("<32 digits>")? Then its 16 bytes are in @ret. */
+static bool etag_md5(const char *etag, unsigned char ret[16])
+{
+	if (strlen(etag) != 34 || etag[0] != '"' || etag[33] != '"')
+		return false;
+	for (int i = 0; i < 32; i++) {
+		char c = etag[1 + i];
+		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+
+		if (v < 0)
+			return false;
+		if (i & 1)
+			ret[i / 2] |= (unsigned char)v;
+		else
+			ret[i / 2] = (unsigned char)(v << 4);
+	}
+	return true;
+}
+
+/* Put @etag in the pool, 16 bytes for a quoted MD5 (*ret_md5). @return as pool_put. */
+static int pool_etag(struct ns_listing *l, const char *etag, uint32_t *ret, bool *ret_md5)
+{
+	unsigned char md5[16];
+
+	*ret_md5 = etag_md5(etag, md5);
+	return *ret_md5 ? pool_put(l, md5, 16, ret) : pool_add(l, etag, ret);
+}
+
+/* Bytes entry @e's ETag takes in the pool (0 for none). */
+static size_t etag_bytes(const struct ns_listing *l, const struct lent *e)
+{
+	if (e->flags & LE_MD5)
+		return 16;
+	return e->etag ? strlen(l->pool + e->etag) + 1 : 0;
+}
+
 static void lent_meta(const struct ns_listing *l, const struct lent *e, struct bk_meta *m)
 {
 	memset(m, 0, sizeof(*m));
 	m->size = e->size;
 	m->mtime = e->mtime;
-	snprintf(m->etag, sizeof(m->etag), "%s", l->pool + e->etag);
+	if (e->flags & LE_MD5) {
+		const unsigned char *b = (const unsigned char *)l->pool + e->etag;
+		static const char hex[] = "0123456789abcdef";
+
+		m->etag[0] = '"';
+		for (int i = 0; i < 16; i++) {
+			m->etag[1 + 2 * i] = hex[b[i] >> 4];
+			m->etag[2 + 2 * i] = hex[b[i] & 15];
+		}
+		m->etag[33] = '"'; /* and the NUL of the memset */
+	} else {
+		snprintf(m->etag, sizeof(m->etag), "%s", l->pool + e->etag);
+	}
 	m->have_perm = (e->flags & LE_PERM) != 0;
 	m->perm = e->perm;
 }
@@ -361,11 +497,15 @@ static int listing_append(struct ns_listing *l, const char *name, bool is_dir,
 		return r;
 	e->flags = is_dir ? LE_DIR : 0;
 	if (m && !is_dir) {
+		bool md5;
+
 		e->flags |= LE_META;
 		e->size = m->size;
 		e->mtime = m->mtime;
-		if ((r = pool_add(l, m->etag, &e->etag)) < 0)
+		if ((r = pool_etag(l, m->etag, &e->etag, &md5)) < 0)
 			return r;
+		if (md5)
+			e->flags |= LE_MD5;
 	}
 	if (m && m->have_perm) {
 		e->flags |= LE_PERM;
@@ -513,17 +653,29 @@ static struct dirst *dirst_new(void)
 	return calloc(1, sizeof(struct dirst));
 }
 
+/* Bytes of a node with a name of @len bytes: the name starts in the struct's tail padding
+ * (never less than the struct, so the whole struct is always inside the allocation). */
+static size_t node_size(size_t len)
+{
+	size_t n = offsetof(struct node, name) + len + 1;
+
+	return n < sizeof(struct node) ? sizeof(struct node) : n;
+}
+
+/* Free @n and what it owns (not its place in the tables, nor its directory's count of it:
+ * see node_drop). */
 static void node_free(struct node *n)
 {
-	fobj_put(n->cur);
-	if (n->dir) {
+	if (n->is_dir && n->dir) {
 		/* a listing in flight finds the node gone and frees itself */
 		listing_put(n->dir->list);
 		for (int i = 0; i < NEG_MAX; i++)
 			free(n->dir->negs[i].name);
 		free(n->dir);
+	} else if (!n->is_dir && n->f) {
+		fobj_put(n->f->cur);
+		free(n->f);
 	}
-	free(n->path);
 	free(n);
 }
 
@@ -540,17 +692,14 @@ struct ns *ns_new(const struct ns_cfg *cfg)
 	ns->nbuckets = 1024;
 	ns->by_ino = calloc(ns->nbuckets, sizeof(struct node *));
 	ns->by_name = calloc(ns->nbuckets, sizeof(struct node *));
-	root = calloc(1, sizeof(*root));
+	root = calloc(1, node_size(0)); /* name "" */
 	if (!ns->by_ino || !ns->by_name || !root || !ns->store)
 		goto fail;
 	root->ino = ROOT_INO;
-	root->parent = ROOT_INO;
 	root->is_dir = true;
 	root->nlookup = 1;
-	root->path = strdup("");
-	root->name = root->path;
 	root->dir = dirst_new();
-	if (!root->path || !root->dir)
+	if (!root->dir)
 		goto fail;
 	pthread_mutex_init(&ns->lock, NULL);
 	ns->next_ino = ROOT_INO + 1;
@@ -569,13 +718,27 @@ fail:
 
 void ns_free(struct ns *ns)
 {
+	struct node *gone = NULL;
+
 	if (!ns)
 		return;
+	/* directories the kernel forgot are out of the tables: found through their children
+	 * (before any is freed), each once, when its last child counts off */
+	for (size_t i = 0; i < ns->nbuckets; i++)
+		for (struct node *n = ns->by_ino[i]; n; n = n->next_ino)
+			for (struct node *g = n->up; g && g->gone && !--g->dir->kids; g = g->up) {
+				g->next_ino = gone;
+				gone = g;
+			}
 	for (size_t i = 0; i < ns->nbuckets; i++)
 		for (struct node *n = ns->by_ino[i], *next; n; n = next) {
 			next = n->next_ino;
 			node_free(n);
 		}
+	for (struct node *next; gone; gone = next) {
+		next = gone->next_ino;
+		node_free(gone);
+	}
 	free(ns->by_ino);
 	free(ns->by_name);
 	free(ns->store);
@@ -605,6 +768,33 @@ static struct cache_oid version_oid(struct ns *ns, const char *path, const struc
 	return cache_oid_make(ns->store, path, v);
 }
 
+/* A new version @m of file @n, with one reference. @return it or NULL (out of memory). */
+static struct fobj *fobj_new(struct ns *ns, const struct node *n, const struct bk_meta *m)
+{
+	char *path = node_path(n);
+	size_t plen = path ? strlen(path) : 0, elen = strnlen(m->etag, BK_ETAG_MAX - 1);
+	struct fobj *o = path ? malloc(sizeof(*o) + plen + 1 + elen + 1) : NULL;
+	char *etag;
+
+	if (!o) {
+		free(path);
+		return NULL;
+	}
+	o->refs = 1;
+	o->backend = ns->cfg.backend;
+	o->serves = 0;
+	o->size = m->size;
+	o->mtime = m->mtime;
+	memcpy(o->path, path, plen + 1);
+	etag = o->path + plen + 1;
+	memcpy(etag, m->etag, elen);
+	etag[elen] = '\0';
+	o->etag = etag;
+	o->id = version_oid(ns, path, m);
+	free(path);
+	return o;
+}
+
 /* Remember the store's permission bits for @n, when it has any (lock held). */
 static void take_perm(struct node *n, const struct bk_meta *m)
 {
@@ -612,44 +802,190 @@ static void take_perm(struct node *n, const struct bk_meta *m)
 	n->perm = m->perm & 0777;
 }
 
-/* Make @m the node's current version (lock held). @confirmed: @m came from the store just
- * now (a listing or a HEAD), so with an ETag the version counts as confirmed now.
- * @return 0 or -ENOMEM. */
-static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, bool confirmed)
+/* Files open on @n's inode. */
+static uint32_t nopen(const struct node *n)
 {
-	take_perm(n, m);
-	if (!n->cur || !same_version(n->cur, m) || (!n->cur->etag[0] && m->etag[0])) {
-		size_t plen = strlen(n->path), elen = strnlen(m->etag, BK_ETAG_MAX - 1);
-		struct fobj *o = malloc(sizeof(*o) + plen + 1 + elen + 1);
-		char *etag;
+	return !n->is_dir && n->f ? n->f->nopen : 0;
+}
 
-		if (!o)
+static bool is_lazy(const struct node *n)
+{
+	return !n->is_dir && !n->f;
+}
+
+/* Lazy node @n is lazy no more, or goes: its directory counts one less (lock held). */
+static void lazy_gone(const struct node *n)
+{
+	struct node *p = parent_of(n);
+
+	if (p && p->is_dir && p->dir->lazy)
+		p->dir->lazy--;
+}
+
+/* The version of lazy node @n: its directory's listing entry for its name, a file with
+ * metadata (lock held). @return the entry and its listing in *ret_l, or NULL when there is
+ * none (out of memory kept the node from taking its own version when the entry went). */
+static struct lent *lazy_entry(const struct node *n, struct ns_listing **ret_l)
+{
+	struct node *p = parent_of(n);
+	struct ns_listing *l = p ? p->dir->list : NULL;
+	struct lent *e = l ? find_entry(l, n->name) : NULL;
+
+	if (!e || (e->flags & (LE_DIR | LE_META)) != LE_META)
+		return NULL;
+	*ret_l = l;
+	return e;
+}
+
+/* Make @m the node's current version (lock held); a lazy node gets a version of its own here.
+ * @confirmed: @m came from the store at @when (a listing or a HEAD), so with an ETag the
+ * version counts as confirmed then. @return 0 or -ENOMEM. */
+static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, bool confirmed,
+		       uint64_t when)
+{
+	struct fstate *f = n->f;
+	bool made = false;
+
+	if (!f) {
+		if (!(f = calloc(1, sizeof(*f))))
 			return -ENOMEM;
-		o->refs = 1;
-		o->backend = ns->cfg.backend;
-		o->serves = 0;
-		o->size = m->size;
-		o->mtime = m->mtime;
-		memcpy(o->path, n->path, plen + 1);
-		etag = o->path + plen + 1;
-		memcpy(etag, m->etag, elen);
-		etag[elen] = '\0';
-		o->etag = etag;
-		o->id = version_oid(ns, n->path, m);
-		fobj_put(n->cur);
-		n->cur = o;
+		made = true;
 	}
+	if (!f->cur || !same_version(f->cur, m) || (!f->cur->etag[0] && m->etag[0])) {
+		struct fobj *o = fobj_new(ns, n, m);
+
+		if (!o) {
+			if (made)
+				free(f);
+			return -ENOMEM;
+		}
+		fobj_put(f->cur);
+		f->cur = o;
+	}
+	if (made) {
+		lazy_gone(n);
+		n->f = f;
+	}
+	take_perm(n, m);
 	if (confirmed && m->etag[0]) {
-		n->meta_ns = clock_ns(ns);
-		n->stale = false;
+		f->meta_ns = when;
+		f->stale = false;
 	}
 	return 0;
 }
 
-/* Would @m replace the bytes of @n's current version (not merely add an ETag)? */
+/* Give lazy node @n the version of listing entry @e of @l as its own (lock held): as confirmed
+ * as the listing is. @return 0 or -ENOMEM. */
+static int keep_entry(struct ns *ns, struct node *n, const struct ns_listing *l,
+		      const struct lent *e)
+{
+	struct bk_meta m;
+	int r;
+
+	lent_meta(l, e, &m);
+	r = set_version(ns, n, &m, true, l->time_ns);
+	if (r == 0 && l->stale)
+		n->f->stale = true;
+	return r;
+}
+
+/* Give lazy node @n the version its listing entry has now as its own (lock held).
+ * @return 0, -ENOMEM, or -ENOENT (no entry: see lazy_entry). */
+static int materialize(struct ns *ns, struct node *n)
+{
+	struct ns_listing *l;
+	struct lent *e;
+
+	if (!is_lazy(n))
+		return 0;
+	if (!(e = lazy_entry(n, &l)))
+		return -ENOENT;
+	return keep_entry(ns, n, l, e);
+}
+
+/* Directory @p's listing @old is about to be replaced by @new (lock held): its lazy nodes whose
+ * name @new has not as a file with metadata take their version from @old, so a name that went
+ * keeps the attributes it had (as a node with a version of its own does). Both are sorted:
+ * one pass over each. */
+static void keep_dropped(struct ns *ns, struct node *p, const struct ns_listing *old,
+			 const struct ns_listing *new)
+{
+	size_t j = 0;
+
+	for (size_t i = 0; i < old->n && p->dir->lazy; i++) {
+		const struct lent *e = &old->e[i];
+		const char *name = lname(old, e);
+		struct node *c;
+		int cmp = 1;
+
+		if ((e->flags & (LE_DIR | LE_META)) != LE_META)
+			continue;
+		while (j < new->n && (cmp = strcmp(lname(new, &new->e[j]), name)) < 0)
+			j++;
+		if (j < new->n && cmp == 0 && (new->e[j].flags & (LE_DIR | LE_META)) == LE_META)
+			continue;
+		c = find_name(ns, p, name);
+		if (c && is_lazy(c))
+			keep_entry(ns, c, old, e); /* out of memory: lazy_entry says so */
+	}
+}
+
+/* Directory @p goes: its lazy nodes take their version from its listing (lock held). The
+ * kernel forgets a directory after its children as a rule, so this rarely finds any. */
+static void keep_children(struct ns *ns, struct node *p)
+{
+	struct ns_listing *l = p->dir->list;
+
+	for (size_t i = 0; l && i < l->n && p->dir->lazy; i++) {
+		const struct lent *e = &l->e[i];
+		struct node *c;
+
+		if ((e->flags & (LE_DIR | LE_META)) != LE_META)
+			continue;
+		c = find_name(ns, p, lname(l, e));
+		if (c && is_lazy(c))
+			keep_entry(ns, c, l, e);
+	}
+}
+
+/* Free @n; then its directory, if the kernel forgot it and it waited for its last child. */
+static void node_release(struct node *n)
+{
+	while (n) {
+		struct node *up = n->up;
+
+		node_free(n);
+		if (!up || --up->dir->kids || !up->gone)
+			return;
+		n = up;
+	}
+}
+
+/* Take @n out of the tables and free it (lock held). */
+static void node_drop(struct ns *ns, struct node *n)
+{
+	if (n->is_dir && n->dir->lazy)
+		keep_children(ns, n);
+	if (is_lazy(n))
+		lazy_gone(n);
+	unlink_name(ns, n);
+	unlink_ino(ns, n);
+	ns->count--;
+	if (n->is_dir && n->dir->kids) {
+		/* its children's paths go through its name: kept until the last goes */
+		n->gone = true;
+		listing_put(n->dir->list);
+		n->dir->list = NULL;
+		return;
+	}
+	node_release(n);
+}
+
+/* Would @m replace the bytes of @n's current version (not merely add an ETag)? Only a node
+ * with a version of its own has one to replace: a lazy node follows its listing entry. */
 static bool changes(const struct node *n, const struct bk_meta *m)
 {
-	return n->cur && !same_version(n->cur, m);
+	return !n->is_dir && n->f && !same_version(n->f->cur, m);
 }
 
 /* Record in the parent's listing what the store just said of @n's name (lock held), so a
@@ -658,38 +994,41 @@ static bool changes(const struct node *n, const struct bk_meta *m)
  * if that fails marked stale. */
 static void listing_note(struct ns *ns, const struct node *n, const struct bk_meta *m)
 {
-	struct node *p = find_ino(ns, n->parent);
-	struct ns_listing *l = p && p->dir ? p->dir->list : NULL;
+	struct node *p = parent_of(n);
+	struct ns_listing *l = p ? p->dir->list : NULL;
 	struct lent *e = l ? find_entry(l, n->name) : NULL;
-	size_t nl = strlen(m->etag);
+	unsigned char md5b[16];
+	bool md5 = etag_md5(m->etag, md5b);
+	size_t need = md5 ? 16 : m->etag[0] ? strlen(m->etag) + 1 : 0;
 
 	if (!e || (e->flags & LE_DIR))
 		return;
-	if (nl > strlen(l->pool + e->etag) || (nl && !e->etag)) {
+	if (need > etag_bytes(l, e)) {
 		uint32_t off;
 
 		l = listing_own(p->dir);
 		e = l ? find_entry(l, n->name) : NULL;
-		if (!e || pool_add(l, m->etag, &off) < 0) {
+		if (!e || pool_put(l, md5 ? (const void *)md5b : m->etag, need, &off) < 0) {
 			p->dir->list->stale = true;
 			return;
 		}
 		e->etag = off;
-	} else if (nl) {
-		memcpy(l->pool + e->etag, m->etag, nl + 1); /* handles never read ETags */
+	} else if (need) {
+		/* in the old one's place: handles never read ETags */
+		memcpy(l->pool + e->etag, md5 ? (const void *)md5b : m->etag, need);
 	} else {
 		e->etag = 0;
 	}
-	e->flags |= LE_META;
+	e->flags = (uint8_t)((e->flags & ~LE_MD5) | (md5 ? LE_MD5 : 0) | LE_META);
 	e->size = m->size;
 	e->mtime = m->mtime;
 }
 
-/* Ask the store about @path (lock held on entry and exit, dropped for the request; helper
- * threads only). @return what backend_stat returns. */
-static int stat_unlocked(struct ns *ns, const char *path, struct bk_meta *ret)
+/* Ask the store about @n's path (lock held on entry and exit, dropped for the request;
+ * helper threads only). @return what backend_stat returns. */
+static int stat_unlocked(struct ns *ns, const struct node *n, struct bk_meta *ret)
 {
-	char *copy = strdup(path);
+	char *copy = node_path(n);
 	int e;
 
 	if (!copy)
@@ -704,23 +1043,39 @@ static int stat_unlocked(struct ns *ns, const char *path, struct bk_meta *ret)
 /* Free @n if nothing refers to it: a node made by a lookup that then failed (lock held). */
 static void drop_unused(struct ns *ns, struct node *n)
 {
-	if (!n || n->ino == ROOT_INO || n->nlookup || n->nopen)
+	if (!n || n->ino == ROOT_INO || n->nlookup || nopen(n))
 		return;
-	unlink_name(ns, n);
-	unlink_ino(ns, n);
-	ns->count--;
-	node_free(n);
+	node_drop(ns, n);
 }
 
 /* Ownership and modes are the mount's (uid, gid, file_mode, dir_mode); where the store has
  * permission bits of its own (file://) the mode is ANDed with them, so a file is never more
- * readable, writable or searchable through the mount than it is in the store. */
+ * readable, writable or searchable through the mount than it is in the store. A lazy node's
+ * size, time and bits are its listing entry's. */
 static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 {
 	mode_t mode = n->is_dir ? ns->cfg.dir_mode : ns->cfg.file_mode;
+	bool have_perm = n->have_perm;
+	unsigned perm = n->perm;
+	uint64_t size = 0;
+	int64_t mtime = INT64_MIN;
 
-	if (n->have_perm)
-		mode &= n->perm;
+	if (!n->is_dir && n->f) {
+		size = n->f->cur->size;
+		mtime = n->f->cur->mtime;
+	} else if (!n->is_dir) {
+		struct ns_listing *l;
+		const struct lent *e = lazy_entry(n, &l);
+
+		if (e) {
+			size = e->size;
+			mtime = e->mtime;
+			have_perm = (e->flags & LE_PERM) != 0;
+			perm = e->perm;
+		}
+	}
+	if (have_perm)
+		mode &= perm;
 	memset(st, 0, sizeof(*st));
 	st->st_ino = n->ino;
 	st->st_uid = ns->cfg.uid;
@@ -735,44 +1090,48 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 	}
 	st->st_mode = S_IFREG | mode;
 	st->st_nlink = 1;
-	if (n->cur) {
-		st->st_size = (off_t)n->cur->size;
-		st->st_blocks = (blkcnt_t)((n->cur->size + 511) / 512);
-		if (n->cur->mtime != INT64_MIN)
-			st->st_mtime = st->st_ctime = st->st_atime = (time_t)n->cur->mtime;
-	}
+	st->st_size = (off_t)size;
+	st->st_blocks = (blkcnt_t)((size + 511) / 512);
+	if (mtime != INT64_MIN)
+		st->st_mtime = st->st_ctime = st->st_atime = (time_t)mtime;
 }
 
 /* "parent/name", or "name" in the root. @return malloc'd or NULL. */
 static char *child_path(const struct node *parent, const char *name)
 {
-	char *p;
+	char *pp = node_path(parent), *p;
 
-	if (!parent->path[0])
-		return strdup(name);
-	if (asprintf(&p, "%s/%s", parent->path, name) < 0)
+	if (!pp)
 		return NULL;
+	if (!pp[0]) {
+		free(pp);
+		return strdup(name);
+	}
+	if (asprintf(&p, "%s/%s", pp, name) < 0)
+		p = NULL;
+	free(pp);
 	return p;
 }
 
+/* A new node for @name in @parent, its name inline; a file starts lazy. */
 static struct node *node_new(struct ns *ns, struct node *parent, const char *name, bool is_dir)
 {
-	struct node *n = calloc(1, sizeof(*n));
+	size_t nl = strlen(name);
+	struct node *n = calloc(1, node_size(nl));
 
 	if (!n)
 		return NULL;
 	n->ino = ns->next_ino++;
-	n->parent = parent->ino;
+	n->up = parent;
 	n->is_dir = is_dir;
-	n->path = child_path(parent, name);
-	if (n->path)
-		n->name = n->path + strlen(n->path) - strlen(name);
-	if (is_dir)
-		n->dir = dirst_new();
-	if (!n->path || (is_dir && !n->dir)) {
-		node_free(n);
+	memcpy(n->name, name, nl + 1);
+	if (is_dir && !(n->dir = dirst_new())) {
+		free(n);
 		return NULL;
 	}
+	parent->dir->kids++;
+	if (!is_dir)
+		parent->dir->lazy++;
 	if (ns->count >= ns->nbuckets)
 		grow(ns);
 	link_node(ns, n);
@@ -789,13 +1148,16 @@ static struct node *node_new(struct ns *ns, struct node *parent, const char *nam
 static struct node *entry_node(struct ns *ns, struct node *p, const char *name, bool is_dir,
 			       const struct bk_meta *m)
 {
-	struct node *n = find_name(ns, p->ino, name);
+	struct node *n = find_name(ns, p, name);
 
 	if (n && n->is_dir != is_dir) {
-		unlink_name(ns, n); /* the key changed type: a new inode */
+		/* the key changed type: a new inode; the old one keeps what it had (taken when
+		 * the listing changed: keep_dropped) */
+		materialize(ns, n);
+		unlink_name(ns, n);
 		n = NULL;
 	}
-	if (n && !is_dir && m && n->nopen && changes(n, m)) {
+	if (n && !is_dir && m && nopen(n) && changes(n, m)) {
 		unlink_name(ns, n); /* files are open on the old version: a new inode */
 		n = NULL;
 	}
@@ -805,11 +1167,14 @@ static struct node *entry_node(struct ns *ns, struct node *p, const char *name, 
 /*
  * Answer a lookup of @name in @p with node @n (from entry_node; NULL: make it) and what the
  * store said of it, @m (NULL if nothing: a directory without permission bits; a file always
- * has it here). @confirmed as set_version takes it. Raises the lookup count and fills @st.
- * @return 0 or -ENOMEM (a node made here is dropped again).
+ * has it here). @confirmed as set_version takes it. @listed: @m is @p's listing entry for the
+ * name, so a file node without a version of its own stays so (lazy) and follows the entry.
+ * Raises the lookup count and fills @st. @return 0 or -ENOMEM (a node made here is dropped
+ * again).
  */
 static int entry_link(struct ns *ns, struct node *p, const char *name, struct node *n,
-		      bool is_dir, const struct bk_meta *m, bool confirmed, struct stat *st)
+		      bool is_dir, const struct bk_meta *m, bool confirmed, bool listed,
+		      struct stat *st)
 {
 	bool made = false;
 	int e = 0;
@@ -821,10 +1186,11 @@ static int entry_link(struct ns *ns, struct node *p, const char *name, struct no
 	}
 	if (is_dir && m && m->have_perm)
 		take_perm(n, m);
-	if (!is_dir && m)
-		e = set_version(ns, n, m, confirmed);
+	if (!is_dir && m && !(listed && is_lazy(n)))
+		e = set_version(ns, n, m, confirmed, clock_ns(ns));
 	if (e == 0) {
-		n->nlookup++;
+		if (n->nlookup < UINT32_MAX)
+			n->nlookup++;
 		fill_stat(ns, n, st);
 	} else if (made) {
 		drop_unused(ns, n);
@@ -943,15 +1309,19 @@ static int start_listing(struct ns *ns, struct node *n, struct nsop *op, struct 
 	struct lfetch *lf = n->dir->inflight;
 
 	if (!lf) {
-		lf = calloc(1, sizeof(*lf) + strlen(n->path) + 1);
+		char *path = node_path(n);
+
+		lf = path ? calloc(1, sizeof(*lf) + strlen(path) + 1) : NULL;
 		if (!lf || !(lf->l = listing_new())) {
 			free(lf);
+			free(path);
 			return -ENOMEM;
 		}
+		strcpy(lf->path, path);
+		free(path);
 		lf->ns = ns;
 		lf->ino = n->ino;
 		lf->started = clock_ns(ns); /* a change after this may be missing from it */
-		strcpy(lf->path, n->path);
 		n->dir->inflight = lf;
 		*ret_lf = lf;
 	}
@@ -998,6 +1368,8 @@ static void list_done(void *arg, int err)
 	if (n && n->dir && n->dir->inflight == lf) {
 		n->dir->inflight = NULL;
 		if (err == 0) {
+			if (n->dir->list && n->dir->lazy)
+				keep_dropped(ns, n, n->dir->list, l);
 			listing_put(n->dir->list); /* open handles keep theirs */
 			n->dir->list = l;
 			l = NULL;
@@ -1087,7 +1459,7 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 	struct node *p = find_ino(ns, op->ino), *n;
 	struct lent *ent;
 	struct bk_meta m;
-	bool is_dir, have_meta, have_perm;
+	bool is_dir, have_meta, have_perm, listed = true;
 	int e = 0;
 
 	if (!p)
@@ -1100,6 +1472,7 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 		ent = ask_apply(ns, p, op, &e);
 		if (!ent)
 			return e;
+		listed = false; /* the store was just asked: a version of its own */
 	} else {
 		/* a listing older than metadata_ttl is refreshed first; one that could not be
 		 * refreshed is used as it is */
@@ -1131,19 +1504,20 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 				return op->stat_err;
 			m = op->m;
 			have_meta = true;
-			if (n && n->nopen && changes(n, &m)) {
+			listed = false;
+			if (n && nopen(n) && changes(n, &m)) {
 				unlink_name(ns, n); /* rare: the next lookup makes a new inode */
 				return -ESTALE;
 			}
-		} else if (!n || !n->cur || !fresh(ns, n->meta_ns, clock_ns(ns))) {
-			*ret_path = n ? strdup(n->path) : child_path(p, op->name);
+		} else if (!n || !n->f || !fresh(ns, n->f->meta_ns, clock_ns(ns))) {
+			*ret_path = n ? node_path(n) : child_path(p, op->name);
 			op->stat = STAT_META;
 			op->have_stat = false;
 			return *ret_path ? STEP_STAT : -ENOMEM;
 		}
 	}
 	return entry_link(ns, p, op->name, n, is_dir, (is_dir ? have_perm : have_meta) ? &m : NULL,
-			  true, &op->st);
+			  true, listed, &op->st);
 }
 
 static int step_open(struct ns *ns, struct nsop *op, char **ret_path)
@@ -1155,36 +1529,40 @@ static int step_open(struct ns *ns, struct nsop *op, char **ret_path)
 		return -ENOENT;
 	if (n->is_dir)
 		return -EISDIR;
+	/* an open needs a version of its own: a lazy node takes its listing entry's, as
+	 * confirmed as the listing is (an older one is revalidated below) */
+	if (is_lazy(n) && (e = materialize(ns, n)) < 0)
+		return e == -ENOENT ? -ESTALE : e;
 	if (op->have_stat) {
 		bool changed;
 
 		if (op->stat_err < 0)
 			return op->stat_err;
 		listing_note(ns, n, &op->m);
-		if (n->nopen && changes(n, &op->m)) {
+		if (n->f->nopen && changes(n, &op->m)) {
 			/* files are open on the old version: the name gets a new inode, and the
 			 * kernel's retry of this open finds it */
 			unlink_name(ns, n);
 			return -ESTALE;
 		}
 		changed = changes(n, &op->m); /* before set_version, which may free the old one */
-		e = set_version(ns, n, &op->m, true);
+		e = set_version(ns, n, &op->m, true, clock_ns(ns));
 		if (e < 0)
 			return e;
 		op->changed = changed;
-	} else if (!n->cur || n->stale ||
+	} else if (n->f->stale ||
 		   (!ns->cfg.immutable &&
-		    (!n->cur->etag[0] || !fresh(ns, n->meta_ns, clock_ns(ns))))) {
-		*ret_path = strdup(n->path);
+		    (!n->f->cur->etag[0] || !fresh(ns, n->f->meta_ns, clock_ns(ns))))) {
+		*ret_path = node_path(n);
 		op->stat = STAT_OPEN;
 		return *ret_path ? STEP_STAT : -ENOMEM;
 	}
-	fobj_get(n->cur);
-	op->o = n->cur;
-	op->same = n->opened && cache_oid_eq(n->last_open_id, n->cur->id);
-	n->last_open_id = n->cur->id;
-	n->opened = true;
-	n->nopen++;
+	fobj_get(n->f->cur);
+	op->o = n->f->cur;
+	op->same = n->f->opened && cache_oid_eq(n->f->last_open_id, n->f->cur->id);
+	n->f->last_open_id = n->f->cur->id;
+	n->f->opened = true;
+	n->f->nopen++;
 	return 0;
 }
 
@@ -1211,7 +1589,7 @@ static int step_opendir(struct ns *ns, struct nsop *op, struct lfetch **ret_lf)
 	if (!h)
 		return -ENOMEM;
 	h->ino = n->ino;
-	h->parent = n->parent;
+	h->parent = pino(n);
 	h->l = n->dir->list;
 	listing_get(h->l);
 	op->d = h;
@@ -1448,14 +1826,10 @@ void ns_forget(struct ns *ns, uint64_t ino, uint64_t count)
 
 	pthread_mutex_lock(&ns->lock);
 	n = find_ino(ns, ino);
-	if (n && ino != ROOT_INO) {
-		n->nlookup = count > n->nlookup ? 0 : n->nlookup - count;
-		if (!n->nlookup) {
-			unlink_name(ns, n);
-			unlink_ino(ns, n);
-			ns->count--;
-			node_free(n);
-		}
+	if (n && ino != ROOT_INO && n->nlookup != UINT32_MAX) { /* saturated: kept */
+		n->nlookup = count >= n->nlookup ? 0 : n->nlookup - (uint32_t)count;
+		if (!n->nlookup)
+			node_drop(ns, n);
 	}
 	pthread_mutex_unlock(&ns->lock);
 }
@@ -1481,8 +1855,8 @@ void ns_release(struct ns *ns, uint64_t ino)
 
 	pthread_mutex_lock(&ns->lock);
 	n = find_ino(ns, ino);
-	if (n && n->nopen)
-		n->nopen--;
+	if (n && nopen(n))
+		n->f->nopen--;
 	pthread_mutex_unlock(&ns->lock);
 }
 
@@ -1494,11 +1868,11 @@ int ns_move(struct ns *ns, uint64_t ino, struct fobj *old, uint64_t serves, stru
 
 	pthread_mutex_lock(&ns->lock);
 	n = find_ino(ns, ino);
-	if (!n || n->is_dir) {
+	if (!n || n->is_dir || !n->f) { /* an open file's node has a version of its own */
 		e = -ESTALE;
 		goto out;
 	}
-	e = stat_unlocked(ns, n->path, &m);
+	e = stat_unlocked(ns, n, &m);
 	n = find_ino(ns, ino);
 	if (!n)
 		e = -ESTALE;
@@ -1512,20 +1886,20 @@ int ns_move(struct ns *ns, uint64_t ino, struct fobj *old, uint64_t serves, stru
 	/* Only the moving file may be open on the inode, and nobody may have fed the page cache
 	 * from the old version since it opened (a file that closed since included): the serves
 	 * counter is raised before each reply, and a release takes ns->lock after it. */
-	if (n->cur != old || n->nopen != 1 ||
+	if (n->f->cur != old || n->f->nopen != 1 ||
 	    __atomic_load_n(&old->serves, __ATOMIC_ACQUIRE) != serves) {
-		if (n->nopen)
+		if (n->f->nopen)
 			unlink_name(ns, n); /* open files keep the old version: new inode */
-		n->stale = true;
+		n->f->stale = true;
 		e = -ESTALE;
 		goto out;
 	}
-	e = set_version(ns, n, &m, true);
+	e = set_version(ns, n, &m, true, clock_ns(ns));
 	if (e < 0)
 		goto out;
-	n->last_open_id = n->cur->id;
-	fobj_get(n->cur);
-	*ret = n->cur;
+	n->f->last_open_id = n->f->cur->id;
+	fobj_get(n->f->cur);
+	*ret = n->f->cur;
 out:
 	pthread_mutex_unlock(&ns->lock);
 	return e;
@@ -1537,10 +1911,10 @@ void ns_stale(struct ns *ns, uint64_t ino, struct cache_oid id)
 
 	pthread_mutex_lock(&ns->lock);
 	n = find_ino(ns, ino);
-	if (n && n->cur && cache_oid_eq(n->cur->id, id)) {
-		n->stale = true;
-		p = find_ino(ns, n->parent);
-		if (p && p->dir && p->dir->list)
+	if (n && !n->is_dir && n->f && cache_oid_eq(n->f->cur->id, id)) {
+		n->f->stale = true;
+		p = parent_of(n);
+		if (p && p->dir->list)
 			p->dir->list->stale = true;
 	}
 	pthread_mutex_unlock(&ns->lock);
@@ -1555,11 +1929,22 @@ int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret)
 	n = find_ino(ns, ino);
 	if (!n)
 		e = -ENOENT;
-	else if (n->is_dir || !n->cur)
-		e = n->is_dir ? -EISDIR : -ENODATA;
-	else {
-		fobj_get(n->cur);
-		*ret = n->cur;
+	else if (n->is_dir)
+		e = -EISDIR;
+	else if (n->f) {
+		fobj_get(n->f->cur);
+		*ret = n->f->cur;
+	} else {
+		/* lazy: a version made for the caller alone, the node stays as it is */
+		struct ns_listing *l;
+		struct lent *ent = lazy_entry(n, &l);
+		struct bk_meta m;
+
+		if (ent) {
+			lent_meta(l, ent, &m);
+			*ret = fobj_new(ns, n, &m);
+		}
+		e = !ent ? -ENODATA : *ret ? 0 : -ENOMEM;
 	}
 	pthread_mutex_unlock(&ns->lock);
 	return e;
@@ -1626,7 +2011,7 @@ int ns_dir_lookup(struct ns *ns, const struct ns_dir *d, size_t i, struct stat *
 		lent_meta(p->dir->list, ent, &m);
 		e = entry_link(ns, p, name, entry_node(ns, p, name, dir, &m), dir,
 			       !dir || (ent->flags & LE_PERM) ? &m : NULL,
-			       listing_fresh(ns, p->dir), ret_st);
+			       listing_fresh(ns, p->dir), true, ret_st);
 	}
 	pthread_mutex_unlock(&ns->lock);
 	return e;
@@ -1635,17 +2020,21 @@ int ns_dir_lookup(struct ns *ns, const struct ns_dir *d, size_t i, struct stat *
 int ns_path(struct ns *ns, uint64_t ino, char *buf, size_t len)
 {
 	struct node *n;
+	char *path = NULL;
 	int e = 0;
 
 	pthread_mutex_lock(&ns->lock);
 	n = find_ino(ns, ino);
 	if (!n)
 		e = -ENOENT;
-	else if (strlen(n->path) >= len)
+	else if (!(path = node_path(n)))
+		e = -ENOMEM;
+	else if (strlen(path) >= len)
 		e = -ENAMETOOLONG;
 	else
-		strcpy(buf, n->path);
+		strcpy(buf, path);
 	pthread_mutex_unlock(&ns->lock);
+	free(path);
 	return e;
 }
 
@@ -1671,6 +2060,8 @@ static size_t msize(const void *p)
 	return p ? malloc_usable_size((void *)p) : 0;
 }
 
+/* What malloc really gave (malloc_usable_size), not sizeof. Directories the kernel forgot that
+ * wait for their last child are out of the tables and not counted (a few at most). */
 void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
 {
 	uint64_t bytes = sizeof(*ns), keys = 0;
@@ -1679,9 +2070,12 @@ void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
 	bytes += msize(ns->by_ino) + msize(ns->by_name) + msize(ns->store);
 	for (size_t i = 0; i < ns->nbuckets; i++) {
 		for (struct node *n = ns->by_ino[i]; n; n = n->next_ino) {
-			bytes += msize(n) + msize(n->path) + msize(n->cur);
-			if (!n->dir)
+			bytes += msize(n);
+			if (!n->is_dir) {
+				if (n->f)
+					bytes += msize(n->f) + msize(n->f->cur);
 				continue;
+			}
 			bytes += msize(n->dir);
 			for (int j = 0; j < NEG_MAX; j++)
 				bytes += msize(n->dir->negs[j].name);

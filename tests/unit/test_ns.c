@@ -505,6 +505,385 @@ static void test_move(void **state)
 	ns_free(ns);
 }
 
+/* Remove @path from the fake store. */
+static void del(const char *path)
+{
+	for (int i = 0; i < MAXOBJ; i++)
+		if (S.o[i].present && strcmp(S.o[i].path, path) == 0)
+			S.o[i].present = false;
+}
+
+/* A node made from a listing entry (lazy: no version of its own) answers from the directory's
+ * listing: with nothing open it follows the entry to a new version in place (same inode); when
+ * the name leaves the listing, or becomes a directory, it keeps what it had; an open gives it a
+ * version, revalidated when the listing is older than metadata_ttl. */
+static void test_lazy_versions(void **state)
+{
+	struct ns *ns = mk(10, 1);
+	struct fobj *o;
+	struct stat st;
+	bool same, changed;
+	uint64_t a, x, x2, dir;
+
+	(void)state;
+	put("a", 100, "\"a1\"");
+	put("b", 1, "\"b\"");
+	put("x", 7, "\"x1\"");
+	a = lookup_ok(ns, 1, "a", &st);
+	x = lookup_ok(ns, 1, "x", NULL);
+	assert_int_equal(st.st_size, 100);
+	assert_true(cache_oid_eq(oid_of(ns, a), cache_oid_make("fake://store", "a", "\"a1\"")));
+
+	/* a new version, relisted by a lookup of another name: a follows, on its inode */
+	put("a", 200, "\"a2\"");
+	S.now += 11 * SEC;
+	lookup_ok(ns, 1, "b", NULL);
+	assert_int_equal(S.lists, 2);
+	assert_int_equal(ns_getattr(ns, a, &st), 0);
+	assert_int_equal(st.st_size, 200);
+	assert_int_equal(lookup_ok(ns, 1, "a", NULL), a);
+	assert_true(cache_oid_eq(oid_of(ns, a), cache_oid_make("fake://store", "a", "\"a2\"")));
+
+	/* a leaves the store, x becomes a prefix: both nodes keep what they had */
+	del("a");
+	del("x");
+	put("x/y", 3, "\"y\"");
+	S.now += 11 * SEC;
+	lookup_ok(ns, 1, "b", NULL);
+	assert_int_equal(S.lists, 3);
+	assert_int_equal(ns_getattr(ns, a, &st), 0);
+	assert_int_equal(st.st_size, 200);
+	assert_true(S_ISREG(st.st_mode));
+	assert_true(cache_oid_eq(oid_of(ns, a), cache_oid_make("fake://store", "a", "\"a2\"")));
+	assert_int_equal(ns_lookup(ns, 1, "a", &st), -ENOENT);
+	x2 = lookup_ok(ns, 1, "x", &st);
+	assert_true(x2 != x);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(ns_getattr(ns, x, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_size, 7);
+
+	/* an open within metadata_ttl of the listing asks nothing; past it, a HEAD */
+	int stats = S.stats;
+	uint64_t b = lookup_ok(ns, 1, "b", NULL);
+	assert_int_equal(ns_open(ns, b, &o, &same, &changed), 0);
+	assert_int_equal(S.stats, stats);
+	assert_false(same);
+	assert_int_equal(o->size, 1);
+	fobj_put(o);
+	ns_release(ns, b);
+	uint64_t y = lookup_ok(ns, x2, "y", NULL);
+	S.now += 11 * SEC;
+	put("x/y", 4, "\"y2\"");
+	assert_int_equal(ns_open(ns, y, &o, &same, &changed), 0);
+	assert_int_equal(S.stats, stats + 1);
+	assert_int_equal(o->size, 4);
+	assert_true(changed); /* the kernel's attributes (3 bytes) are old */
+	fobj_put(o);
+	ns_release(ns, y);
+
+	/* a directory forgotten before its lazy children: they keep their attributes, and their
+	 * paths (a node holds its name: the forgotten directory stays until its last child) */
+	put("d/e/f", 9, "\"f\"");
+	put("d/e/g", 5, "\"g\"");
+	dir = lookup_ok(ns, 1, "d", NULL);
+	uint64_t e = lookup_ok(ns, dir, "e", NULL);
+	uint64_t f = lookup_ok(ns, e, "f", NULL), g = lookup_ok(ns, e, "g", NULL);
+	ns_forget(ns, dir, 1);
+	ns_forget(ns, e, 1);
+	assert_int_equal(ns_getattr(ns, dir, &st), -ENOENT);
+	assert_int_equal(ns_getattr(ns, e, &st), -ENOENT);
+	assert_int_equal(ns_getattr(ns, f, &st), 0);
+	assert_int_equal(st.st_size, 9);
+	assert_true(cache_oid_eq(oid_of(ns, f), cache_oid_make("fake://store", "d/e/f", "\"f\"")));
+	char path[64];
+	assert_int_equal(ns_path(ns, g, path, sizeof(path)), 0);
+	assert_string_equal(path, "d/e/g");
+	assert_int_equal(ns_open(ns, f, &o, &same, &changed), 0);
+	assert_string_equal(o->path, "d/e/f");
+	fobj_put(o);
+	ns_release(ns, f);
+	ns_forget(ns, f, 1);
+	/* a name looked up again gets new nodes all the way down */
+	dir = lookup_ok(ns, 1, "d", NULL);
+	e = lookup_ok(ns, dir, "e", NULL);
+	assert_true(lookup_ok(ns, e, "g", &st) != g);
+	assert_int_equal(st.st_size, 5);
+	ns_forget(ns, g, 1); /* the last child of the forgotten d/e: both go */
+	assert_int_equal(ns_getattr(ns, g, &st), -ENOENT);
+	ns_free(ns); /* with new nodes of d/e/g in the tables */
+
+	/* the mount ends with forgotten directories kept for their children */
+	ns = mk(10, 1);
+	put("d/e/f", 9, "\"f\"");
+	dir = lookup_ok(ns, 1, "d", NULL);
+	e = lookup_ok(ns, dir, "e", NULL);
+	lookup_ok(ns, e, "f", NULL);
+	ns_forget(ns, dir, 1);
+	ns_forget(ns, e, 1);
+	ns_free(ns);
+}
+
+/* The ETag a new lookup of @name in the root gives (its listing entry's), compared with @want;
+ * the node is forgotten again. */
+static void listed_etag_is(struct ns *ns, const char *name, const char *want)
+{
+	struct fobj *o;
+	uint64_t a = lookup_ok(ns, 1, name, NULL);
+
+	assert_int_equal(ns_peek(ns, a, &o), 0);
+	assert_string_equal(o->etag, want);
+	fobj_put(o);
+	ns_forget(ns, a, 1);
+}
+
+/* A listing keeps a quoted lowercase MD5 as its 16 bytes and gives every ETag back as the store
+ * sent it; ETags the store gives later (ns_move's stat) replace it in place or appended, in
+ * every direction between the two forms. */
+static void test_listing_etags(void **state)
+{
+	static const char *const etags[] = {
+	    "\"0123456789abcdef0123456789abcdef\"",   /* one PUT: 16 bytes */
+	    "\"0123456789abcdef0123456789abcdef-2\"", /* multipart: the string */
+	    "\"fedcba9876543210fedcba9876543210\"",   /* in place of the longer one */
+	    "\"x\"",                                  /* in place of 16 bytes */
+	    "\"0123456789ABCDEF0123456789ABCDEF\"",   /* upper case: the string, appended */
+	    "0123456789abcdef0123456789abcdef",       /* unquoted: the string */
+	    "\"0123456789abcdef0123456789abcdeg\"",   /* not hex */
+	    "",
+	};
+	struct ns *ns = mk(60, 1);
+	struct fobj *o, *moved;
+	bool same, changed;
+	uint64_t a;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(etags) / sizeof(etags[0]); i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "k%zu", i);
+		put(name, i, etags[i]);
+	}
+	for (size_t i = 0; i < sizeof(etags) / sizeof(etags[0]); i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "k%zu", i);
+		listed_etag_is(ns, name, etags[i]);
+	}
+	put("m", 100, etags[0]);
+	S.stats = 0;
+	S.now += SEC; /* the listing above has no "m": a HEAD adds it */
+	listed_etag_is(ns, "m", etags[0]);
+	for (size_t i = 1; i < 7; i++) {
+		a = lookup_ok(ns, 1, "m", NULL);
+		assert_int_equal(ns_open(ns, a, &o, &same, &changed), 0);
+		put("m", 100 + i, etags[i]);
+		assert_int_equal(ns_move(ns, a, o, 0, &moved), 0);
+		fobj_put(o);
+		fobj_put(moved);
+		ns_release(ns, a);
+		ns_forget(ns, a, 1);
+		listed_etag_is(ns, "m", etags[i]);
+	}
+	assert_int_equal(S.lists, 1); /* the ETags came from the stats, through the listing */
+	assert_int_equal(S.stats, 1 + 6);
+	ns_free(ns);
+}
+
+/*
+ * Random operations against a small reference model: objects are put, replaced, deleted and
+ * turned into prefixes (and back) in the store, while names are looked up (also as readdirplus
+ * entries), opened, released and forgotten in any order, directories before their children
+ * included. After each step: every inode the model holds answers getattr with its path, and a
+ * file a version its path really had; every inode with open files shows the version they
+ * have; every forgotten one is gone. At the end
+ * everything is released and forgotten (the sanitizer build finds what is not freed).
+ */
+#define R_INOS 64
+#define R_FHS 16
+static const char *const r_paths[] = {"f",     "g",     "x",     "x/f", "x/g",
+				      "x/y",   "x/y/f", "x/y/g", "z/f", "z/x/f"};
+
+static uint64_t r_seed;
+static bool r_had[10][1000]; /* sizes each path had */
+
+static bool r_size_had(const char *path, off_t size)
+{
+	for (int i = 0; i < 10; i++)
+		if (strcmp(r_paths[i], path) == 0)
+			return size >= 0 && size < 1000 && r_had[i][size];
+	return false;
+}
+
+static unsigned rnd(unsigned n)
+{
+	r_seed = r_seed * 6364136223846793005ULL + 1442695040888963407ULL;
+	return (unsigned)(r_seed >> 33) % n;
+}
+
+static void test_random_against_model(void **state)
+{
+	struct {
+		uint64_t ino;
+		char path[32];
+		unsigned count; /* lookups the model holds */
+		bool is_dir;
+	} in[R_INOS];
+	struct {
+		uint64_t ino;
+		struct fobj *o;
+	} fh[R_FHS];
+	int nin, nfh;
+
+	(void)state;
+	for (int seed = 1; seed <= 4; seed++) {
+		struct ns *ns = mk(2, 1);
+
+		r_seed = (uint64_t)seed;
+		memset(r_had, 0, sizeof(r_had));
+		nin = nfh = 0;
+		in[nin].ino = 1; /* the root, never forgotten */
+		in[nin].path[0] = '\0';
+		in[nin].count = 1;
+		in[nin++].is_dir = true;
+		for (int step = 0; step < 3000; step++) {
+			unsigned op = rnd(10), i = nin ? rnd((unsigned)nin) : 0;
+			struct stat st;
+			char name[16], etag[16];
+			bool same, changed;
+
+			if (op == 0) { /* a new version, or a new object */
+				unsigned p = rnd(10), size = rnd(1000);
+
+				snprintf(etag, sizeof(etag), "\"%d\"", step);
+				put(r_paths[p], size, etag);
+				r_had[p][size] = true;
+			} else if (op == 1) {
+				del(r_paths[rnd(10)]);
+			} else if (op == 2) {
+				S.now += rnd(3) * SEC;
+			} else if ((op == 3 || op == 4) && in[i].is_dir && nin < R_INOS) {
+				const char *p = r_paths[rnd(10)], *slash;
+				size_t dl = strlen(in[i].path);
+
+				if (dl && (strncmp(p, in[i].path, dl) || p[dl] != '/'))
+					continue;
+				p += dl ? dl + 1 : 0;
+				slash = strchr(p, '/');
+				snprintf(name, sizeof(name), "%.*s",
+					 (int)(slash ? (size_t)(slash - p) : strlen(p)), p);
+				if (ns_lookup(ns, in[i].ino, name, &st) < 0)
+					continue;
+				int k;
+				for (k = 0; k < nin && in[k].ino != st.st_ino; k++)
+					;
+				if (k == nin) {
+					char path[32];
+
+					snprintf(path, sizeof(path), "%s%s%s", in[i].path,
+						 in[i].path[0] ? "/" : "", name);
+					nin++;
+					in[k].ino = st.st_ino;
+					in[k].count = 0;
+					memcpy(in[k].path, path, sizeof(path));
+				}
+				in[k].count++;
+				in[k].is_dir = S_ISDIR(st.st_mode);
+			} else if (op == 5 && in[i].is_dir && nin + 10 < R_INOS) { /* readdirplus */
+				struct ns_dir *d;
+
+				if (ns_opendir(ns, in[i].ino, &d) < 0)
+					continue;
+				for (size_t j = 0; j < ns_dir_count(d); j++) {
+					int k;
+
+					if (ns_dir_lookup(ns, d, j, &st) < 0)
+						continue;
+					for (k = 0; k < nin && in[k].ino != st.st_ino; k++)
+						;
+					if (k == nin) {
+						char path[32];
+						bool is_dir;
+
+						snprintf(path, sizeof(path), "%s%s%s", in[i].path,
+							 in[i].path[0] ? "/" : "",
+							 ns_dir_name(d, j, &is_dir));
+						nin++;
+						in[k].ino = st.st_ino;
+						in[k].count = 0;
+						memcpy(in[k].path, path, sizeof(path));
+					}
+					in[k].count++;
+					in[k].is_dir = S_ISDIR(st.st_mode);
+				}
+				ns_dir_put(d);
+			} else if (op == 6 && i > 0) { /* forget, all or part */
+				unsigned c = 1 + rnd(in[i].count);
+
+				/* the kernel keeps a lookup while a file is open on the inode */
+				for (int h = 0; h < nfh; h++)
+					if (fh[h].ino == in[i].ino && c == in[i].count)
+						c--;
+				if (!c)
+					continue;
+				ns_forget(ns, in[i].ino, c);
+				in[i].count -= c;
+				if (!in[i].count)
+					in[i] = in[--nin];
+			} else if (op == 7 && !in[i].is_dir && nfh < R_FHS) {
+				struct fobj *o;
+
+				if (ns_open(ns, in[i].ino, &o, &same, &changed) < 0)
+					continue;
+				assert_string_equal(o->path, in[i].path);
+				fh[nfh].ino = in[i].ino;
+				fh[nfh++].o = o;
+			} else if (op == 8 && nfh) {
+				unsigned h = rnd((unsigned)nfh);
+
+				fobj_put(fh[h].o);
+				ns_release(ns, fh[h].ino);
+				fh[h] = fh[--nfh];
+			} else if (op == 9 && nfh) {
+				unsigned h = rnd((unsigned)nfh);
+
+				ns_stale(ns, fh[h].ino, fh[h].o->id);
+			}
+			for (int k = 0; k < nin; k++) {
+				char path[64];
+
+				assert_int_equal(ns_getattr(ns, in[k].ino, &st), 0);
+				assert_int_equal(ns_path(ns, in[k].ino, path, sizeof(path)), 0);
+				assert_string_equal(path, in[k].path);
+				if (!S_ISDIR(st.st_mode)) {
+					assert_int_equal(st.st_mtime, 1000);
+					assert_true(r_size_had(path, st.st_size));
+				}
+			}
+			for (int h = 0; h < nfh; h++) {
+				assert_int_equal(ns_getattr(ns, fh[h].ino, &st), 0);
+				assert_int_equal(st.st_size, fh[h].o->size);
+				assert_true(cache_oid_eq(oid_of(ns, fh[h].ino), fh[h].o->id));
+			}
+		}
+		while (nfh) {
+			fobj_put(fh[--nfh].o);
+			ns_release(ns, fh[nfh].ino);
+		}
+		/* forget in random order: directories before their children too */
+		while (nin > 1) {
+			unsigned i = 1 + rnd((unsigned)nin - 1);
+			uint64_t ino = in[i].ino;
+			struct stat st;
+
+			ns_forget(ns, ino, in[i].count);
+			in[i] = in[--nin];
+			assert_int_equal(ns_getattr(ns, ino, &st), -ENOENT);
+		}
+		ns_free(ns);
+	}
+}
+
 /* Answers of asynchronous calls, counted. */
 static struct {
 	int entries, entry_errs, dirs;
@@ -709,17 +1088,27 @@ static void test_parked_lookups_do_not_block_known(void **state)
 	ns_free(ns);
 }
 
-/* Memory of the namespace at 100k keys in one prefix, listed (ls) and then looked up (ls -l):
- * printed, with bounds: <= 200 B per listed key. */
+/* Memory of the namespace at N keys in one prefix, listed (ls) and then every name looked up
+ * (a lookup, or an `ls -l`: readdirplus makes the same node): printed, with bounds: <= 200 B
+ * per key both ways (issue 8 asks it at 1M keys), in the root and three levels down (a node
+ * holds its name, not its path). */
+static int big_n;
+static const char *big_dir; /* the prefix holding the keys; its parents list one directory */
+
 static int big_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 {
 	struct bk_meta m = {.size = 1234567, .mtime = 1700000000};
 	char name[64];
 
 	(void)b;
-	(void)dir;
 	S.lists++;
-	for (int i = 0; i < 100000; i++) {
+	if (strcmp(dir, big_dir) != 0) {
+		const char *rest = big_dir + strlen(dir) + (dir[0] ? 1 : 0);
+
+		snprintf(name, sizeof(name), "%.*s", (int)strcspn(rest, "/"), rest);
+		return fn(arg, name, true, NULL);
+	}
+	for (int i = 0; i < big_n; i++) {
 		snprintf(name, sizeof(name), "%020d.log", i);
 		snprintf(m.etag, sizeof(m.etag), "\"%032x\"", (unsigned)i * 2654435761u);
 		int e = fn(arg, name, false, &m);
@@ -736,43 +1125,74 @@ static int big_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_
 	return 0;
 }
 
-static void test_memory_per_key(void **state)
+static void memory_per_key(int n, const char *dir)
 {
 	static const struct bk_ops big_ops = {.list = big_list, .list_async = big_list_async};
 	static struct backend big = {.ops = &big_ops, .scheme = "fake"};
 	struct ns_cfg cfg = {.backend = &big, .store = "fake://big", .metadata_ttl = 60,
 			     .negative_ttl = 1, .block_size = 65536, .now_ns = fake_now};
-	uint64_t bytes0, bytes1, bytes2, keys;
+	uint64_t bytes0, bytes1, bytes2, keys0, keys;
 	struct ns_dir *d[20];
 	struct ns *ns;
 	char name[64];
+	uint64_t ino = 1;
 
-	(void)state;
 	memset(&S, 0, sizeof(S));
 	S.now = SEC;
+	big_n = n;
+	big_dir = dir;
 	ns = ns_new(&cfg);
 	assert_non_null(ns);
-	ns_mem(ns, &bytes0, &keys);
+	for (const char *p = dir; *p;) {
+		size_t l = strcspn(p, "/");
+
+		snprintf(name, sizeof(name), "%.*s", (int)l, p);
+		ino = lookup_ok(ns, ino, name, NULL);
+		p += l + (p[l] == '/');
+	}
+	ns_mem(ns, &bytes0, &keys0);
 	for (int i = 0; i < 20; i++)
-		assert_int_equal(ns_opendir(ns, 1, &d[i]), 0);
+		assert_int_equal(ns_opendir(ns, ino, &d[i]), 0);
 	ns_mem(ns, &bytes1, &keys);
-	assert_int_equal(keys, 100000);
-	for (int i = 0; i < 100000; i++) {
+	assert_int_equal(keys - keys0, n);
+	for (int i = 0; i < n; i++) {
 		struct stat st;
 
 		snprintf(name, sizeof(name), "%020d.log", i);
-		assert_int_equal(ns_lookup(ns, 1, name, &st), 0);
+		assert_int_equal(ns_lookup(ns, ino, name, &st), 0);
+		assert_int_equal(st.st_size, 1234567);
 	}
 	ns_mem(ns, &bytes2, &keys);
-	double listed = (double)(bytes1 - bytes0) / 100000, looked = (double)(bytes2 - bytes0) / 100000;
-	print_message("# namespace at 100k keys: %.1f B/key listed (20 open handles share it), "
-		      "%.1f B/key with every name looked up (a node and a version each)\n",
-		      listed, looked);
+	double listed = (double)(bytes1 - bytes0) / n, looked = (double)(bytes2 - bytes0) / n;
+	print_message("# namespace at %dk keys in \"%s/\": %.1f B/key listed (20 open handles "
+		      "share it), %.1f B/key with every name looked up (a node each)\n",
+		      n / 1000, dir, listed, looked);
 	assert_true(listed <= 200);
-	assert_int_equal(S.lists, 1);
+	assert_true(looked <= 200);
+	assert_int_equal(S.lists, 1 + (dir[0] ? 3 : 0));
 	for (int i = 0; i < 20; i++)
 		ns_dir_put(d[i]);
 	ns_free(ns);
+}
+
+static void test_memory_per_key(void **state)
+{
+	(void)state;
+	memory_per_key(100000, "");
+	memory_per_key(100000, "kafka/topic-a/partition-0");
+}
+
+/* The same at 1M keys, as the issue measures it: about 5 s, so only with TIERFS_NS_1M=1.
+ * Without it the test passes with a note (cmocka 1.1.5 reports skip() in TAP as "not ok",
+ * which meson 1.0 counts as a failure: see test_sigv4.c). */
+static void test_memory_per_key_1m(void **state)
+{
+	(void)state;
+	if (!getenv("TIERFS_NS_1M")) {
+		print_message("# SKIP the 1M-key run: set TIERFS_NS_1M=1 (about 5 s)\n");
+		return;
+	}
+	memory_per_key(1000000, "");
 }
 
 int main(void)
@@ -785,6 +1205,9 @@ int main(void)
 	    cmocka_unit_test(test_failed_lookup_frees_node),
 	    cmocka_unit_test(test_new_version_new_inode),
 	    cmocka_unit_test(test_move),
+	    cmocka_unit_test(test_lazy_versions),
+	    cmocka_unit_test(test_random_against_model),
+	    cmocka_unit_test(test_listing_etags),
 	    cmocka_unit_test(test_readdirplus_entries),
 	    cmocka_unit_test(test_single_flight_listing),
 	    cmocka_unit_test(test_stale_while_revalidate),
@@ -792,6 +1215,7 @@ int main(void)
 	    cmocka_unit_test(test_insert_copies_shared_listing),
 	    cmocka_unit_test(test_parked_lookups_do_not_block_known),
 	    cmocka_unit_test(test_memory_per_key),
+	    cmocka_unit_test(test_memory_per_key_1m),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
