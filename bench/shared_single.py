@@ -70,6 +70,12 @@ def main():
                                              stderr=subprocess.DEVNULL)
                         time.sleep(0.5)
                     res[label].append(read_all(m, rels))
+                    if r:  # what the shared tier did: timeouts, locks, a server paused
+                        st = (m.mnt / ".tierfs" / "stats").read_text().splitlines()
+                        print("  " + " ".join(
+                            ln.split("{")[0].replace("tierfs_shared_", "") + "=" + ln.split()[-1]
+                            for ln in st if ln.startswith("tierfs_shared_")
+                            and not ln.endswith(" 0")), flush=True)
                 finally:
                     if p:
                         p.send_signal(2)
