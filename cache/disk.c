@@ -665,8 +665,8 @@ static void *writer_main(void *arg)
  * threads: a disk hit then goes from the device into the reader's bounce buffer, without
  * passing through the page cache. Through the page cache it cost a copy into cached pages
  * plus their upkeep (adding, marking, reclaiming: a third of tierfs's time in a profile of a
- * disk-hit read), and the segment files' pages pushed the broker's own pages out while the
- * memory tiers already hold the blocks that are read again. @return the fd, or -1 where the
+ * disk-hit read), for a second copy of blocks the memory tiers already hold. @return the fd,
+ * or -1 where the
  * file system refuses O_DIRECT (tmpfs: EINVAL), or the name no longer is the file we hold:
  * the buffered fd serves then.
  */
