@@ -54,8 +54,11 @@
  * negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
  * metadata_ttl (a lazy node's is as old as its listing) or has no ETag, unless the mount is
  * immutable. A lookup waits for an old listing to be refreshed; opendir does not
- * (stale-while-revalidate: it gets the listing held and a refresh goes out in the background). A refresh that fails leaves the last good listing
- * in place (reported once through cfg.log); only a directory never listed fails its callers.
+ * (stale-while-revalidate: it gets the listing held and a refresh goes out in the background).
+ * A refresh that fails leaves the last good listing in place (reported once through cfg.log);
+ * only a directory never listed fails its callers. A directory the kernel forgets leaves its
+ * listing behind (struct forgotten, the last FORGOTTEN_MAX of them), and the next node of its
+ * path takes it back: a forgotten inode loses neither the last good listing nor a fresh one.
  *
  * No caller waits: lookup, open and opendir are ops run in steps (see "operations that may
  * wait for the store"). What ns holds is answered in the caller's thread; what needs the store
@@ -183,6 +186,25 @@ struct node {
 	char name[];         /* last segment of the path, "" for the root */
 };
 
+/*
+ * The listing of a directory the kernel forgot (ns->forgotten). The kernel forgets the inode
+ * of a directory nobody holds open whenever it reclaims dentries; when the name is looked up
+ * again the new node takes its listing back from here, so the last good listing outlives the
+ * inode (a refresh that fails while the store is down still answers from it) and a fresh one
+ * is not listed again. Most recently forgotten first; at most FORGOTTEN_MAX listings and
+ * FORGOTTEN_BYTES together, the oldest going first, but the newest is always kept (it was in
+ * memory a moment ago anyway).
+ */
+#define FORGOTTEN_MAX 64
+#define FORGOTTEN_BYTES (32u << 20)
+struct forgotten {
+	struct forgotten *next;
+	struct ns_listing *list; /* one ref */
+	size_t bytes;            /* what the listing takes (malloc_usable_size) */
+	bool fail_logged;        /* its failed refresh was reported already */
+	char path[];
+};
+
 struct ns {
 	struct ns_cfg cfg;
 	pthread_mutex_t lock;
@@ -191,11 +213,18 @@ struct ns {
 	uint64_t next_ino;
 	char *store;         /* cfg.store, owned */
 	time_t started;      /* mount time: the directories' times */
+	struct forgotten *forgotten; /* listings of forgotten directories, newest first */
+	size_t nforgotten, forgotten_bytes;
 };
 
 static uint64_t clock_ns(struct ns *ns)
 {
 	return ns->cfg.now_ns(ns->cfg.clock_arg);
+}
+
+static size_t msize(const void *p)
+{
+	return p ? malloc_usable_size((void *)p) : 0;
 }
 
 void fobj_get(struct fobj *o)
@@ -377,6 +406,12 @@ static void listing_put(struct ns_listing *l)
 	free(l->e);
 	free(l->pool);
 	free(l);
+}
+
+static void forgotten_free(struct forgotten *f)
+{
+	listing_put(f->list);
+	free(f);
 }
 
 static const char *lname(const struct ns_listing *l, const struct lent *e)
@@ -739,6 +774,10 @@ void ns_free(struct ns *ns)
 		next = gone->next_ino;
 		node_free(gone);
 	}
+	for (struct forgotten *f = ns->forgotten, *next; f; f = next) {
+		next = f->next;
+		forgotten_free(f);
+	}
 	free(ns->by_ino);
 	free(ns->by_name);
 	free(ns->store);
@@ -961,11 +1000,78 @@ static void node_release(struct node *n)
 	}
 }
 
+/* Directory @n goes: keep its listing for the next node of its path (lock held). Out of
+ * memory: it goes with the node. */
+static void forgotten_keep(struct ns *ns, struct node *n)
+{
+	struct ns_listing *l = n->dir->list;
+	char *path;
+	struct forgotten *f, **pp;
+	size_t keep = 0, bytes = 0;
+
+	if (!l || !(path = node_path(n)))
+		return;
+	f = malloc(sizeof(*f) + strlen(path) + 1);
+	if (!f) {
+		free(path);
+		return;
+	}
+	strcpy(f->path, path);
+	free(path);
+	f->list = l;
+	f->bytes = msize(l) + msize(l->e) + msize(l->pool);
+	f->fail_logged = n->dir->fail_logged;
+	n->dir->list = NULL;
+	f->next = ns->forgotten;
+	ns->forgotten = f;
+	ns->nforgotten++;
+	ns->forgotten_bytes += f->bytes;
+	/* the newest always stays; older ones while both bounds hold */
+	for (pp = &ns->forgotten; *pp; pp = &(*pp)->next) {
+		if (keep && (keep == FORGOTTEN_MAX || bytes + (*pp)->bytes > FORGOTTEN_BYTES))
+			break;
+		keep++;
+		bytes += (*pp)->bytes;
+	}
+	while (*pp) {
+		f = *pp;
+		*pp = f->next;
+		ns->nforgotten--;
+		ns->forgotten_bytes -= f->bytes;
+		forgotten_free(f);
+	}
+}
+
+/* New directory node @n takes the listing its path had when the kernel forgot it, if kept
+ * (lock held). */
+static void forgotten_take(struct ns *ns, struct node *n)
+{
+	struct forgotten *f, **pp;
+	char *path;
+
+	if (!ns->forgotten || !(path = node_path(n)))
+		return;
+	for (pp = &ns->forgotten; *pp && strcmp((*pp)->path, path) != 0; pp = &(*pp)->next)
+		;
+	free(path);
+	if (!(f = *pp))
+		return;
+	*pp = f->next;
+	ns->nforgotten--;
+	ns->forgotten_bytes -= f->bytes;
+	n->dir->list = f->list;
+	n->dir->fail_logged = f->fail_logged;
+	f->list = NULL;
+	forgotten_free(f);
+}
+
 /* Take @n out of the tables and free it (lock held). */
 static void node_drop(struct ns *ns, struct node *n)
 {
 	if (n->is_dir && n->dir->lazy)
 		keep_children(ns, n);
+	if (n->is_dir)
+		forgotten_keep(ns, n);
 	if (is_lazy(n))
 		lazy_gone(n);
 	unlink_name(ns, n);
@@ -1129,6 +1235,8 @@ static struct node *node_new(struct ns *ns, struct node *parent, const char *nam
 		free(n);
 		return NULL;
 	}
+	if (is_dir)
+		forgotten_take(ns, n);
 	parent->dir->kids++;
 	if (!is_dir)
 		parent->dir->lazy++;
@@ -2055,11 +2163,6 @@ int ns_listed(struct ns *ns, uint64_t parent, const char *name)
 	return e;
 }
 
-static size_t msize(const void *p)
-{
-	return p ? malloc_usable_size((void *)p) : 0;
-}
-
 /* What malloc really gave (malloc_usable_size), not sizeof. Directories the kernel forgot that
  * wait for their last child are out of the tables and not counted (a few at most). */
 void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
@@ -2068,6 +2171,8 @@ void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
 
 	pthread_mutex_lock(&ns->lock);
 	bytes += msize(ns->by_ino) + msize(ns->by_name) + msize(ns->store);
+	for (struct forgotten *f = ns->forgotten; f; f = f->next)
+		bytes += msize(f) + f->bytes;
 	for (size_t i = 0; i < ns->nbuckets; i++) {
 		for (struct node *n = ns->by_ino[i]; n; n = n->next_ino) {
 			bytes += msize(n);

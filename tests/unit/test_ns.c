@@ -19,7 +19,7 @@
 #include "fs_i.h"
 
 #define SEC 1000000000ULL
-#define MAXOBJ 32
+#define MAXOBJ 96
 
 static struct {
 	uint64_t now;
@@ -1033,6 +1033,80 @@ static void test_last_good_listing(void **state)
 	ns_free(ns);
 }
 
+/* The kernel forgets a directory's inode (nobody holds it open; drop_caches or memory
+ * pressure): its listing is kept for the next node of its path. While the store fails, the
+ * directory looked up again still lists and looks up from its last good listing; while the
+ * listing is fresh, it is not listed again. Kept listings are bounded: the oldest go. */
+static void test_forgotten_dir_keeps_listing(void **state)
+{
+	struct ns *ns = mk(10, 0);
+	struct ns_dir *d;
+	struct stat st;
+	uint64_t sub, sub2;
+	char name[16];
+
+	(void)state;
+	put("sub/x", 1, "\"x\"");
+	put("sub/y", 2, "\"y\"");
+	sub = lookup_ok(ns, 1, "sub", NULL);
+	assert_int_equal(ns_opendir(ns, sub, &d), 0);
+	assert_int_equal(ns_dir_count(d), 2);
+	ns_dir_put(d);
+	assert_int_equal(S.lists, 2);
+	ns_forget(ns, sub, 1);
+	/* fresh: the new node answers without listing again */
+	sub2 = lookup_ok(ns, 1, "sub", NULL);
+	assert_true(sub2 != sub);
+	assert_int_equal(ns_opendir(ns, sub2, &d), 0);
+	assert_int_equal(ns_dir_count(d), 2);
+	ns_dir_put(d);
+	assert_int_equal(S.lists, 2);
+	/* forgotten again, the store fails, the listing ages: the last good one answers */
+	ns_forget(ns, sub2, 1);
+	S.now += 11 * SEC;
+	S.list_err = -EIO;
+	sub = lookup_ok(ns, 1, "sub", NULL); /* the root's refresh failed: its last good one */
+	assert_int_equal(S.logs, 1);
+	assert_int_equal(ns_opendir(ns, sub, &d), 0);
+	assert_int_equal(ns_dir_count(d), 2);
+	ns_dir_put(d);
+	lookup_ok(ns, sub, "y", &st);
+	assert_int_equal(st.st_size, 2);
+	assert_int_equal(S.logs, 2); /* once for the root, once for sub */
+	/* the store is back: refreshed as usual */
+	S.list_err = 0;
+	put("sub/z", 3, "\"z\"");
+	S.now += 11 * SEC;
+	lookup_ok(ns, sub, "z", &st);
+	assert_int_equal(st.st_size, 3);
+	ns_forget(ns, sub, 1);
+
+	/* bounded: of 66 forgotten directories, the 2 forgotten first lose their listings */
+	ns_free(ns);
+	ns = mk(600, 0);
+	for (int i = 0; i < 66; i++) {
+		snprintf(name, sizeof(name), "d%02d/f", i);
+		put(name, 1, "\"f\"");
+	}
+	for (int i = 0; i < 66; i++) {
+		snprintf(name, sizeof(name), "d%02d", i);
+		sub = lookup_ok(ns, 1, name, NULL);
+		lookup_ok(ns, sub, "f", NULL);
+		ns_forget(ns, sub, 1);
+	}
+	assert_int_equal(S.lists, 1 + 66);
+	sub = lookup_ok(ns, 1, "d65", NULL);
+	lookup_ok(ns, sub, "f", NULL);
+	assert_int_equal(S.lists, 1 + 66); /* kept */
+	sub = lookup_ok(ns, 1, "d02", NULL);
+	lookup_ok(ns, sub, "f", NULL);
+	assert_int_equal(S.lists, 1 + 66); /* kept: the 64th newest */
+	sub = lookup_ok(ns, 1, "d01", NULL);
+	lookup_ok(ns, sub, "f", NULL);
+	assert_int_equal(S.lists, 1 + 67); /* gone: listed again */
+	ns_free(ns); /* kept listings are freed with it (ASan) */
+}
+
 /* A new name found by a HEAD while handles share the listing: the handles keep theirs
  * (unchanged), the directory gets a copy with the name. */
 static void test_insert_copies_shared_listing(void **state)
@@ -1213,6 +1287,7 @@ int main(void)
 	    cmocka_unit_test(test_stale_while_revalidate),
 	    cmocka_unit_test(test_last_good_listing),
 	    cmocka_unit_test(test_insert_copies_shared_listing),
+	    cmocka_unit_test(test_forgotten_dir_keeps_listing),
 	    cmocka_unit_test(test_parked_lookups_do_not_block_known),
 	    cmocka_unit_test(test_memory_per_key),
 	    cmocka_unit_test(test_memory_per_key_1m),
