@@ -13,7 +13,8 @@ What is checked here (issue 8, items 5 and 6):
   EIO once `timeout` has passed;
 - listings are single-flight: 20 lookups and opendirs of one directory while its listing is
   in flight send one listing (counted at the proxy) and are all answered by it;
-- a refresh that fails keeps the last good listing (ls and stat still work), logged once;
+- a refresh that fails keeps the last good listing (ls and stat still work), logged once,
+  also once the kernel has forgotten the directory's inode;
 - 100k keys in one prefix (file://): ls, ls -l, find, stat of one name, 20 open handles of
   the directory; times and the daemon's peak RSS are printed.
 """
@@ -191,6 +192,36 @@ def test_failed_refresh_keeps_last_good_listing(mount, proxy, store):
         assert os.stat(m.path(f"d/f{4 + _:02d}.bin")).st_size == 1004 + _
     failed = [r for r in proxy.records(since) if r.req.method == "GET" and r.req.path == "d/"]
     assert failed, "no refresh was tried"
+    lines = [l for l in m.log.read_text(errors="replace").splitlines()
+             if "listing /d failed" in l]
+    assert len(lines) == 1, lines
+
+
+def test_forgotten_directory_keeps_last_good_listing(mount, proxy, store):
+    """The kernel forgets the inode of d/ on purpose (drop_caches 2) once its listing is held;
+    then the store fails every listing of d/ (HTTP 500) and the listing ages past metadata_ttl.
+    The directory, looked up again with a new inode, still lists and looks up from its last
+    good listing (it used to come back with none: ls failed with EIO), logged once."""
+    m = mount(proxy.url, ["timeout=5", "retries=0", "metadata_ttl=1"], foreground=True)
+    want = sorted(os.listdir(store.root / "d"))
+    assert sorted(os.listdir(m.path("d"))) == want
+    ino = os.stat(m.path("d")).st_ino
+    proxy.add_rule(lambda r: r.method == "GET" and r.path == "d/", faults.status(500))
+    since = proxy.mark()
+
+    def forgotten():
+        with open("/proc/sys/vm/drop_caches", "w") as f:  # dentries and inodes
+            f.write("2\n")
+        return os.stat(m.path("d")).st_ino != ino
+
+    wait_until(forgotten, 20, "the kernel to forget d/", interval=0.2)
+    t = time.monotonic()
+    wait_until(lambda: time.monotonic() - t > 1.2, 5, "the listing to age past metadata_ttl")
+    assert sorted(os.listdir(m.path("d"))) == want
+    assert os.stat(m.path("d/f07.bin")).st_size == 1007
+    wait_until(lambda: [r for r in proxy.records(since)
+                        if r.req.method == "GET" and r.req.path == "d/"], 10,
+               "a refresh of d/ to be tried")
     lines = [l for l in m.log.read_text(errors="replace").splitlines()
              if "listing /d failed" in l]
     assert len(lines) == 1, lines
