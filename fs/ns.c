@@ -12,7 +12,8 @@
  *                        ETag, cache oid), refcounted; nopen, the previous open's version
  *            dir:  dir ──► list ──► the last good listing (shared with open handles)
  *                          inflight ──► the listing being fetched, and the ops waiting for it
- *                          negs ──► names the store said do not exist, and when
+ *                          negs ──► names the store said do not exist, and when (those
+ *                                   of the last negative_ttl, at most NEG_MAX)
  *
  * Identity. A version's cache oid is a hash of (store, path, ETag) (cache/key.c), so the same
  * version gets the same oid whatever node holds it: forgetting an inode and looking the name up
@@ -125,11 +126,25 @@ struct ns_listing {
 	bool stale;          /* an object in it changed: list again at the next use; ns->lock */
 };
 
-/* A name the store said does not exist (negative cache of one directory). */
-#define NEG_MAX 64
+/*
+ * The names the store said do not exist in one directory (its negative cache), made at the
+ * first. Every name found missing less than negative_ttl ago is kept, up to NEG_MAX of them:
+ * a process polling many missing names in one directory (consumers waiting for the next
+ * segment of each partition) costs one HEAD per name and negative_ttl, not one per lookup as
+ * when the cache held 64 and they pushed each other out. An expired entry is worth nothing:
+ * each new entry sweeps them out, and the array goes when it is empty. So a directory nobody
+ * polls costs a pointer, and one polled costs about 50 bytes per name polled per negative_ttl
+ * (at most NEG_MAX, about 50 KiB; the oldest goes first beyond it).
+ */
+#define NEG_MAX 1024
 struct neg {
 	char *name;
 	uint64_t time_ns;    /* when the store said so */
+};
+
+struct negs {
+	uint32_t n, cap;
+	struct neg e[];
 };
 
 struct lfetch;
@@ -141,7 +156,7 @@ struct dirst {
 	bool fail_logged;        /* a failed refresh was reported; cleared by a success */
 	uint32_t lazy;           /* file nodes in it whose version is the listing's (fstate) */
 	uint32_t kids;           /* nodes whose up is this one: it is freed after them */
-	struct neg negs[NEG_MAX]; /* names found missing; unused slots have name NULL */
+	struct negs *negs;       /* names found missing, NULL if none */
 };
 
 /*
@@ -683,6 +698,13 @@ static bool listing_fresh(struct ns *ns, const struct dirst *d)
 			   (!d->list->stale && fresh(ns, d->list->time_ns, clock_ns(ns))));
 }
 
+static void negs_free(struct negs *g)
+{
+	for (uint32_t i = 0; g && i < g->n; i++)
+		free(g->e[i].name);
+	free(g);
+}
+
 static struct dirst *dirst_new(void)
 {
 	return calloc(1, sizeof(struct dirst));
@@ -704,8 +726,7 @@ static void node_free(struct node *n)
 	if (n->is_dir && n->dir) {
 		/* a listing in flight finds the node gone and frees itself */
 		listing_put(n->dir->list);
-		for (int i = 0; i < NEG_MAX; i++)
-			free(n->dir->negs[i].name);
+		negs_free(n->dir->negs);
 		free(n->dir);
 	} else if (!n->is_dir && n->f) {
 		fobj_put(n->f->cur);
@@ -1311,44 +1332,76 @@ static int entry_link(struct ns *ns, struct node *p, const char *name, struct no
 /* Did the store say @name is missing from directory @d less than negative_ttl ago? */
 static bool neg_fresh(struct ns *ns, struct dirst *d, const char *name, uint64_t now)
 {
-	for (int i = 0; i < NEG_MAX; i++) {
-		struct neg *g = &d->negs[i];
+	for (uint32_t i = 0; d->negs && i < d->negs->n; i++) {
+		struct neg *g = &d->negs->e[i];
 
-		if (g->name && strcmp(g->name, name) == 0)
+		if (strcmp(g->name, name) == 0)
 			return now - g->time_ns < ns->cfg.negative_ttl * 1000000000ULL;
 	}
 	return false;
 }
 
-/* Remember that @name is missing from @d, replacing the same name or the oldest entry. */
-static void neg_add(struct dirst *d, const char *name, uint64_t now)
+/* Remove entry @i of @d's negative cache, keeping the order (oldest first); the array goes
+ * with its last entry. */
+static void neg_remove(struct dirst *d, uint32_t i)
 {
-	struct neg *slot = &d->negs[0];
-	char *copy = strdup(name);
+	struct negs *g = d->negs;
 
-	if (!copy)
-		return;
-	for (int i = 0; i < NEG_MAX; i++) {
-		struct neg *g = &d->negs[i];
-
-		if (!g->name || strcmp(g->name, name) == 0) {
-			slot = g;
-			break;
-		}
-		if (g->time_ns < slot->time_ns)
-			slot = g;
+	free(g->e[i].name);
+	memmove(&g->e[i], &g->e[i + 1], (--g->n - i) * sizeof(g->e[0]));
+	if (!g->n) {
+		free(g);
+		d->negs = NULL;
 	}
-	free(slot->name);
-	slot->name = copy;
-	slot->time_ns = now;
+}
+
+/* Remember that @name is missing from @d. Entries are in the order they came (oldest first):
+ * the expired ones and the same name's go, and when NEG_MAX fresh ones remain, the oldest.
+ * Out of memory: not remembered (the next lookup asks). */
+static void neg_add(struct ns *ns, struct dirst *d, const char *name, uint64_t now)
+{
+	uint64_t ttl = ns->cfg.negative_ttl * 1000000000ULL;
+	struct negs *g = d->negs;
+	uint32_t w = 0;
+	char *copy;
+
+	for (uint32_t i = 0; g && i < g->n; i++) {
+		if (now - g->e[i].time_ns >= ttl || strcmp(g->e[i].name, name) == 0)
+			free(g->e[i].name);
+		else
+			g->e[w++] = g->e[i];
+	}
+	if (g && !(g->n = w)) {
+		free(g);
+		d->negs = g = NULL;
+	}
+	if (!ttl || !(copy = strdup(name)))
+		return;
+	if (g && g->n == NEG_MAX) {
+		neg_remove(d, 0);
+	} else if (!g || g->n == g->cap) {
+		uint32_t cap = g ? g->cap * 2 : 4;
+		struct negs *ng = realloc(g, sizeof(*g) + cap * sizeof(g->e[0]));
+
+		if (!ng) {
+			free(copy);
+			return;
+		}
+		if (!g)
+			ng->n = 0;
+		ng->cap = cap;
+		d->negs = ng;
+	}
+	g = d->negs;
+	g->e[g->n++] = (struct neg){.name = copy, .time_ns = now};
 }
 
 static void neg_del(struct dirst *d, const char *name)
 {
-	for (int i = 0; i < NEG_MAX; i++) {
-		if (d->negs[i].name && strcmp(d->negs[i].name, name) == 0) {
-			free(d->negs[i].name);
-			d->negs[i].name = NULL;
+	for (uint32_t i = 0; d->negs && i < d->negs->n; i++) {
+		if (strcmp(d->negs->e[i].name, name) == 0) {
+			neg_remove(d, i);
+			return;
 		}
 	}
 }
@@ -1541,7 +1594,7 @@ static struct lent *ask_apply(struct ns *ns, struct node *p, struct nsop *op, in
 	int e = op->stat_err;
 
 	if (e == -ENOENT || e == -ENOTDIR) {
-		neg_add(d, op->name, clock_ns(ns));
+		neg_add(ns, d, op->name, clock_ns(ns));
 		*ret_err = -ENOENT;
 		return NULL;
 	}
@@ -2182,8 +2235,9 @@ void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
 				continue;
 			}
 			bytes += msize(n->dir);
-			for (int j = 0; j < NEG_MAX; j++)
-				bytes += msize(n->dir->negs[j].name);
+			for (uint32_t j = 0; n->dir->negs && j < n->dir->negs->n; j++)
+				bytes += msize(n->dir->negs->e[j].name);
+			bytes += msize(n->dir->negs);
 			if (n->dir->list) {
 				bytes += msize(n->dir->list) + msize(n->dir->list->e) +
 					 msize(n->dir->list->pool);

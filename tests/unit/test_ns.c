@@ -291,6 +291,56 @@ static void test_negative_lookup(void **state)
 	ns_free(ns);
 }
 
+/* A process polls 200 missing names in one directory: each costs one HEAD per negative_ttl,
+ * not one per lookup (64 were remembered, and 200 pushed each other out). The entries go
+ * when they expire; beyond NEG_MAX (1024) fresh ones, the oldest go. */
+static void test_many_missing_names(void **state)
+{
+	struct ns *ns = mk(600, 10);
+	struct stat st;
+	char name[32];
+	uint64_t polled, swept, keys;
+
+	(void)state;
+	put("seg-0000.log", 1, "\"a\"");
+	lookup_ok(ns, 1, "seg-0000.log", NULL);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 1; i <= 200; i++) {
+			snprintf(name, sizeof(name), "seg-%04d.log", i);
+			assert_int_equal(ns_lookup(ns, 1, name, &st), -ENOENT);
+		}
+		S.now += SEC;
+	}
+	assert_int_equal(S.stats, 200);
+	ns_mem(ns, &polled, &keys);
+	/* expired: asked again, and the 200 old entries are swept out */
+	S.now += 10 * SEC;
+	assert_int_equal(ns_lookup(ns, 1, "seg-0001.log", &st), -ENOENT);
+	assert_int_equal(S.stats, 201);
+	ns_mem(ns, &swept, &keys);
+	assert_true(swept + 199 * 13 < polled);
+	/* a name that appears is found once its entry expires, and leaves the cache */
+	put("seg-0001.log", 5, "\"b\"");
+	S.now += 10 * SEC;
+	lookup_ok(ns, 1, "seg-0001.log", &st);
+	assert_int_equal(st.st_size, 5);
+	/* bounded: of 1100 fresh names the oldest 76 are forgotten, the newest 1024 are not */
+	S.stats = 0;
+	for (int i = 0; i < 1100; i++) {
+		snprintf(name, sizeof(name), "x-%04d", i);
+		assert_int_equal(ns_lookup(ns, 1, name, &st), -ENOENT);
+	}
+	assert_int_equal(S.stats, 1100);
+	for (int i = 1099; i >= 76; i--) {
+		snprintf(name, sizeof(name), "x-%04d", i);
+		assert_int_equal(ns_lookup(ns, 1, name, &st), -ENOENT);
+	}
+	assert_int_equal(S.stats, 1100);
+	assert_int_equal(ns_lookup(ns, 1, "x-0000", &st), -ENOENT);
+	assert_int_equal(S.stats, 1101);
+	ns_free(ns);
+}
+
 /* A listing is as old as its start: one that took 5 s is 11 s old 6 s after it ended. */
 static void test_listing_stamped_at_start(void **state)
 {
@@ -1274,6 +1324,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_identity_survives_forget),
 	    cmocka_unit_test(test_negative_lookup),
+	    cmocka_unit_test(test_many_missing_names),
 	    cmocka_unit_test(test_listing_stamped_at_start),
 	    cmocka_unit_test(test_stale_marker_early),
 	    cmocka_unit_test(test_failed_lookup_frees_node),
