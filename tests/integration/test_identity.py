@@ -6,6 +6,7 @@
 - Versions never mix through the shared page cache (the issue's scenario, metadata_ttl=1).
 - A changed object does not fail a fresh open: the new open reads the new bytes.
 - A new object is visible to a lookup by name within negative_ttl (+ margin).
+- 100 missing names polled in one directory cost one HEAD each per negative_ttl.
 
 Each test makes its own store (a directory, a private nginx, or a fresh bucket), because it
 changes objects in it. drop_caches is machine-wide; other tests running at the same time only
@@ -277,3 +278,23 @@ def test_missing_name_not_believed_twice(mount, store):
     took = time.monotonic() - t0
     print(f"visible {took:.2f} s after the first lookup (negative_ttl 3 s)")
     assert took < 3.75, f"a missing name was believed for {took:.2f} s with negative_ttl=3"
+
+
+@pytest.mark.parametrize("store", ["http"], indirect=True)
+def test_many_missing_names_one_head_each(mount, store):
+    """A process polls 100 missing names in one directory (a consumer waiting for the next
+    segment of many partitions): each name costs one HEAD per negative_ttl, counted in nginx's
+    access log. The namespace used to remember 64 names per directory, so 100 pushed each other
+    out and every lookup cost a HEAD."""
+    store.put("seg/seg-0000.log", b"first")
+    m = mount(store.url, store.options + ["block_size=64K", "negative_ttl=30"], env=store.env)
+    assert os.listdir(m.path("seg")) == ["seg-0000.log"]
+    names = [f"next-{i:03d}.log" for i in range(100)]
+    mark = store.nginx.log_mark()
+    for _ in range(3):
+        for n in names:
+            harness.expect_errno(lambda: os.stat(m.path("seg/" + n)), errno.ENOENT)
+    store.nginx.wait_idle()
+    asked = [r for r in store.nginx.requests(since=mark) if r.path.startswith("seg/next-")]
+    print(f"{len(asked)} requests for 100 missing names polled 3 times")
+    assert len(asked) == 100, f"{len(asked)} requests for 100 missing names polled 3 times"
