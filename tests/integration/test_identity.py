@@ -6,6 +6,7 @@
 - Versions never mix through the shared page cache (the issue's scenario, metadata_ttl=1).
 - A changed object does not fail a fresh open: the new open reads the new bytes.
 - A new object is visible to a lookup by name within negative_ttl (+ margin).
+- A new object is visible to readdir within metadata_ttl (+ margin).
 - 100 missing names polled in one directory cost one HEAD each per negative_ttl.
 
 Each test makes its own store (a directory, a private nginx, or a fresh bucket), because it
@@ -298,3 +299,27 @@ def test_many_missing_names_one_head_each(mount, store):
     asked = [r for r in store.nginx.requests(since=mark) if r.path.startswith("seg/next-")]
     print(f"{len(asked)} requests for 100 missing names polled 3 times")
     assert len(asked) == 100, f"{len(asked)} requests for 100 missing names polled 3 times"
+
+
+@pytest.mark.parametrize("store", BACKENDS, indirect=True)
+def test_new_object_visible_to_readdir(mount, store):
+    """metadata_ttl=2: an object uploaded after the directory was listed shows in `ls` within
+    metadata_ttl + 0.5 s of the upload (the listing held is served and refreshed in the
+    background once older than metadata_ttl; nothing looks the name up here)."""
+    ttl = 2
+    store.put("seg/seg-001.log", b"first")
+    m = mount(store.url, store.options + ["block_size=64K", f"metadata_ttl={ttl}"],
+              env=store.env)
+    assert os.listdir(m.path("seg")) == ["seg-001.log"]
+    store.put("seg/seg-002.log", b"second")
+    t0 = time.monotonic()
+    bound = ttl + 0.5
+    try:
+        harness.wait_until(lambda: "seg-002.log" in os.listdir(m.path("seg")),
+                           bound + LOAD_MARGIN, "the new object in ls", interval=0.05)
+    except TimeoutError:
+        pytest.fail(f"a new object was not listed {bound + LOAD_MARGIN:.1f} s after upload "
+                    f"(metadata_ttl={ttl})")
+    took = time.monotonic() - t0
+    print(f"new object listed after {took:.3f} s (bound {bound} s)")
+    assert sorted(os.listdir(m.path("seg"))) == ["seg-001.log", "seg-002.log"]
