@@ -1645,8 +1645,8 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 		}
 		ent = find_entry(p->dir->list, op->name);
 		if (!ent) {
-			if (!ns->cfg.negative_ttl ||
-			    neg_fresh(ns, p->dir, op->name, clock_ns(ns)))
+			/* negative_ttl=0: nothing is believed, every lookup asks */
+			if (neg_fresh(ns, p->dir, op->name, clock_ns(ns)))
 				return -ENOENT;
 			*ret_path = child_path(p, op->name);
 			op->stat = STAT_ASK;

@@ -287,7 +287,13 @@ static void test_negative_lookup(void **state)
 	ns = mk(60, 0);
 	put("x", 1, "\"x\"");
 	assert_int_equal(ns_lookup(ns, 1, "y", &st), -ENOENT);
-	assert_int_equal(S.stats, 0); /* 0 = never ask: the listing decides */
+	assert_int_equal(S.stats, 1);
+	assert_int_equal(ns_lookup(ns, 1, "y", &st), -ENOENT);
+	assert_int_equal(S.stats, 2); /* README: "0 = ask every time" */
+	put("y", 2, "\"y\"");
+	lookup_ok(ns, 1, "y", &st); /* at once, without relisting */
+	assert_int_equal(st.st_size, 2);
+	assert_int_equal(S.lists, 1);
 	ns_free(ns);
 }
 
