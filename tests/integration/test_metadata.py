@@ -145,6 +145,28 @@ def test_hung_store_answers_what_it_holds(mount, proxy, store):
         os.close(fd)
 
 
+def test_control_dir_while_store_hangs_from_mount(mount, proxy, store):
+    """The store hangs from the start: it answers the mount's probe, then nothing, so the
+    root's first listing (started at mount) never comes. The control directory and its files
+    still answer at once (they waited for that listing, `timeout` x attempts), and so does
+    getxattr on the root."""
+    hang = faults.stall_headers()
+    seen = []
+    proxy.add_rule(lambda r: seen.append(r) or len(seen) > 1, hang)  # all but the probe
+    m = mount(proxy.url, ["timeout=5", "retries=0"])
+    wait_until(lambda: hang.waiting >= 1, 20, "the root's listing stalled")
+    took = {
+        "cat .tierfs/stats": timed(lambda: open(m.path(".tierfs/stats"), "rb").read()),
+        "cat .tierfs/config": timed(lambda: open(m.path(".tierfs/config"), "rb").read()),
+        "getfattr root": timed(lambda: os.getxattr(m.mnt, "user.tierfs.hot_ttl")),
+    }
+    print("with the root's first listing hung:",
+          ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in took.items()))
+    slow = {k: v for k, v in took.items() if v > FAST}
+    assert not slow, f"waited on the hung store: {slow}"
+    assert b"cache_" in open(m.path(".tierfs/stats"), "rb").read()
+
+
 def test_single_flight_listing(mount, proxy, store):
     """20 lookups and opendirs of a directory while its first listing is stalled: one GET of
     its index, and all are answered by it."""
