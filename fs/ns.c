@@ -12,7 +12,8 @@
  *                        ETag, cache oid), refcounted; nopen, the previous open's version
  *            dir:  dir ──► list ──► the last good listing (shared with open handles)
  *                          inflight ──► the listing being fetched, and the ops waiting for it
- *                          negs ──► names the store said do not exist, and when
+ *                          negs ──► names the store said do not exist, and when (those
+ *                                   of the last negative_ttl, at most NEG_MAX)
  *
  * Identity. A version's cache oid is a hash of (store, path, ETag) (cache/key.c), so the same
  * version gets the same oid whatever node holds it: forgetting an inode and looking the name up
@@ -54,8 +55,11 @@
  * negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
  * metadata_ttl (a lazy node's is as old as its listing) or has no ETag, unless the mount is
  * immutable. A lookup waits for an old listing to be refreshed; opendir does not
- * (stale-while-revalidate: it gets the listing held and a refresh goes out in the background). A refresh that fails leaves the last good listing
- * in place (reported once through cfg.log); only a directory never listed fails its callers.
+ * (stale-while-revalidate: it gets the listing held and a refresh goes out in the background).
+ * A refresh that fails leaves the last good listing in place (reported once through cfg.log);
+ * only a directory never listed fails its callers. A directory the kernel forgets leaves its
+ * listing behind (struct forgotten, the last FORGOTTEN_MAX of them), and the next node of its
+ * path takes it back: a forgotten inode loses neither the last good listing nor a fresh one.
  *
  * No caller waits: lookup, open and opendir are ops run in steps (see "operations that may
  * wait for the store"). What ns holds is answered in the caller's thread; what needs the store
@@ -122,11 +126,25 @@ struct ns_listing {
 	bool stale;          /* an object in it changed: list again at the next use; ns->lock */
 };
 
-/* A name the store said does not exist (negative cache of one directory). */
-#define NEG_MAX 64
+/*
+ * The names the store said do not exist in one directory (its negative cache), made at the
+ * first. Every name found missing less than negative_ttl ago is kept, up to NEG_MAX of them:
+ * a process polling many missing names in one directory (consumers waiting for the next
+ * segment of each partition) costs one HEAD per name and negative_ttl, not one per lookup as
+ * when the cache held 64 and they pushed each other out. An expired entry is worth nothing:
+ * each new entry sweeps them out, and the array goes when it is empty. So a directory nobody
+ * polls costs a pointer, and one polled costs about 50 bytes per name polled per negative_ttl
+ * (at most NEG_MAX, about 50 KiB; the oldest goes first beyond it).
+ */
+#define NEG_MAX 1024
 struct neg {
 	char *name;
 	uint64_t time_ns;    /* when the store said so */
+};
+
+struct negs {
+	uint32_t n, cap;
+	struct neg e[];
 };
 
 struct lfetch;
@@ -138,7 +156,7 @@ struct dirst {
 	bool fail_logged;        /* a failed refresh was reported; cleared by a success */
 	uint32_t lazy;           /* file nodes in it whose version is the listing's (fstate) */
 	uint32_t kids;           /* nodes whose up is this one: it is freed after them */
-	struct neg negs[NEG_MAX]; /* names found missing; unused slots have name NULL */
+	struct negs *negs;       /* names found missing, NULL if none */
 };
 
 /*
@@ -183,6 +201,25 @@ struct node {
 	char name[];         /* last segment of the path, "" for the root */
 };
 
+/*
+ * The listing of a directory the kernel forgot (ns->forgotten). The kernel forgets the inode
+ * of a directory nobody holds open whenever it reclaims dentries; when the name is looked up
+ * again the new node takes its listing back from here, so the last good listing outlives the
+ * inode (a refresh that fails while the store is down still answers from it) and a fresh one
+ * is not listed again. Most recently forgotten first; at most FORGOTTEN_MAX listings and
+ * FORGOTTEN_BYTES together, the oldest going first, but the newest is always kept (it was in
+ * memory a moment ago anyway).
+ */
+#define FORGOTTEN_MAX 64
+#define FORGOTTEN_BYTES (32u << 20)
+struct forgotten {
+	struct forgotten *next;
+	struct ns_listing *list; /* one ref */
+	size_t bytes;            /* what the listing takes (malloc_usable_size) */
+	bool fail_logged;        /* its failed refresh was reported already */
+	char path[];
+};
+
 struct ns {
 	struct ns_cfg cfg;
 	pthread_mutex_t lock;
@@ -191,11 +228,18 @@ struct ns {
 	uint64_t next_ino;
 	char *store;         /* cfg.store, owned */
 	time_t started;      /* mount time: the directories' times */
+	struct forgotten *forgotten; /* listings of forgotten directories, newest first */
+	size_t nforgotten, forgotten_bytes;
 };
 
 static uint64_t clock_ns(struct ns *ns)
 {
 	return ns->cfg.now_ns(ns->cfg.clock_arg);
+}
+
+static size_t msize(const void *p)
+{
+	return p ? malloc_usable_size((void *)p) : 0;
 }
 
 void fobj_get(struct fobj *o)
@@ -377,6 +421,12 @@ static void listing_put(struct ns_listing *l)
 	free(l->e);
 	free(l->pool);
 	free(l);
+}
+
+static void forgotten_free(struct forgotten *f)
+{
+	listing_put(f->list);
+	free(f);
 }
 
 static const char *lname(const struct ns_listing *l, const struct lent *e)
@@ -648,6 +698,13 @@ static bool listing_fresh(struct ns *ns, const struct dirst *d)
 			   (!d->list->stale && fresh(ns, d->list->time_ns, clock_ns(ns))));
 }
 
+static void negs_free(struct negs *g)
+{
+	for (uint32_t i = 0; g && i < g->n; i++)
+		free(g->e[i].name);
+	free(g);
+}
+
 static struct dirst *dirst_new(void)
 {
 	return calloc(1, sizeof(struct dirst));
@@ -669,8 +726,7 @@ static void node_free(struct node *n)
 	if (n->is_dir && n->dir) {
 		/* a listing in flight finds the node gone and frees itself */
 		listing_put(n->dir->list);
-		for (int i = 0; i < NEG_MAX; i++)
-			free(n->dir->negs[i].name);
+		negs_free(n->dir->negs);
 		free(n->dir);
 	} else if (!n->is_dir && n->f) {
 		fobj_put(n->f->cur);
@@ -738,6 +794,10 @@ void ns_free(struct ns *ns)
 	for (struct node *next; gone; gone = next) {
 		next = gone->next_ino;
 		node_free(gone);
+	}
+	for (struct forgotten *f = ns->forgotten, *next; f; f = next) {
+		next = f->next;
+		forgotten_free(f);
 	}
 	free(ns->by_ino);
 	free(ns->by_name);
@@ -961,11 +1021,78 @@ static void node_release(struct node *n)
 	}
 }
 
+/* Directory @n goes: keep its listing for the next node of its path (lock held). Out of
+ * memory: it goes with the node. */
+static void forgotten_keep(struct ns *ns, struct node *n)
+{
+	struct ns_listing *l = n->dir->list;
+	char *path;
+	struct forgotten *f, **pp;
+	size_t keep = 0, bytes = 0;
+
+	if (!l || !(path = node_path(n)))
+		return;
+	f = malloc(sizeof(*f) + strlen(path) + 1);
+	if (!f) {
+		free(path);
+		return;
+	}
+	strcpy(f->path, path);
+	free(path);
+	f->list = l;
+	f->bytes = msize(l) + msize(l->e) + msize(l->pool);
+	f->fail_logged = n->dir->fail_logged;
+	n->dir->list = NULL;
+	f->next = ns->forgotten;
+	ns->forgotten = f;
+	ns->nforgotten++;
+	ns->forgotten_bytes += f->bytes;
+	/* the newest always stays; older ones while both bounds hold */
+	for (pp = &ns->forgotten; *pp; pp = &(*pp)->next) {
+		if (keep && (keep == FORGOTTEN_MAX || bytes + (*pp)->bytes > FORGOTTEN_BYTES))
+			break;
+		keep++;
+		bytes += (*pp)->bytes;
+	}
+	while (*pp) {
+		f = *pp;
+		*pp = f->next;
+		ns->nforgotten--;
+		ns->forgotten_bytes -= f->bytes;
+		forgotten_free(f);
+	}
+}
+
+/* New directory node @n takes the listing its path had when the kernel forgot it, if kept
+ * (lock held). */
+static void forgotten_take(struct ns *ns, struct node *n)
+{
+	struct forgotten *f, **pp;
+	char *path;
+
+	if (!ns->forgotten || !(path = node_path(n)))
+		return;
+	for (pp = &ns->forgotten; *pp && strcmp((*pp)->path, path) != 0; pp = &(*pp)->next)
+		;
+	free(path);
+	if (!(f = *pp))
+		return;
+	*pp = f->next;
+	ns->nforgotten--;
+	ns->forgotten_bytes -= f->bytes;
+	n->dir->list = f->list;
+	n->dir->fail_logged = f->fail_logged;
+	f->list = NULL;
+	forgotten_free(f);
+}
+
 /* Take @n out of the tables and free it (lock held). */
 static void node_drop(struct ns *ns, struct node *n)
 {
 	if (n->is_dir && n->dir->lazy)
 		keep_children(ns, n);
+	if (n->is_dir)
+		forgotten_keep(ns, n);
 	if (is_lazy(n))
 		lazy_gone(n);
 	unlink_name(ns, n);
@@ -1129,6 +1256,8 @@ static struct node *node_new(struct ns *ns, struct node *parent, const char *nam
 		free(n);
 		return NULL;
 	}
+	if (is_dir)
+		forgotten_take(ns, n);
 	parent->dir->kids++;
 	if (!is_dir)
 		parent->dir->lazy++;
@@ -1203,44 +1332,76 @@ static int entry_link(struct ns *ns, struct node *p, const char *name, struct no
 /* Did the store say @name is missing from directory @d less than negative_ttl ago? */
 static bool neg_fresh(struct ns *ns, struct dirst *d, const char *name, uint64_t now)
 {
-	for (int i = 0; i < NEG_MAX; i++) {
-		struct neg *g = &d->negs[i];
+	for (uint32_t i = 0; d->negs && i < d->negs->n; i++) {
+		struct neg *g = &d->negs->e[i];
 
-		if (g->name && strcmp(g->name, name) == 0)
+		if (strcmp(g->name, name) == 0)
 			return now - g->time_ns < ns->cfg.negative_ttl * 1000000000ULL;
 	}
 	return false;
 }
 
-/* Remember that @name is missing from @d, replacing the same name or the oldest entry. */
-static void neg_add(struct dirst *d, const char *name, uint64_t now)
+/* Remove entry @i of @d's negative cache, keeping the order (oldest first); the array goes
+ * with its last entry. */
+static void neg_remove(struct dirst *d, uint32_t i)
 {
-	struct neg *slot = &d->negs[0];
-	char *copy = strdup(name);
+	struct negs *g = d->negs;
 
-	if (!copy)
-		return;
-	for (int i = 0; i < NEG_MAX; i++) {
-		struct neg *g = &d->negs[i];
-
-		if (!g->name || strcmp(g->name, name) == 0) {
-			slot = g;
-			break;
-		}
-		if (g->time_ns < slot->time_ns)
-			slot = g;
+	free(g->e[i].name);
+	memmove(&g->e[i], &g->e[i + 1], (--g->n - i) * sizeof(g->e[0]));
+	if (!g->n) {
+		free(g);
+		d->negs = NULL;
 	}
-	free(slot->name);
-	slot->name = copy;
-	slot->time_ns = now;
+}
+
+/* Remember that @name is missing from @d. Entries are in the order they came (oldest first):
+ * the expired ones and the same name's go, and when NEG_MAX fresh ones remain, the oldest.
+ * Out of memory: not remembered (the next lookup asks). */
+static void neg_add(struct ns *ns, struct dirst *d, const char *name, uint64_t now)
+{
+	uint64_t ttl = ns->cfg.negative_ttl * 1000000000ULL;
+	struct negs *g = d->negs;
+	uint32_t w = 0;
+	char *copy;
+
+	for (uint32_t i = 0; g && i < g->n; i++) {
+		if (now - g->e[i].time_ns >= ttl || strcmp(g->e[i].name, name) == 0)
+			free(g->e[i].name);
+		else
+			g->e[w++] = g->e[i];
+	}
+	if (g && !(g->n = w)) {
+		free(g);
+		d->negs = g = NULL;
+	}
+	if (!ttl || !(copy = strdup(name)))
+		return;
+	if (g && g->n == NEG_MAX) {
+		neg_remove(d, 0);
+	} else if (!g || g->n == g->cap) {
+		uint32_t cap = g ? g->cap * 2 : 4;
+		struct negs *ng = realloc(g, sizeof(*g) + cap * sizeof(g->e[0]));
+
+		if (!ng) {
+			free(copy);
+			return;
+		}
+		if (!g)
+			ng->n = 0;
+		ng->cap = cap;
+		d->negs = ng;
+	}
+	g = d->negs;
+	g->e[g->n++] = (struct neg){.name = copy, .time_ns = now};
 }
 
 static void neg_del(struct dirst *d, const char *name)
 {
-	for (int i = 0; i < NEG_MAX; i++) {
-		if (d->negs[i].name && strcmp(d->negs[i].name, name) == 0) {
-			free(d->negs[i].name);
-			d->negs[i].name = NULL;
+	for (uint32_t i = 0; d->negs && i < d->negs->n; i++) {
+		if (strcmp(d->negs->e[i].name, name) == 0) {
+			neg_remove(d, i);
+			return;
 		}
 	}
 }
@@ -1433,7 +1594,7 @@ static struct lent *ask_apply(struct ns *ns, struct node *p, struct nsop *op, in
 	int e = op->stat_err;
 
 	if (e == -ENOENT || e == -ENOTDIR) {
-		neg_add(d, op->name, clock_ns(ns));
+		neg_add(ns, d, op->name, clock_ns(ns));
 		*ret_err = -ENOENT;
 		return NULL;
 	}
@@ -1484,8 +1645,8 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 		}
 		ent = find_entry(p->dir->list, op->name);
 		if (!ent) {
-			if (!ns->cfg.negative_ttl ||
-			    neg_fresh(ns, p->dir, op->name, clock_ns(ns)))
+			/* negative_ttl=0: nothing is believed, every lookup asks */
+			if (neg_fresh(ns, p->dir, op->name, clock_ns(ns)))
 				return -ENOENT;
 			*ret_path = child_path(p, op->name);
 			op->stat = STAT_ASK;
@@ -2055,11 +2216,6 @@ int ns_listed(struct ns *ns, uint64_t parent, const char *name)
 	return e;
 }
 
-static size_t msize(const void *p)
-{
-	return p ? malloc_usable_size((void *)p) : 0;
-}
-
 /* What malloc really gave (malloc_usable_size), not sizeof. Directories the kernel forgot that
  * wait for their last child are out of the tables and not counted (a few at most). */
 void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
@@ -2068,6 +2224,8 @@ void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
 
 	pthread_mutex_lock(&ns->lock);
 	bytes += msize(ns->by_ino) + msize(ns->by_name) + msize(ns->store);
+	for (struct forgotten *f = ns->forgotten; f; f = f->next)
+		bytes += msize(f) + f->bytes;
 	for (size_t i = 0; i < ns->nbuckets; i++) {
 		for (struct node *n = ns->by_ino[i]; n; n = n->next_ino) {
 			bytes += msize(n);
@@ -2077,8 +2235,9 @@ void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
 				continue;
 			}
 			bytes += msize(n->dir);
-			for (int j = 0; j < NEG_MAX; j++)
-				bytes += msize(n->dir->negs[j].name);
+			for (uint32_t j = 0; n->dir->negs && j < n->dir->negs->n; j++)
+				bytes += msize(n->dir->negs->e[j].name);
+			bytes += msize(n->dir->negs);
 			if (n->dir->list) {
 				bytes += msize(n->dir->list) + msize(n->dir->list->e) +
 					 msize(n->dir->list->pool);

@@ -72,6 +72,8 @@
 #define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
 #define MAX_BACKGROUND 1024    /* outstanding readahead requests the kernel may send */
 #define WATCH_PERIOD_NS (200 * 1000000ULL) /* how often interrupted readers are looked at */
+#define CTL_GRACE_NS (50 * 1000000ULL) /* the control directory waits this long for the
+					  * root's first listing, at most */
 
 static struct mount *M(fuse_req_t req)
 {
@@ -406,17 +408,41 @@ static void reply_entry(void *arg, int r, const struct stat *st)
 	fuse_reply_entry(req, &e);
 }
 
-/* The control directory's name, asked before the root was ever listed: a real object of
- * that name wins, anything else (missing, or the store failing) is the control directory. */
-static void reply_entry_or_ctl(void *arg, int r, const struct stat *st)
+/* An entry the kernel must look up again at its next use (the control directory before the
+ * root's first listing). */
+static void reply_entry_uncached(fuse_req_t req, const struct stat *st)
 {
-	fuse_req_t req = arg;
-	struct stat cst;
+	struct fuse_entry_param e = {0};
 
-	if (r < 0 && ctl_lookup(M(req), 1, M(req)->o->control_dir, &cst) == 0)
-		reply_entry(req, 0, &cst);
+	e.attr = *st;
+	e.ino = e.attr.st_ino;
+	fuse_reply_entry(req, &e);
+}
+
+/* Answer a lookup of the control directory's name in the root: a real object of that name
+ * wins when the root's listing names it; before the root's first listing, the control
+ * directory, for this lookup only. */
+static void reply_ctl_dir(fuse_req_t req)
+{
+	struct mount *m = M(req);
+	int listed = ns_listed(m->ns, 1, m->o->control_dir);
+	struct stat st;
+	int r;
+
+	if (listed == 1) {
+		ns_lookup_async(m->ns, 1, m->o->control_dir, reply_entry, req);
+		return;
+	}
+	r = ctl_lookup(m, 1, m->o->control_dir, &st);
+	if (r == 0 && listed == -EAGAIN)
+		reply_entry_uncached(req, &st);
 	else
-		reply_entry(req, r, st);
+		reply_entry(req, r, r == 0 ? &st : NULL);
+}
+
+static void ctl_grace_done(void *arg)
+{
+	reply_ctl_dir(arg);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -425,21 +451,24 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct stat st;
 
 	/* The control directory and its files never wait for the store: a real object of the
-	 * same name wins if the root's listing held (whatever its age) names it. Only before
-	 * the root's first listing (started at mount) does the lookup wait for it. */
-	if (parent == CTL_DIR_INO || (parent == 1 && strcmp(name, m->o->control_dir) == 0)) {
-		int listed = parent == 1 ? ns_listed(m->ns, 1, name) : 0;
-		int r;
+	 * same name wins if the root's listing held (whatever its age) names it. Before the
+	 * root's first listing (started at mount) the lookup gives it CTL_GRACE_NS to come,
+	 * then answers the control directory without the kernel keeping the entry, so that a
+	 * real object of its name wins once the listing is there (a store that hangs from the
+	 * start would hold the control directory for `timeout` x attempts). */
+	if (parent == 1 && strcmp(name, m->o->control_dir) == 0) {
+		int listed = ns_listed(m->ns, 1, name);
 
-		if (listed == -EAGAIN) {
-			ns_lookup_async(m->ns, parent, name, reply_entry_or_ctl, req);
+		if (listed == -EAGAIN && backend_defer(m->b, CTL_GRACE_NS, ctl_grace_done, req) == 0)
 			return;
-		}
-		if (listed != 1) {
-			r = ctl_lookup(m, parent, name, &st);
-			reply_entry(req, r, r == 0 ? &st : NULL);
-			return;
-		}
+		reply_ctl_dir(req);
+		return;
+	}
+	if (parent == CTL_DIR_INO) {
+		int r = ctl_lookup(m, parent, name, &st);
+
+		reply_entry(req, r, r == 0 ? &st : NULL);
+		return;
 	}
 	/* answered here when ns holds the answer, else parked until the store's */
 	ns_lookup_async(m->ns, parent, name, reply_entry, req);

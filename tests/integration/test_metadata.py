@@ -13,7 +13,8 @@ What is checked here (issue 8, items 5 and 6):
   EIO once `timeout` has passed;
 - listings are single-flight: 20 lookups and opendirs of one directory while its listing is
   in flight send one listing (counted at the proxy) and are all answered by it;
-- a refresh that fails keeps the last good listing (ls and stat still work), logged once;
+- a refresh that fails keeps the last good listing (ls and stat still work), logged once,
+  also once the kernel has forgotten the directory's inode;
 - 100k keys in one prefix (file://): ls, ls -l, find, stat of one name, 20 open handles of
   the directory; times and the daemon's peak RSS are printed.
 """
@@ -144,6 +145,28 @@ def test_hung_store_answers_what_it_holds(mount, proxy, store):
         os.close(fd)
 
 
+def test_control_dir_while_store_hangs_from_mount(mount, proxy, store):
+    """The store hangs from the start: it answers the mount's probe, then nothing, so the
+    root's first listing (started at mount) never comes. The control directory and its files
+    still answer at once (they waited for that listing, `timeout` x attempts), and so does
+    getxattr on the root."""
+    hang = faults.stall_headers()
+    seen = []
+    proxy.add_rule(lambda r: seen.append(r) or len(seen) > 1, hang)  # all but the probe
+    m = mount(proxy.url, ["timeout=5", "retries=0"])
+    wait_until(lambda: hang.waiting >= 1, 20, "the root's listing stalled")
+    took = {
+        "cat .tierfs/stats": timed(lambda: open(m.path(".tierfs/stats"), "rb").read()),
+        "cat .tierfs/config": timed(lambda: open(m.path(".tierfs/config"), "rb").read()),
+        "getfattr root": timed(lambda: os.getxattr(m.mnt, "user.tierfs.hot_ttl")),
+    }
+    print("with the root's first listing hung:",
+          ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in took.items()))
+    slow = {k: v for k, v in took.items() if v > FAST}
+    assert not slow, f"waited on the hung store: {slow}"
+    assert b"cache_" in open(m.path(".tierfs/stats"), "rb").read()
+
+
 def test_single_flight_listing(mount, proxy, store):
     """20 lookups and opendirs of a directory while its first listing is stalled: one GET of
     its index, and all are answered by it."""
@@ -191,6 +214,36 @@ def test_failed_refresh_keeps_last_good_listing(mount, proxy, store):
         assert os.stat(m.path(f"d/f{4 + _:02d}.bin")).st_size == 1004 + _
     failed = [r for r in proxy.records(since) if r.req.method == "GET" and r.req.path == "d/"]
     assert failed, "no refresh was tried"
+    lines = [l for l in m.log.read_text(errors="replace").splitlines()
+             if "listing /d failed" in l]
+    assert len(lines) == 1, lines
+
+
+def test_forgotten_directory_keeps_last_good_listing(mount, proxy, store):
+    """The kernel forgets the inode of d/ on purpose (drop_caches 2) once its listing is held;
+    then the store fails every listing of d/ (HTTP 500) and the listing ages past metadata_ttl.
+    The directory, looked up again with a new inode, still lists and looks up from its last
+    good listing (it used to come back with none: ls failed with EIO), logged once."""
+    m = mount(proxy.url, ["timeout=5", "retries=0", "metadata_ttl=1"], foreground=True)
+    want = sorted(os.listdir(store.root / "d"))
+    assert sorted(os.listdir(m.path("d"))) == want
+    ino = os.stat(m.path("d")).st_ino
+    proxy.add_rule(lambda r: r.method == "GET" and r.path == "d/", faults.status(500))
+    since = proxy.mark()
+
+    def forgotten():
+        with open("/proc/sys/vm/drop_caches", "w") as f:  # dentries and inodes
+            f.write("2\n")
+        return os.stat(m.path("d")).st_ino != ino
+
+    wait_until(forgotten, 20, "the kernel to forget d/", interval=0.2)
+    t = time.monotonic()
+    wait_until(lambda: time.monotonic() - t > 1.2, 5, "the listing to age past metadata_ttl")
+    assert sorted(os.listdir(m.path("d"))) == want
+    assert os.stat(m.path("d/f07.bin")).st_size == 1007
+    wait_until(lambda: [r for r in proxy.records(since)
+                        if r.req.method == "GET" and r.req.path == "d/"], 10,
+               "a refresh of d/ to be tried")
     lines = [l for l in m.log.read_text(errors="replace").splitlines()
              if "listing /d failed" in l]
     assert len(lines) == 1, lines

@@ -6,12 +6,15 @@ segments), so this module serves ListObjectsV2, HEAD and ranged GET itself from 
 keys (stdlib http.server on 127.0.0.1, a free port, stopped in teardown). It checks that
 tierfs shows every key that can be a path, skips the ones that cannot without failing the
 listing, and reads the bytes of the long ones right. It also runs tierfs in the foreground
-with -d and looks for the secret key in everything tierfs prints or shows.
+with -d and looks for the secret key in everything tierfs prints or shows. The fake lists as S3
+does (pages of 1000, continuation tokens, url-encoded keys when asked), so it also serves 100k
+keys in one prefix with a nested case s3rver cannot list.
 """
 
 import errno
 import os
 import re
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -40,12 +43,13 @@ KEYS = {
     "toolong/" + "P" * 300: b"segment past 255 bytes",  # skipped
     LONG: bytes(range(256)) * 300,         # 76,800 bytes in a 1,024-byte key
     "pct %41%2F+.bin": b"percent and plus",
+    "ctl\x01char.txt": b"XML 1.0 cannot carry U+0001: S3 sends it url-encoded",
     "err/boom.bin": b"listed, but every GET fails with 500",
 }
 # What the mount must show: path -> bytes, and the directories.
 FILES = {"ok.txt": KEYS["ok.txt"], "dots/z.txt": KEYS["dots/z.txt"],
          "tab\there.txt": KEYS["tab\there.txt"], LONG: KEYS[LONG],
-         "pct %41%2F+.bin": KEYS["pct %41%2F+.bin"]}
+         "pct %41%2F+.bin": KEYS["pct %41%2F+.bin"], "ctl\x01char.txt": KEYS["ctl\x01char.txt"]}
 DIRS = {"a", "err", "dots", "trail", "toolong", "long", "long/" + "L" * 255,
         "long/" + "L" * 255 + "/" + "M" * 255, "long/" + "L" * 255 + "/" + "M" * 255 + "/" +
         "N" * 255}
@@ -57,8 +61,13 @@ def _etag(body):
 
 
 class FakeS3(BaseHTTPRequestHandler):
+    """ListObjectsV2 as S3 answers it: pages of max-keys (1000) entries, keys and common
+    prefixes in one sorted run, continuation tokens, and with encoding-type=url keys and
+    prefixes form-encoded (a key holding U+0001 cannot be written in XML 1.0 otherwise)."""
     protocol_version = "HTTP/1.1"
     seen_auth = []
+    keys = KEYS
+    runs = {}  # (prefix, delimiter) -> sorted [(name, is_prefix)]
 
     def log_message(self, *args):
         pass
@@ -82,11 +91,11 @@ class FakeS3(BaseHTTPRequestHandler):
         if url.path in (f"/{BUCKET}", f"/{BUCKET}/") and "list-type=2" in url.query:
             return self._list(urllib.parse.parse_qs(url.query, keep_blank_values=True))
         key = self._key(url.path)
-        if key not in KEYS:
+        if key not in self.keys:
             return self._send(404, b"<Error><Code>NoSuchKey</Code></Error>")
         if key.startswith("err/"):
             return self._send(500, b"<Error><Code>InternalError</Code></Error>")
-        body = KEYS[key]
+        body = self.keys[key]
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
         hdrs = [("ETag", _etag(body)), ("Last-Modified", formatdate(MTIME, usegmt=True))]
         if not m:
@@ -97,39 +106,59 @@ class FakeS3(BaseHTTPRequestHandler):
 
     def do_HEAD(self):
         key = self._key(urllib.parse.urlsplit(self.path).path)
-        if key not in KEYS:
+        if key not in self.keys:
             return self._send(404)
-        body = KEYS[key]
+        body = self.keys[key]
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("ETag", _etag(body))
         self.send_header("Last-Modified", formatdate(MTIME, usegmt=True))
         self.end_headers()
 
+    def _run(self, prefix, delim):
+        run = FakeS3.runs.get((prefix, delim))
+        if run is None:
+            names, prefixes = [], set()
+            for k in self.keys:
+                if not k.startswith(prefix):
+                    continue
+                rest = k[len(prefix):]
+                if delim and delim in rest:
+                    prefixes.add(prefix + rest[:rest.index(delim) + 1])
+                else:
+                    names.append((k, False))
+            run = FakeS3.runs[(prefix, delim)] = sorted(names + [(p, True) for p in prefixes])
+        return run
+
     def _list(self, q):
         prefix = q.get("prefix", [""])[0]
         delim = q.get("delimiter", [""])[0]
-        contents, prefixes = [], set()
-        for k in sorted(KEYS):
-            if not k.startswith(prefix):
-                continue
-            rest = k[len(prefix):]
-            if delim and delim in rest:
-                prefixes.add(prefix + rest[:rest.index(delim) + 1])
-            else:
-                contents.append(k)
+        url = q.get("encoding-type", [""])[0] == "url"
+        start = int(q.get("continuation-token", ["0"])[0])
+        size = min(int(q.get("max-keys", ["1000"])[0]), 1000)
+        run = self._run(prefix, delim)
+        page = run[start:start + size]
+        more = start + size < len(run)
+
+        def enc(k):
+            return escape(urllib.parse.quote_plus(k, safe="/") if url else k)
+
         lm = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(MTIME))
         xml = ['<?xml version="1.0" encoding="UTF-8"?>',
                '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
-               f"<Name>{BUCKET}</Name><Prefix>{escape(prefix)}</Prefix>",
-               f"<KeyCount>{len(contents) + len(prefixes)}</KeyCount>",
-               "<IsTruncated>false</IsTruncated>"]
-        for k in contents:
-            xml.append(f"<Contents><Key>{escape(k)}</Key><LastModified>{lm}</LastModified>"
-                       f"<ETag>{escape(_etag(KEYS[k]))}</ETag><Size>{len(KEYS[k])}</Size>"
+               f"<Name>{BUCKET}</Name><Prefix>{enc(prefix)}</Prefix>",
+               "<EncodingType>url</EncodingType>" if url else "",
+               f"<KeyCount>{len(page)}</KeyCount><MaxKeys>{size}</MaxKeys>",
+               f"<IsTruncated>{'true' if more else 'false'}</IsTruncated>",
+               f"<NextContinuationToken>{start + size}</NextContinuationToken>" if more else ""]
+        for k, is_prefix in page:
+            if is_prefix:
+                xml.append(f"<CommonPrefixes><Prefix>{enc(k)}</Prefix></CommonPrefixes>")
+                continue
+            body = self.keys[k]
+            xml.append(f"<Contents><Key>{enc(k)}</Key><LastModified>{lm}</LastModified>"
+                       f"<ETag>{escape(_etag(body))}</ETag><Size>{len(body)}</Size>"
                        "</Contents>")
-        for p in sorted(prefixes):
-            xml.append(f"<CommonPrefixes><Prefix>{escape(p)}</Prefix></CommonPrefixes>")
         xml.append("</ListBucketResult>")
         self._send(200, "".join(xml).encode(), [("Content-Type", "application/xml")])
 
@@ -141,6 +170,7 @@ def fake_s3():
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     FakeS3.seen_auth = []
+    FakeS3.keys, FakeS3.runs = KEYS, {}
     try:
         yield f"http://127.0.0.1:{srv.server_address[1]}"
     finally:
@@ -208,3 +238,55 @@ def test_secret_as_option_is_refused(mountpoint, tierfs_bin):
         [f"s3://{BUCKET}", str(mountpoint), "-o", f"aws_secret_access_key={SECRET}"])
     assert rc != 0 and not harness.mounted(mountpoint)
     assert len(err) == 1 and "/proc" in err[0] and SECRET not in err[0]
+
+
+def _rss_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.watchdog(600)
+def test_100k_keys_one_prefix_s3(mount, fake_s3):
+    """The s3 backend on 100k keys in one prefix, from the fake's listing (s3rver drops common
+    prefixes of keys nested two levels below the listed prefix, and takes minutes to fill):
+    101 pages of 1000, url-encoded, with a key nested two levels down (p/deep/a/b.bin) and one
+    holding U+0001. ls, ls -l, find and a stat of one name: right counts, times and the
+    daemon's peak RSS printed."""
+    n = 100_000
+    keys = {f"p/{i:020d}.log": b"" for i in range(n)}
+    keys["p/00000000000000004000.log"] = b"x" * 100
+    keys["p/deep/a/b.bin"] = b"nested two levels below p/"
+    keys["p/ctl\x01char.log"] = b"U+0001"
+    FakeS3.keys, FakeS3.runs = keys, {}
+    m = mount(f"s3://{BUCKET}", _opts(fake_s3) + ["metadata_ttl=600", "hot_size=8M",
+                                                   "lagging_size=8M"], env=ENV)
+    pid = m.pids[0]
+    out, r = {}, {}
+
+    def timed(name, fn):
+        t = time.monotonic()
+        fn()
+        out[name] = time.monotonic() - t
+
+    timed("stat one (first)", lambda: r.update(st=os.stat(m.path("p/00000000000000004000.log"))))
+    assert r["st"].st_size == 100
+    timed("ls", lambda: r.update(ls=subprocess.run(["ls", m.path("p")], capture_output=True,
+                                                   check=True).stdout.split(b"\n")))
+    names = [x for x in r["ls"] if x]
+    assert len(names) == n + 2 and b"deep" in names and b"ctl\x01char.log" in names
+    timed("ls -l", lambda: r.update(ll=subprocess.run(
+        ["ls", "-l", m.path("p")], capture_output=True, check=True).stdout.count(b"\n")))
+    assert r["ll"] == n + 3  # and the "total" line
+    timed("find", lambda: r.update(find=subprocess.run(
+        ["find", m.path("p")], capture_output=True, check=True).stdout.count(b"\n")))
+    assert r["find"] == n + 5  # p, p/deep, p/deep/a and p/deep/a/b.bin among them
+    with open(m.path("p/deep/a/b.bin"), "rb") as f:
+        assert f.read() == keys["p/deep/a/b.bin"]
+    peak = _rss_kib(pid, "VmHWM")
+    print("100k keys in one prefix (s3, 101 pages): " +
+          ", ".join(f"{k} {v:.2f} s" for k, v in out.items()) + f"; peak RSS {peak / 1024:.1f} MiB")
+    assert out["ls"] < 60 and out["ls -l"] < 120 and out["find"] < 60
+    assert peak < (256 if not harness.sanitizer() else 1024) * 1024

@@ -19,7 +19,7 @@
 #include "fs_i.h"
 
 #define SEC 1000000000ULL
-#define MAXOBJ 32
+#define MAXOBJ 96
 
 static struct {
 	uint64_t now;
@@ -287,7 +287,63 @@ static void test_negative_lookup(void **state)
 	ns = mk(60, 0);
 	put("x", 1, "\"x\"");
 	assert_int_equal(ns_lookup(ns, 1, "y", &st), -ENOENT);
-	assert_int_equal(S.stats, 0); /* 0 = never ask: the listing decides */
+	assert_int_equal(S.stats, 1);
+	assert_int_equal(ns_lookup(ns, 1, "y", &st), -ENOENT);
+	assert_int_equal(S.stats, 2); /* README: "0 = ask every time" */
+	put("y", 2, "\"y\"");
+	lookup_ok(ns, 1, "y", &st); /* at once, without relisting */
+	assert_int_equal(st.st_size, 2);
+	assert_int_equal(S.lists, 1);
+	ns_free(ns);
+}
+
+/* A process polls 200 missing names in one directory: each costs one HEAD per negative_ttl,
+ * not one per lookup (64 were remembered, and 200 pushed each other out). The entries go
+ * when they expire; beyond NEG_MAX (1024) fresh ones, the oldest go. */
+static void test_many_missing_names(void **state)
+{
+	struct ns *ns = mk(600, 10);
+	struct stat st;
+	char name[32];
+	uint64_t polled, swept, keys;
+
+	(void)state;
+	put("seg-0000.log", 1, "\"a\"");
+	lookup_ok(ns, 1, "seg-0000.log", NULL);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 1; i <= 200; i++) {
+			snprintf(name, sizeof(name), "seg-%04d.log", i);
+			assert_int_equal(ns_lookup(ns, 1, name, &st), -ENOENT);
+		}
+		S.now += SEC;
+	}
+	assert_int_equal(S.stats, 200);
+	ns_mem(ns, &polled, &keys);
+	/* expired: asked again, and the 200 old entries are swept out */
+	S.now += 10 * SEC;
+	assert_int_equal(ns_lookup(ns, 1, "seg-0001.log", &st), -ENOENT);
+	assert_int_equal(S.stats, 201);
+	ns_mem(ns, &swept, &keys);
+	assert_true(swept + 199 * 13 < polled);
+	/* a name that appears is found once its entry expires, and leaves the cache */
+	put("seg-0001.log", 5, "\"b\"");
+	S.now += 10 * SEC;
+	lookup_ok(ns, 1, "seg-0001.log", &st);
+	assert_int_equal(st.st_size, 5);
+	/* bounded: of 1100 fresh names the oldest 76 are forgotten, the newest 1024 are not */
+	S.stats = 0;
+	for (int i = 0; i < 1100; i++) {
+		snprintf(name, sizeof(name), "x-%04d", i);
+		assert_int_equal(ns_lookup(ns, 1, name, &st), -ENOENT);
+	}
+	assert_int_equal(S.stats, 1100);
+	for (int i = 1099; i >= 76; i--) {
+		snprintf(name, sizeof(name), "x-%04d", i);
+		assert_int_equal(ns_lookup(ns, 1, name, &st), -ENOENT);
+	}
+	assert_int_equal(S.stats, 1100);
+	assert_int_equal(ns_lookup(ns, 1, "x-0000", &st), -ENOENT);
+	assert_int_equal(S.stats, 1101);
 	ns_free(ns);
 }
 
@@ -1033,6 +1089,80 @@ static void test_last_good_listing(void **state)
 	ns_free(ns);
 }
 
+/* The kernel forgets a directory's inode (nobody holds it open; drop_caches or memory
+ * pressure): its listing is kept for the next node of its path. While the store fails, the
+ * directory looked up again still lists and looks up from its last good listing; while the
+ * listing is fresh, it is not listed again. Kept listings are bounded: the oldest go. */
+static void test_forgotten_dir_keeps_listing(void **state)
+{
+	struct ns *ns = mk(10, 0);
+	struct ns_dir *d;
+	struct stat st;
+	uint64_t sub, sub2;
+	char name[16];
+
+	(void)state;
+	put("sub/x", 1, "\"x\"");
+	put("sub/y", 2, "\"y\"");
+	sub = lookup_ok(ns, 1, "sub", NULL);
+	assert_int_equal(ns_opendir(ns, sub, &d), 0);
+	assert_int_equal(ns_dir_count(d), 2);
+	ns_dir_put(d);
+	assert_int_equal(S.lists, 2);
+	ns_forget(ns, sub, 1);
+	/* fresh: the new node answers without listing again */
+	sub2 = lookup_ok(ns, 1, "sub", NULL);
+	assert_true(sub2 != sub);
+	assert_int_equal(ns_opendir(ns, sub2, &d), 0);
+	assert_int_equal(ns_dir_count(d), 2);
+	ns_dir_put(d);
+	assert_int_equal(S.lists, 2);
+	/* forgotten again, the store fails, the listing ages: the last good one answers */
+	ns_forget(ns, sub2, 1);
+	S.now += 11 * SEC;
+	S.list_err = -EIO;
+	sub = lookup_ok(ns, 1, "sub", NULL); /* the root's refresh failed: its last good one */
+	assert_int_equal(S.logs, 1);
+	assert_int_equal(ns_opendir(ns, sub, &d), 0);
+	assert_int_equal(ns_dir_count(d), 2);
+	ns_dir_put(d);
+	lookup_ok(ns, sub, "y", &st);
+	assert_int_equal(st.st_size, 2);
+	assert_int_equal(S.logs, 2); /* once for the root, once for sub */
+	/* the store is back: refreshed as usual */
+	S.list_err = 0;
+	put("sub/z", 3, "\"z\"");
+	S.now += 11 * SEC;
+	lookup_ok(ns, sub, "z", &st);
+	assert_int_equal(st.st_size, 3);
+	ns_forget(ns, sub, 1);
+
+	/* bounded: of 66 forgotten directories, the 2 forgotten first lose their listings */
+	ns_free(ns);
+	ns = mk(600, 0);
+	for (int i = 0; i < 66; i++) {
+		snprintf(name, sizeof(name), "d%02d/f", i);
+		put(name, 1, "\"f\"");
+	}
+	for (int i = 0; i < 66; i++) {
+		snprintf(name, sizeof(name), "d%02d", i);
+		sub = lookup_ok(ns, 1, name, NULL);
+		lookup_ok(ns, sub, "f", NULL);
+		ns_forget(ns, sub, 1);
+	}
+	assert_int_equal(S.lists, 1 + 66);
+	sub = lookup_ok(ns, 1, "d65", NULL);
+	lookup_ok(ns, sub, "f", NULL);
+	assert_int_equal(S.lists, 1 + 66); /* kept */
+	sub = lookup_ok(ns, 1, "d02", NULL);
+	lookup_ok(ns, sub, "f", NULL);
+	assert_int_equal(S.lists, 1 + 66); /* kept: the 64th newest */
+	sub = lookup_ok(ns, 1, "d01", NULL);
+	lookup_ok(ns, sub, "f", NULL);
+	assert_int_equal(S.lists, 1 + 67); /* gone: listed again */
+	ns_free(ns); /* kept listings are freed with it (ASan) */
+}
+
 /* A new name found by a HEAD while handles share the listing: the handles keep theirs
  * (unchanged), the directory gets a copy with the name. */
 static void test_insert_copies_shared_listing(void **state)
@@ -1200,6 +1330,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_identity_survives_forget),
 	    cmocka_unit_test(test_negative_lookup),
+	    cmocka_unit_test(test_many_missing_names),
 	    cmocka_unit_test(test_listing_stamped_at_start),
 	    cmocka_unit_test(test_stale_marker_early),
 	    cmocka_unit_test(test_failed_lookup_frees_node),
@@ -1213,6 +1344,7 @@ int main(void)
 	    cmocka_unit_test(test_stale_while_revalidate),
 	    cmocka_unit_test(test_last_good_listing),
 	    cmocka_unit_test(test_insert_copies_shared_listing),
+	    cmocka_unit_test(test_forgotten_dir_keeps_listing),
 	    cmocka_unit_test(test_parked_lookups_do_not_block_known),
 	    cmocka_unit_test(test_memory_per_key),
 	    cmocka_unit_test(test_memory_per_key_1m),
