@@ -54,15 +54,21 @@ def store(tmp_path, nginx_factory):
     return srv
 
 
-@pytest.fixture
-def proxy(store):
-    px = FaultProxy(store.port).start()
+def running_proxy(port):
+    """A FaultProxy in front of 127.0.0.1:@port for a fixture to yield; stalled requests are
+    released and every proxy thread stopped at teardown."""
+    px = FaultProxy(port).start()
     try:
         yield px
     finally:
         px.release()
         left = px.stop()
         assert not left, f"faultproxy threads did not stop: {left}"
+
+
+@pytest.fixture
+def proxy(store):
+    yield from running_proxy(store.port)
 
 
 def timed(fn):
@@ -113,13 +119,7 @@ def s3store(tmp_path, store):
 
 @pytest.fixture
 def s3proxy(s3store):
-    px = FaultProxy(s3store.port).start()
-    try:
-        yield px
-    finally:
-        px.release()
-        left = px.stop()
-        assert not left, f"faultproxy threads did not stop: {left}"
+    yield from running_proxy(s3store.port)
 
 
 def test_hung_store_answers_what_it_holds(mount, proxy, store):
