@@ -1345,17 +1345,23 @@ class Bench:
         """10. Metadata (issue 8): upload -> first byte by name, ls -l of many keys, lookups
         while the store hangs. Each part is its own row: one that fails is noted and the
         others still run."""
+        res = self.run_parts("scenario 10", (("first_byte", self.meta_first_byte),
+                                              ("ls", self.meta_ls), ("hang", self.meta_hang)))
+        self.raw["runs"]["meta"] = res
+        return res
+
+    def run_parts(self, what, parts):
+        """Run each (name, fn) of @parts into a dict of results; a part that fails is logged,
+        noted and recorded as {"error": ...}, and the others still run."""
         res = {}
-        for part, fn in (("first_byte", self.meta_first_byte), ("ls", self.meta_ls),
-                         ("hang", self.meta_hang)):
+        for part, fn in parts:
             try:
                 res[part] = fn()
             except Exception as e:
-                msg = f"scenario 10 ({part}) failed: {str(e)[-500:]}"
+                msg = f"{what} ({part}) failed: {str(e)[-500:]}"
                 log(msg)
                 self.notes.append(msg)
                 res[part] = {"error": str(e)[-500:]}
-        self.raw["runs"]["meta"] = res
         return res
 
     def s3_client(self):
@@ -1731,18 +1737,10 @@ class Bench:
         """The disk tier: a disk hit against a local file, recovery at mount, a warm restart
         against s3fs and rclone. Each part is noted and skipped if it fails.
         BENCH_DISK_PARTS=hit,recovery runs only those parts."""
-        res = {}
         want = os.environ.get("BENCH_DISK_PARTS", "hit,recovery,restart").split(",")
-        for part, fn in (("hit", self.disk_hit), ("recovery", self.disk_recovery),
-                         ("restart", self.disk_restart)):
-            if part not in want:
-                continue
-            try:
-                res[part] = fn()
-            except Exception as e:
-                msg = f"scenario disk, {part} failed: {str(e)[-300:]}"
-                log(msg)
-                self.notes.append(msg)
+        res = self.run_parts("scenario disk", [
+            (part, fn) for part, fn in (("hit", self.disk_hit), ("recovery", self.disk_recovery),
+                                        ("restart", self.disk_restart)) if part in want])
         self.raw["runs"]["disk"] = res
         return res
 
@@ -2385,9 +2383,10 @@ def meta_report(b, cols):
 
 
 def disk_report(b, cols):
-    """Rows and targets of scenario disk (none for a part that did not run)."""
+    """Rows and targets of scenario disk (none for a part that did not run or failed: the
+    notes say why)."""
     rows, targets = [], []
-    res = b.raw["runs"].get("disk") or {}
+    res = {k: v for k, v in (b.raw["runs"].get("disk") or {}).items() if "error" not in v}
     none = {k: ("n/a", None) for k in cols}
     hit = res.get("hit")
     for mode, m in ((hit or {}).get("modes") or {}).items():
