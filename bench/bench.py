@@ -655,8 +655,9 @@ class Bench:
         """A fresh, cold mount of @system; its seq object is m.path(m.seq)."""
         name = system
         logp = self.run_dir / f"{system}.log"
-        if system == "tierfs":
-            m = Tierfs("tierfs", self.mnt(name), self.http_url, opts or self.seq_opts(), logp)
+        if system in ("tierfs", "tierfs-pf"):
+            o = opts or dict(self.seq_opts(), **({"prefault": "on"} if system == "tierfs-pf" else {}))
+            m = Tierfs(system, self.mnt(name), self.http_url, o, logp)
         elif system == "tierfs-s3":
             o = dict(self.seq_opts(), endpoint=self.s3_endpoint, path_style=None,
                      region="us-east-1")
@@ -734,7 +735,10 @@ class Bench:
         (the order rotates from run to run); then, with all of them still mounted, the cached
         re-reads and the 4 KiB random reads go round the systems in short slices (A B C A B C
         ...), so that the noise of a shared machine falls on all of them alike."""
-        systems = ["tierfs", "nullfs", "curl", "tierfs-s3", "curl-s3"]
+        # touch: the rate at which a process gets new memory right then (preader touch), which
+        # bounds a cold read into a tier whose memory is still untouched; tierfs-pf: tierfs
+        # with prefault=on, its memory taken at mount, cold read only
+        systems = ["tierfs", "nullfs", "curl", "tierfs-s3", "curl-s3", "touch", "tierfs-pf"]
         if self.peers:
             systems += ["s3fs", "rclone", "httpdirfs"]
         runs = self.p["runs"]
@@ -760,6 +764,10 @@ class Bench:
                         res[s]["cold"][run_i] = size / float(t) / 1e6
                         log(f"run {run_i + 1} {s}: cold {res[s]['cold'][run_i]:.0f} MB/s")
                         continue
+                    if s == "touch":
+                        res[s]["cold"][run_i] = preader(["touch", size])["mbps"]
+                        log(f"run {run_i + 1} {s}: new memory {res[s]['cold'][run_i]:.0f} MB/s")
+                        continue
                     try:
                         m = self.new_mount(s)
                         mounts[s] = m
@@ -775,6 +783,8 @@ class Bench:
                         continue
                     res[s]["cold"][run_i] = cold["mbps"]
                     log(f"run {run_i + 1} {s}: cold {cold['mbps']:.0f} MB/s")
+                    if s == "tierfs-pf":
+                        self.close_mount(mounts.pop(s), "scenario 1")
                 # 2: cached re-reads, round-robin, every kernel cache dropped before each
                 cached = {s: [] for s in mounts}
                 invalid = {s: [] for s in mounts}
@@ -2033,21 +2043,10 @@ def cell(vals, unit="", show_range=True):
     return s
 
 
-def build_report(b, seq, multi, iso, rate):
-    """The table rows: (scenario, tierfs cell, {column: (cell, ratio)}, target, met)."""
-    cols = ["nullfs", "curl", "s3fs", "rclone", "httpdirfs"]
-    rows = []
-    targets = []
-
-    def ratio(a, c):
-        return a / c if a and c else None
-
-    def prr(a, c):
-        """median over runs of the per-run ratio a[i] / c[i] (runs are interleaved, so each
-        ratio compares figures taken close together)"""
-        rs = [x / y for x, y in zip(a, c) if x and y]
-        return statistics.median(rs) if rs else None
-
+def cold_report(b, seq, cols):
+    """Rows 1-1c (cold sequential reads) and their targets."""
+    rows, targets = [], []
+    prr = per_run_ratio
     P = b.peers
 
     def col(s, k):
@@ -2063,22 +2062,76 @@ def build_report(b, seq, multi, iso, rate):
         cells[k] = (cell(col(k, "cold"), " MB/s"), r)
         if k in ("s3fs", "rclone", "httpdirfs") and r is not None:
             peer_ratios[k] = r
-    r_curl = cells["curl"][1]
-    met1 = r_curl is not None and r_curl >= 1.0 and all(v > 1.0 for v in peer_ratios.values())
-    rows.append(("1. cold sequential read, 1 obj of %d MiB, MB/s (http: nginx)" % (b.p["seq_size"] // MiB),
+    r_curl, r_null = cells["curl"][1], cells["nullfs"][1]
+    # one target per line: the first issue's (>= curl, > every peer) and the cold-read issue's
+    # (>= 0.8x nullfs, >= 1.5x rclone over http, >= 1.2x s3fs through the S3 API)
+    need = {"rclone": 1.5, "s3fs": 1.2, "httpdirfs": 1.0}
+    met1 = (r_curl is not None and r_curl >= 1.0 and r_null is not None and r_null >= 0.8
+            and all(v >= need[p] for p, v in peer_ratios.items()))
+    rows.append(("1. cold sequential read, 1 obj of %d MiB, MB/s (http: nginx), defaults"
+                 % (b.p["seq_size"] // MiB),
                  cell(t, " MB/s"), cells,
-                 ">= 1.0x curl, > every peer" + ("" if P else " (peers not run)"), met1))
+                 ">= 1.0x curl, >= 0.8x nullfs, >= 1.5x rclone, > httpdirfs; s3fs: row 1b"
+                 + ("" if P else " (peers not run)"), met1))
     targets.append(("cold seq vs curl", r_curl, 1.0, "min"))
+    targets.append(("cold seq vs nullfs", r_null, 0.8, "min"))
     for p, v in peer_ratios.items():
         targets.append((f"cold seq vs {p}" + (" (both via s3rver)" if p == "s3fs" else ""),
-                        v, 1.0, "min"))
+                        v, need[p], "min"))
     # 1b: the S3 API, same server as s3fs
     cells = {k: ("n/a", None) for k in cols}
     cells["curl"] = (cell(col("curl-s3", "cold"), " MB/s"), prr(t3, col("curl-s3", "cold")))
     if "s3fs" in seq:
         cells["s3fs"] = (cell(col("s3fs", "cold"), " MB/s"), prr(t3, col("s3fs", "cold")))
+    r_s3fs = cells["s3fs"][1]
     rows.append(("1b. cold sequential read via S3 API (s3rver behind nginx proxy), MB/s",
-                 cell(t3, " MB/s"), cells, "(info; s3fs compared here)", None))
+                 cell(t3, " MB/s"), cells, ">= 1.2x s3fs" + ("" if P else " (peers not run)"),
+                 r_s3fs is not None and r_s3fs >= 1.2 if P else None))
+    # 1c: what bounds row 1 here: new memory. A fresh mount's cold read writes every block
+    # into memory the process has never touched; on this VM the hypervisor backs such pages
+    # at a few hundred MB/s (preader touch). prefault=on takes the memory at mount instead.
+    tp, touch = col("tierfs-pf", "cold"), col("touch", "cold")
+    if any(tp):
+        cells = {k: (cell(col(k, "cold"), " MB/s"), prr(tp, col(k, "cold"))) if k in seq
+                 else ("n/a", None) for k in cols}
+        cells["s3fs"] = ("n/a", None)
+        rt = prr(t, touch)
+        rows.append(("1c. (extra) the cold read of row 1 with prefault=on (both tiers' memory "
+                     "taken at mount, as a mount that has filled its cache once has it); in the "
+                     "tierfs cell also the rate at which a process gets new memory here "
+                     "(`preader touch`, %d MiB) and row 1's ratio to it"
+                     % (b.p["seq_size"] // MiB),
+                     cell(tp, " MB/s") + f"; new memory {cell(touch, ' MB/s')}, row 1 / new "
+                     f"memory {fmt_num(rt)}x", cells, "(info)", None))
+    return rows, targets
+
+
+def per_run_ratio(a, c):
+    """median over runs of the per-run ratio a[i] / c[i] (runs are interleaved, so each
+    ratio compares figures taken close together)"""
+    rs = [x / y for x, y in zip(a, c) if x and y]
+    return statistics.median(rs) if rs else None
+
+
+def build_report(b, seq, multi, iso, rate):
+    """The table rows: (scenario, tierfs cell, {column: (cell, ratio)}, target, met)."""
+    cols = ["nullfs", "curl", "s3fs", "rclone", "httpdirfs"]
+    rows = []
+    targets = []
+
+    def ratio(a, c):
+        return a / c if a and c else None
+
+    prr = per_run_ratio
+
+    P = b.peers
+
+    def col(s, k):
+        return seq[s][k] if s in seq else []
+
+    r1, t1 = cold_report(b, seq, cols)
+    rows += r1
+    targets += t1
     # 2 cached sequential
     t = col("tierfs", "cached")
     cells = {}
@@ -2729,6 +2782,13 @@ def main():
     if only:
         print(json.dumps(b.raw["runs"], indent=1, default=str))
         print(json.dumps(b.hwm, indent=1, default=str))
+        cr, ct = cold_report(b, seq, ["nullfs", "curl", "s3fs", "rclone", "httpdirfs"]) \
+            if seq else ([], [])
+        for name, tcell, cells, target, met in cr:  # rows 1-1c
+            peers = "; ".join(f"{k} {v} ({fmt_num(r)}x)" for k, (v, r) in cells.items()
+                              if v != "n/a")
+            print(f"| {name} | {tcell} | {peers or '-'} | {target} | "
+                  f"{'met' if met else 'MISSED' if met is not None else ''} |")
         br, bt = broker_report(b, [])
         mr, mt = meta_report(b, ["s3fs", "rclone", "httpdirfs"])
         for name, tcell, _, target, met in br:  # scenario 9's rows, as in the results table
@@ -2748,7 +2808,7 @@ def main():
         sr, st = shared_report(b, [])
         for name, tcell, _, target, met in sr:  # scenarios 12-13's rows
             print(f"| {name} | {tcell} | {target} | {'met' if met else 'MISSED'} |")
-        bt += mt + lt + dt + st
+        bt += ct + mt + lt + dt + st
         for n in b.notes:
             print(f"note: {n}")
         for name, v, lim, kind in bt:

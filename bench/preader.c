@@ -5,6 +5,10 @@
  *   preader rand  [opts] FILE...   random aligned preads over the files: IOPS and latencies
  *   preader multi [opts] FILE      N readers of one file, reader i starting at i/N of it and
  *                                  reading all of it (wrapping), as consumers of one segment
+ *   preader touch SIZE             map SIZE of new anonymous memory as tierfs maps a tier
+ *                                  (MADV_HUGEPAGE) and write it 1 MiB at a time: the rate at
+ *                                  which a process gets new memory here, which bounds a cold
+ *                                  read into a cache that has not used its memory yet
  *
  * options:
  *   --bs SIZE        read size (seq, multi: 1M; rand: 4K)
@@ -34,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -255,14 +260,39 @@ static double pct(const uint64_t *v, size_t n, double p)
 	return (double)v[i] / 1000.0;
 }
 
+static int touch(uint64_t size)
+{
+	unsigned char *p;
+	uint64_t t0;
+	double secs;
+
+	if (size == 0)
+		return fprintf(stderr, "preader: touch SIZE\n"), 2;
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		die("%s", "mmap", errno);
+	madvise(p, size, MADV_HUGEPAGE);
+	t0 = now_ns();
+	for (uint64_t o = 0; o < size; o += 1 << 20)
+		memset(p + o, 1, size - o < (1 << 20) ? size - o : 1 << 20);
+	secs = (double)(now_ns() - t0) / 1e9;
+	printf("{\"mode\":\"touch\",\"bytes\":%llu,\"seconds\":%.6f,\"mbps\":%.3f}\n",
+	       (unsigned long long)size, secs, (double)size / secs / 1e6);
+	munmap(p, size);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode;
 	void *(*fn)(void *);
 	int i;
 
+	if (argc == 3 && strcmp(argv[1], "touch") == 0)
+		return touch(parse_size(argv[2]));
+
 	if (argc < 3) {
-		fprintf(stderr, "usage: preader seq|rand|multi [options] FILE...\n");
+		fprintf(stderr, "usage: preader seq|rand|multi [options] FILE... | preader touch SIZE\n");
 		return 2;
 	}
 	mode = argv[1];
