@@ -28,8 +28,9 @@
  * checked too: the I/O thread may have been busy) waits one more timeout, three times at most:
  * a server streaming 4 MiB replies to mounts at full speed is busy, not hung, and abandoning
  * its GETs sent blocks the fleet held to the store. A server that misses three requests in a
- * row without sending anything (a hung process: SIGSTOP, a swap storm) is disconnected; one that refuses connections is down; either way requests to it
- * fail at once for RETRY_NS, then a new connection is tried. A reader therefore pays at most
+ * row without sending anything, each sent after the previous one timed out (a hung process:
+ * SIGSTOP, a swap storm), is disconnected; one that refuses connections is down; either way
+ * requests to it fail at once for RETRY_NS, then a new connection is tried. A reader therefore pays at most
  * timeout_ns for a server that hangs, a few times per RETRY_NS, and nothing for one that is
  * down. Going down and coming back are logged once each.
  *
@@ -172,6 +173,7 @@ struct srv {
 	bool auth_logged;        /* an AUTH refusal was logged */
 	uint64_t retry_ns;       /* not connected: no new connection before this */
 	unsigned strikes;        /* timeouts in a row, the server silent meanwhile */
+	uint64_t strike_ns;      /* when the last strike was counted */
 	struct req *putq, *putq_tail; /* SETs not yet given to hiredis (see feed) */
 	uint64_t rx_ns;          /* when one of its connections last had bytes to read */
 };
@@ -520,12 +522,20 @@ static void on_timeout(void *p)
 		answer(q, -ETIMEDOUT, NULL);
 		/* a strike only if the server said nothing since the request went out: one that
 		 * is sending replies (4 MiB values, to three mounts reading at full speed) is
-		 * busy, not hung, and pausing it sent every read to the store for a second */
-		if (v->rx_ns < q->sent_ns && ++v->strikes >= MAX_STRIKES && v->c[CONN_GET].ac) {
-			/* a server that stopped answering: drop its queues (the replies still owed
-			 * come back NULL, to requests already answered) and pause it */
-			mark_down(v, "not answering");
-			close_all(v);
+		 * busy, not hung, and pausing it sent every read to the store for a second. And
+		 * one strike per silence: requests sent before the last strike (a readahead
+		 * window's GETs, written together) time out together, and counted one each, one
+		 * pause of a timeout (a busy machine, three mounts and Redis on two cores) took the
+		 * server down for a second; a hung one still goes down, after three timeouts */
+		if (v->rx_ns < q->sent_ns && q->sent_ns >= v->strike_ns) {
+			v->strike_ns = io_now_ns(q->s->io);
+			if (++v->strikes >= MAX_STRIKES && v->c[CONN_GET].ac) {
+				/* a server that stopped answering: drop its queues (the replies
+				 * still owed come back NULL, to requests already answered) and
+				 * pause it */
+				mark_down(v, "not answering");
+				close_all(v);
+			}
 		}
 	}
 	req_put(q);

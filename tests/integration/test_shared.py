@@ -252,6 +252,38 @@ def test_wrong_values_never_served(store, mount, redis):
 
 
 @pytest.mark.watchdog(120)
+def test_one_stall_is_one_strike(store, mount, redis):
+    """Redis silent for one timeout while a readahead window's GETs are out: they time out
+    together, and that is one strike, not one per GET, so the server is not paused. Counted
+    one per GET, one stall of a busy Redis (three mounts and Redis on two cores: bench row 12)
+    paused it for a second and sent every read to the store. A hung server still goes down
+    after three timeouts in a row (test_redis_hung_killed_restarted)."""
+    r = redis()
+    a = mount(store.nginx.url, opts(r), name="a")
+    rel = "new/n-03.bin"
+    read_check(a, store, rel)
+    wait_puts(a, 4)
+    # B's first read asks Redis for all four blocks at once: its own and three of readahead
+    b = mount(store.nginx.url, opts(r, "readahead=4"), name="b", foreground=True)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(lu.sha256_read(b.path(rel))),
+                              daemon=True)
+    os.kill(r.proc.pid, signal.SIGSTOP)
+    try:
+        reader.start()
+        harness.wait_until(lambda: lu.stats(b.mnt).v("shared_timeouts_total", "shared") >= 3,
+                           20, "the window's GETs to time out")
+        s = lu.stats(b.mnt)
+        assert s.v("shared_servers_down", "shared") == 0, \
+            f"{s.v('shared_timeouts_total', 'shared')} GETs timed out together and paused Redis"
+    finally:
+        os.kill(r.proc.pid, signal.SIGCONT)
+    reader.join(timeout=60)
+    assert got == [store.sha[rel]]
+    assert "unavailable" not in b.log.read_text()
+
+
+@pytest.mark.watchdog(120)
 def test_redis_hung_killed_restarted(store, mount, redis, record_property):
     r = redis()
     # 50 ms, not the default 10: the first GETs of a connection on this loaded VM can take
