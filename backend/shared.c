@@ -27,7 +27,10 @@
  * (refs). A timer that finds the server sent bytes within the last timeout (its socket is
  * checked too: the I/O thread may have been busy) waits one more timeout, three times at most:
  * a server streaming 4 MiB replies to mounts at full speed is busy, not hung, and abandoning
- * its GETs sent blocks the fleet held to the store. A server that misses three requests in a
+ * its GETs sent blocks the fleet held to the store. And a request behind others on its
+ * connection waits one more timeout each time a reply before it came within the last one:
+ * Redis answers in order, so its turn is coming (at most as many times as replies were owed
+ * before it). A server that misses three requests in a
  * row without sending anything, each sent after the previous one timed out (a hung process:
  * SIGSTOP, a swap storm), is disconnected; one that refuses connections is down; either way
  * requests to it fail at once for RETRY_NS, then a new connection is tried. A reader therefore pays at most
@@ -160,6 +163,8 @@ struct sconn {
 	struct srv *v;
 	redisAsyncContext *ac;   /* NULL: not connected */
 	bool rd, wr;             /* hiredis wants to read / write its socket */
+	unsigned gen;            /* connections made so far: which one ac is */
+	uint64_t replies;        /* replies read on it (all of its connections) */
 };
 
 /* One server. I/O thread only, but for name, host, port. */
@@ -204,6 +209,8 @@ struct req {
 	uint64_t timeout_ns;
 	uint64_t sent_ns;        /* when it was written to hiredis */
 	unsigned extends;        /* timeouts it waited past, the server sending meanwhile */
+	unsigned gen;            /* the connection it went out on (sconn.gen) */
+	uint64_t replies_seen;   /* that connection's replies when it went out or last waited */
 	bk_shared_get_fn get_done;
 	bk_shared_eval_fn eval_done;
 	void *arg;
@@ -372,6 +379,7 @@ static redisAsyncContext *conn(struct srv *v, int which)
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	c->ac = ac;
+	c->gen++;
 	if (v->s->password)
 		redisAsyncCommand(ac, on_auth, NULL, "AUTH %s", v->s->password);
 	return ac;
@@ -438,9 +446,10 @@ static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv)
 	redisReply *reply = r;
 	struct req *q = priv;
 
-	(void)ac;
-	if (reply)
+	if (reply) {
+		((struct sconn *)ac->data)->replies++;
 		mark_up(q->v);
+	}
 	if (!reply)
 		answer(q, q->s->stopped ? -ESHUTDOWN : -ECONNRESET, NULL);
 	else if (reply->type == REDIS_REPLY_ERROR)
@@ -455,8 +464,10 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	redisReply *reply = r;
 	struct req *q = priv;
 
-	if (reply)
+	if (reply) {
+		((struct sconn *)ac->data)->replies++;
 		mark_up(q->v);
+	}
 	if (q->op == OP_GETLOCK) {
 		/* the SET NX's reply, after the GET's nil (or after a value already answered:
 		 * the lock taken on a hit is left to expire) */
@@ -492,7 +503,8 @@ static void on_timeout(void *p)
 {
 	struct req *q = p;
 	struct srv *v = q->v;
-	redisAsyncContext *ac = v->c[CONN_GET].ac;
+	struct sconn *c = &v->c[CONN_GET];
+	redisAsyncContext *ac = c->ac;
 
 	/* the I/O thread may have been busy past several timers (copying blocks, faulting their
 	 * memory in): bytes waiting in a socket say the server is alive, whatever poll_ready
@@ -505,6 +517,19 @@ static void on_timeout(void *p)
 
 		if (pf.fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN))
 			v->rx_ns = io_now_ns(q->s->io);
+	}
+	if (!q->answered && c->ac && c->gen == q->gen && !q->s->stopped &&
+	    c->replies > q->replies_seen) {
+		/* a reply written before this one was read within the last timeout: Redis answers
+		 * in order, a readahead window's 4 MiB values one after another, and this one's
+		 * turn is coming; Redis has not yet made it wait. Wait one more timeout: there are
+		 * only as many of these as replies were owed before it when it went out (a window
+		 * of 16 GETs behind one connection, three mounts on two cores: the last of them
+		 * passed 4 timeouts while each value took less than one) */
+		q->replies_seen = c->replies;
+		STAT_ADD(q->s, extended, 1);
+		if (io_defer(q->s->io, q->timeout_ns, on_timeout, q) == 0)
+			return; /* the timer keeps its reference */
 	}
 	if (!q->answered && v->c[CONN_GET].ac && !q->s->stopped && q->extends < MAX_EXTENDS &&
 	    v->rx_ns + q->timeout_ns > io_now_ns(q->s->io)) {
@@ -625,6 +650,8 @@ static void send_req(struct req *q, redisAsyncContext *ac)
 		return;
 	}
 	q->sent_ns = io_now_ns(s->io);
+	q->gen = ((struct sconn *)ac->data)->gen;
+	q->replies_seen = ((struct sconn *)ac->data)->replies;
 	q->refs++;
 	if (io_defer(s->io, q->timeout_ns, on_timeout, q) < 0)
 		q->refs--; /* stopping: the stop hook answers it */

@@ -124,6 +124,59 @@ def _read_reply(f):
     raise RuntimeError(f"bad reply {line!r}")
 
 
+class SlowLink:
+    """A TCP relay to a redis-server that passes the server's bytes at @rate bytes/s (the
+    client's unthrottled): a Redis that answers in order and steadily, but slowly, as one
+    streaming a window of 4 MiB values to a busy machine does. stop() closes everything."""
+
+    def __init__(self, port, rate):
+        self.up, self.rate = port, rate
+        self.ls = socket.create_server(("127.0.0.1", 0))
+        self.port = self.ls.getsockname()[1]
+        self.socks, self.stopped = [self.ls], threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}"
+
+    def _accept(self):
+        while not self.stopped.is_set():
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.up))
+            self.socks += [c, u]
+            threading.Thread(target=self._pipe, args=(c, u, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, self.rate), daemon=True).start()
+
+    def _pipe(self, src, dst, rate):
+        t0, sent = time.monotonic(), 0
+        try:
+            while data := src.recv(64 << 10):
+                if rate:  # paced: the bytes so far never ahead of rate since the first
+                    if sent == 0:
+                        t0 = time.monotonic()
+                    sent += len(data)
+                    time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
+                dst.sendall(data)
+        except OSError:
+            pass
+        for x in (src, dst):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self):
+        self.stopped.set()
+        for x in self.socks:
+            try:
+                x.close()
+            except OSError:
+                pass
+
+
 @pytest.fixture
 def redis(tmp_path):
     started = []
@@ -294,6 +347,48 @@ def test_one_stall_is_one_strike(store, mount, redis):
     reader.join(timeout=60)
     assert got == [store.sha[rel]]
     assert "unavailable" not in b.log.read_text()
+
+
+@pytest.mark.watchdog(120)
+def test_values_queued_behind_others_are_waited_for(store, mount, redis):
+    """Redis answers a connection's commands in order: a GET written behind a window of
+    values waits for theirs to cross first. Through a link that passes 1 MiB in about 60 ms,
+    twelve GETs written at once (three files, a window of four blocks each) are answered 60 ms
+    apart, the last after about 720 ms. None may be abandoned for the store (shared_timeout
+    100 ms) while the ones before it keep coming: timed from when it was written, the
+    seventh and later passed the 400 ms that the old rule (the server sending bytes: three
+    more timeouts) allowed, and went to the store though Redis held them."""
+    r = redis()
+    a = mount(store.nginx.url, opts(r), name="a")
+    rels = [f"new/n-{i:02d}.bin" for i in (20, 21, 22)]
+    for rel in rels:
+        read_check(a, store, rel)
+    wait_puts(a, 12)
+    link = SlowLink(r.port, 16 << 20)
+    try:
+        b = mount(store.nginx.url, [f"block_size={BS // MIB}M", f"hot_ttl={HOT_TTL}",
+                                    "readahead=4", f"shared={link.url()}",
+                                    f"shared_prefix={PREFIX}", "shared_timeout=100"], name="b")
+        drop_caches()
+        store.nginx.wait_idle()
+        mark = store.nginx.log_mark()
+        got = {}
+        ts = [threading.Thread(target=lambda rel=rel: got.update({rel: lu.sha256_read(
+            b.path(rel))}), daemon=True) for rel in rels]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=60)
+        assert got == {rel: store.sha[rel] for rel in rels}
+        store.nginx.wait_idle()
+        s = lu.stats(b.mnt)
+        fetched = [q for rel in rels for q in range_gets(store, rel, mark)]
+        assert s.v("shared_timeouts_total", "shared") == 0 and not fetched, \
+            (f"{s.v('shared_timeouts_total', 'shared')} GETs abandoned, "
+             f"{len(fetched)} blocks fetched from the store")
+        assert s.v("shared_hits_total", "shared") == 12
+    finally:
+        link.stop()
 
 
 @pytest.mark.watchdog(120)
