@@ -30,12 +30,12 @@
  * its GETs sent blocks the fleet held to the store. And a request behind others on its
  * connection waits one more timeout each time a reply before it came within the last one:
  * Redis answers in order, so its turn is coming (at most as many times as replies were owed
- * before it). A server that misses three requests in a
- * row without sending anything, each sent after the previous one timed out (a hung process:
- * SIGSTOP, a swap storm), is disconnected; one that refuses connections is down; either way
- * requests to it fail at once for RETRY_NS, then a new connection is tried. A reader therefore pays at most
- * timeout_ns for a server that hangs, a few times per RETRY_NS, and nothing for one that is
- * down. Going down and coming back are logged once each.
+ * before it). A server that misses three requests in a row without sending anything, each
+ * sent after the previous one timed out (a hung process: SIGSTOP, a swap storm), is
+ * disconnected; one that refuses connections is down; either way requests to it fail at once
+ * for RETRY_NS, then a new connection is tried. A reader therefore pays at most timeout_ns for
+ * a server that hangs, a few times per RETRY_NS, and nothing for one that is down. Going down
+ * and coming back are logged once each.
  *
  * A GET with the fetch lock (bk_shared_get_lock) is two commands written together, GET and
  * SET NX PX: the GET's value is answered at once; a nil waits for the SET's reply, which says
@@ -166,7 +166,7 @@ struct sconn {
 	redisAsyncContext *ac;   /* NULL: not connected */
 	bool rd, wr;             /* hiredis wants to read / write its socket */
 	unsigned gen;            /* connections made so far: which one ac is */
-	uint64_t replies;        /* replies read on it (all of its connections) */
+	uint64_t replies;        /* replies read, over all its connections (never reset) */
 };
 
 /* One server. I/O thread only, but for name, host, port. */
@@ -525,9 +525,10 @@ static void on_timeout(void *p)
 		/* a reply written before this one was read within the last timeout: Redis answers
 		 * in order, a readahead window's 4 MiB values one after another, and this one's
 		 * turn is coming; Redis has not yet made it wait. Wait one more timeout: there are
-		 * only as many of these as replies were owed before it when it went out (a window
-		 * of 16 GETs behind one connection, three mounts on two cores: the last of them
-		 * passed 4 timeouts while each value took less than one) */
+		 * only as many of these as replies were owed before it when it went out. Timed
+		 * from when it was written instead, the seventh of twelve GETs written together
+		 * passed its timeout and three extensions while each value before it took less
+		 * than one (test_values_queued_behind_others_are_waited_for) */
 		q->replies_seen = c->replies;
 		STAT_ADD(q->s, extended, 1);
 		if (io_defer(q->s->io, q->timeout_ns, on_timeout, q) == 0)

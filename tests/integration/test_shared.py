@@ -172,9 +172,10 @@ class SlowLink:
         self.stopped.set()
         for x in self.socks:
             try:
-                x.close()
+                x.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv on it
             except OSError:
                 pass
+            x.close()
 
 
 @pytest.fixture
@@ -352,23 +353,23 @@ def test_one_stall_is_one_strike(store, mount, redis):
 @pytest.mark.watchdog(120)
 def test_values_queued_behind_others_are_waited_for(store, mount, redis):
     """Redis answers a connection's commands in order: a GET written behind a window of
-    values waits for theirs to cross first. Through a link that passes 1 MiB in about 60 ms,
-    twelve GETs written at once (three files, a window of four blocks each) are answered 60 ms
-    apart, the last after about 720 ms. None may be abandoned for the store (shared_timeout
-    100 ms) while the ones before it keep coming: timed from when it was written, the
-    seventh and later passed the 400 ms that the old rule (the server sending bytes: three
-    more timeouts) allowed, and went to the store though Redis held them."""
+    values waits for theirs to cross first. Through a link that passes 1 MiB in about 125 ms,
+    twelve GETs written at once (three files, a window of four blocks each) are answered
+    125 ms apart, the last after about 1.5 s. None may be abandoned for the store
+    (shared_timeout 200 ms) while the ones before it keep coming: timed from when it was
+    written, the last six or seven passed the 800 ms that the old rule (the server sending
+    bytes: three more timeouts) allowed, and went to the store though Redis held them."""
     r = redis()
     a = mount(store.nginx.url, opts(r), name="a")
     rels = [f"new/n-{i:02d}.bin" for i in (20, 21, 22)]
     for rel in rels:
         read_check(a, store, rel)
     wait_puts(a, 12)
-    link = SlowLink(r.port, 16 << 20)
+    link = SlowLink(r.port, 8 << 20)
     try:
         b = mount(store.nginx.url, [f"block_size={BS // MIB}M", f"hot_ttl={HOT_TTL}",
                                     "readahead=4", f"shared={link.url()}",
-                                    f"shared_prefix={PREFIX}", "shared_timeout=100"], name="b")
+                                    f"shared_prefix={PREFIX}", "shared_timeout=200"], name="b")
         drop_caches()
         store.nginx.wait_idle()
         mark = store.nginx.log_mark()
