@@ -331,6 +331,9 @@ http {{
             proxy_set_header Connection "";
             proxy_buffering off;
             proxy_request_buffering off;
+            proxy_buffer_size 1m;
+            proxy_buffers 4 1m;
+            proxy_busy_buffers_size 2m;
         }}
     }}
 }}
@@ -370,7 +373,9 @@ class Nginx:
             except TimeoutError:
                 pass
             stop_proc(self.proc)
-        raise RuntimeError("nginx did not start: " + (self.dir / "error.log").read_text()[-2000:])
+        logs = [self.dir / n for n in ("error.log", "stderr.log") if (self.dir / n).exists()]
+        raise RuntimeError("nginx did not start: " + "".join(
+            p.read_text(errors="replace")[-2000:] for p in logs))
 
     @property
     def log_path(self):
