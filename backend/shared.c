@@ -42,8 +42,8 @@
  * whose the lock is.
  *
  * Puts are fire and forget. They are formatted here (one copy of the value) and handed to
- * hiredis only while its output buffer is under PUT_FEED (see feed()); the rest wait in the
- * server's queue. Their bytes are counted from submission to Redis's answer, and a
+ * hiredis one at a time, in slices of PUT_SLICE written out as the socket takes them (see
+ * feed()); the rest wait in the server's queue. Their bytes are counted from submission to Redis's answer, and a
  * put that would take more than put_limit in flight is dropped: a slow Redis costs memory up to
  * put_limit, never more. Puts to a server thought down are dropped too.
  *
@@ -74,7 +74,8 @@
 #define RETRY_NS   (1000 * 1000000ULL) /* a server down is tried again after this */
 #define MAX_STRIKES 3                  /* timeouts in a row that disconnect a server */
 #define READ_BURST (8u << 20)          /* bytes read from one connection per poll, at most */
-#define PUT_FEED   (1u << 20)          /* hiredis's output buffer takes a SET below this */
+#define PUT_SLICE  (256u << 10)        /* a SET goes to hiredis's output buffer this at a time */
+#define WRITE_BURST (8u << 20)         /* bytes feed() writes to one connection per call */
 #define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
 #define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
 
@@ -182,6 +183,8 @@ struct srv {
 	unsigned strikes;        /* timeouts in a row, the server silent meanwhile */
 	uint64_t strike_ns;      /* when the last strike was counted */
 	struct req *putq, *putq_tail; /* SETs not yet given to hiredis (see feed) */
+	struct req *feeding;     /* the SET going to hiredis a slice at a time, or NULL */
+	size_t fed;              /* how much of feeding->value hiredis has */
 	uint64_t rx_ns;          /* when one of its connections last had bytes to read */
 };
 
@@ -470,6 +473,13 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		((struct sconn *)ac->data)->replies++;
 		mark_up(q->v);
 	}
+	if (q->v->feeding == q) {
+		/* the connection went with the SET half written (reply NULL), or Redis answered
+		 * before it had all of it: the rest would be read as commands, so close it */
+		q->v->feeding = NULL;
+		if (reply)
+			redisAsyncDisconnect(ac);
+	}
 	if (q->op == OP_GETLOCK) {
 		/* the SET NX's reply, after the GET's nil (or after a value already answered:
 		 * the lock taken on a hit is left to expire) */
@@ -572,24 +582,60 @@ static void on_timeout(void *p)
 static void send_req(struct req *q, redisAsyncContext *ac);
 
 /*
- * Give queued SETs to hiredis while its output buffer is short. hiredis appends a command to
- * one buffer (a realloc that copies all it holds when it grows) and, after each partial
- * write to the socket, moves what is left to the front: with 60 MiB of SETs handed over at
- * once, a profile of one mount reading at full speed showed those copies as 28% of its CPU
- * (bench/shared_single.py --perf). Fed one SET at a time, each value is copied once.
+ * Write queued SETs to the PUT connection, a slice at a time, while its socket takes them.
+ * hiredis appends a command to one output buffer (a realloc that copies all it holds when it
+ * grows) and, after each partial write to the socket, moves what is left to the front: a
+ * 4 MiB SET handed over whole was copied several times over on the I/O thread (a profile of
+ * one mount reading at full speed: memmove 25% and the socket's copy 23% of its samples,
+ * bench/shared_single.py --perf). Here the buffer holds one slice, which a write takes whole,
+ * and the next goes in once it is out: each value is copied into the buffer once. Only one
+ * SET is ever in slices (v->feeding); the others, and the lock DELs, wait for it in putq, so
+ * no command lands inside another.
  */
 static void feed(struct srv *v)
 {
+	struct sconn *c = &v->c[CONN_PUT];
 	redisAsyncContext *ac;
+	size_t burst = 0;
 
-	while (v->putq && (ac = v->c[CONN_PUT].ac) && sdslen(ac->c.obuf) < PUT_FEED) {
-		struct req *q = v->putq;
+	while ((ac = c->ac) && burst < WRITE_BURST) {
+		size_t before;
 
-		v->putq = q->qnext;
-		if (!v->putq)
-			v->putq_tail = NULL;
-		q->qnext = NULL;
-		send_req(q, ac);
+		if (sdslen(ac->c.obuf) < PUT_SLICE && v->feeding) {
+			struct req *q = v->feeding;
+			size_t n = q->value_len - v->fed < PUT_SLICE ? q->value_len - v->fed
+								     : PUT_SLICE;
+			sds ob = sdscatlen(ac->c.obuf, q->value + v->fed, n);
+
+			if (!ob) { /* out of memory: the command cannot be finished */
+				redisAsyncDisconnect(ac);
+				return;
+			}
+			ac->c.obuf = ob;
+			ev_add_write(c);
+			v->fed += n;
+			if (v->fed == q->value_len) {
+				v->feeding = NULL;
+				free(q->value);
+				q->value = NULL;
+			}
+		} else if (sdslen(ac->c.obuf) < PUT_SLICE && v->putq) {
+			struct req *q = v->putq;
+
+			v->putq = q->qnext;
+			if (!v->putq)
+				v->putq_tail = NULL;
+			q->qnext = NULL;
+			send_req(q, ac);
+			continue;
+		}
+		before = sdslen(ac->c.obuf);
+		if (before == 0 || !(ac->c.flags & REDIS_CONNECTED))
+			return; /* nothing to write, or poll says when it can be */
+		redisAsyncHandleWrite(ac);
+		if (c->ac != ac || sdslen(ac->c.obuf) > 0)
+			return; /* the connection went, or the socket is full: poll says when */
+		burst += before;
 	}
 }
 
@@ -609,12 +655,13 @@ static void start(void *p)
 		req_put(q);
 		return;
 	}
-	if (q->op == OP_PUT && (q->v->putq || sdslen(ac->c.obuf) >= PUT_FEED)) {
+	if (q->op == OP_PUT) { /* in turn, after the SETs before it (see feed) */
 		if (q->v->putq_tail)
 			q->v->putq_tail->qnext = q;
 		else
 			q->v->putq = q;
 		q->v->putq_tail = q;
+		feed(q->v);
 		return;
 	}
 	send_req(q, ac);
@@ -635,7 +682,9 @@ static void send_req(struct req *q, redisAsyncContext *ac)
 			return;
 		}
 	}
-	if ((q->op == OP_PUT ? redisAsyncFormattedCommand(ac, on_reply, q, q->value, q->value_len)
+	if ((q->op == OP_PUT ? redisAsyncFormattedCommand(ac, on_reply, q, q->value,
+							   q->value_len < PUT_SLICE ? q->value_len
+										    : PUT_SLICE)
 	     : q->op == OP_GETLOCK ? redisAsyncCommandArgv(ac, on_reply, q, 6, q->argv + q->argc,
 							    q->argvlen + q->argc)
 	     : redisAsyncCommandArgv(ac, on_reply, q, q->argc, q->argv, q->argvlen)) != REDIS_OK) {
@@ -645,6 +694,11 @@ static void send_req(struct req *q, redisAsyncContext *ac)
 		}
 		answer(q, -EIO, NULL);
 		req_put(q);
+		return;
+	}
+	if (q->op == OP_PUT && q->value_len > PUT_SLICE) { /* the rest in slices (feed) */
+		q->v->feeding = q;
+		q->v->fed = PUT_SLICE;
 		return;
 	}
 	if (q->op == OP_PUT) { /* hiredis copied it into its output buffer */
