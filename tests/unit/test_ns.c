@@ -781,14 +781,38 @@ static unsigned rnd(unsigned n)
 	return (unsigned)(r_seed >> 33) % n;
 }
 
+struct r_ino {
+	uint64_t ino;
+	char path[32];
+	unsigned count; /* lookups the model holds */
+	bool is_dir;
+};
+
+/* The kernel got @st for @name in @dir (a lookup, or a readdirplus entry): one more lookup of
+ * that inode, which joins in[] with its path when new. */
+static void r_seen(struct r_ino *in, int *nin, const struct r_ino *dir, const char *name,
+		   const struct stat *st)
+{
+	int k;
+
+	for (k = 0; k < *nin && in[k].ino != st->st_ino; k++)
+		;
+	if (k == *nin) {
+		int w = snprintf(in[k].path, sizeof(in[k].path), "%s%s%s", dir->path,
+				 dir->path[0] ? "/" : "", name);
+
+		assert_true(w > 0 && (size_t)w < sizeof(in[k].path));
+		in[k].ino = st->st_ino;
+		in[k].count = 0;
+		(*nin)++;
+	}
+	in[k].count++;
+	in[k].is_dir = S_ISDIR(st->st_mode);
+}
+
 static void test_random_against_model(void **state)
 {
-	struct {
-		uint64_t ino;
-		char path[32];
-		unsigned count; /* lookups the model holds */
-		bool is_dir;
-	} in[R_INOS];
+	struct r_ino in[R_INOS];
 	struct {
 		uint64_t ino;
 		struct fobj *o;
@@ -834,47 +858,18 @@ static void test_random_against_model(void **state)
 					 (int)(slash ? (size_t)(slash - p) : strlen(p)), p);
 				if (ns_lookup(ns, in[i].ino, name, &st) < 0)
 					continue;
-				int k;
-				for (k = 0; k < nin && in[k].ino != st.st_ino; k++)
-					;
-				if (k == nin) {
-					char path[32];
-
-					snprintf(path, sizeof(path), "%s%s%s", in[i].path,
-						 in[i].path[0] ? "/" : "", name);
-					nin++;
-					in[k].ino = st.st_ino;
-					in[k].count = 0;
-					memcpy(in[k].path, path, sizeof(path));
-				}
-				in[k].count++;
-				in[k].is_dir = S_ISDIR(st.st_mode);
+				r_seen(in, &nin, &in[i], name, &st);
 			} else if (op == 5 && in[i].is_dir && nin + 10 < R_INOS) { /* readdirplus */
 				struct ns_dir *d;
 
 				if (ns_opendir(ns, in[i].ino, &d) < 0)
 					continue;
 				for (size_t j = 0; j < ns_dir_count(d); j++) {
-					int k;
+					bool is_dir;
 
-					if (ns_dir_lookup(ns, d, j, &st) < 0)
-						continue;
-					for (k = 0; k < nin && in[k].ino != st.st_ino; k++)
-						;
-					if (k == nin) {
-						char path[32];
-						bool is_dir;
-
-						snprintf(path, sizeof(path), "%s%s%s", in[i].path,
-							 in[i].path[0] ? "/" : "",
-							 ns_dir_name(d, j, &is_dir));
-						nin++;
-						in[k].ino = st.st_ino;
-						in[k].count = 0;
-						memcpy(in[k].path, path, sizeof(path));
-					}
-					in[k].count++;
-					in[k].is_dir = S_ISDIR(st.st_mode);
+					if (ns_dir_lookup(ns, d, j, &st) == 0)
+						r_seen(in, &nin, &in[i], ns_dir_name(d, j, &is_dir),
+						       &st);
 				}
 				ns_dir_put(d);
 			} else if (op == 6 && i > 0) { /* forget, all or part */
