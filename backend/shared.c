@@ -43,9 +43,10 @@
  *
  * Puts are fire and forget. They are formatted here (one copy of the value) and handed to
  * hiredis one at a time, in slices of PUT_SLICE written out as the socket takes them (see
- * feed()); the rest wait in the server's queue. Their bytes are counted from submission to Redis's answer, and a
- * put that would take more than put_limit in flight is dropped: a slow Redis costs memory up to
- * put_limit, never more. Puts to a server thought down are dropped too.
+ * feed()); the rest wait in the server's queue. Their bytes are counted from submission to
+ * Redis's answer, and a put that would take more than put_limit in flight is dropped: a slow
+ * Redis costs memory up to put_limit, never more. Puts to a server thought down are dropped
+ * too.
  *
  * The ring: BK_CHASH_VNODES points per server, at hashes of "host:port#i"; a key belongs to
  * the first point at or after its own hash. A server added takes the arcs its points cut off,
@@ -220,8 +221,8 @@ struct req {
 	bk_shared_eval_fn eval_done;
 	void *arg;
 	size_t put_len;          /* OP_PUT: bytes counted in st.put_queued */
-	char *value;             /* OP_PUT: the whole SET command, formatted (see bk_shared_put),
-				  * freed once hiredis has copied it */
+	char *value;             /* OP_PUT: the whole command, formatted (see format_cmd), freed
+				  * once hiredis has copied all of it (see feed) */
 	size_t value_len;
 	bool unlock;             /* OP_PUT: a DEL of a fetch lock, not a value */
 	struct req *qnext;       /* OP_PUT: srv's putq */
@@ -445,18 +446,26 @@ static void answer(struct req *q, int err, const redisReply *reply)
 	}
 }
 
+/* A reply callback's first step: a reply (NULL: the connection went) counts for its
+ * connection and says the server is up. @return the errno for a NULL reply. */
+static int replied(redisAsyncContext *ac, struct req *q, const redisReply *reply)
+{
+	if (reply) {
+		((struct sconn *)ac->data)->replies++;
+		mark_up(q->v);
+	}
+	return q->s->stopped ? -ESHUTDOWN : -ECONNRESET;
+}
+
 /* OP_GETLOCK's first reply (the GET): a value is answered now; a nil waits for the lock's. */
 static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv)
 {
 	redisReply *reply = r;
 	struct req *q = priv;
+	int lost = replied(ac, q, reply);
 
-	if (reply) {
-		((struct sconn *)ac->data)->replies++;
-		mark_up(q->v);
-	}
 	if (!reply)
-		answer(q, q->s->stopped ? -ESHUTDOWN : -ECONNRESET, NULL);
+		answer(q, lost, NULL);
 	else if (reply->type == REDIS_REPLY_ERROR)
 		answer(q, -EIO, NULL);
 	else if (reply->type != REDIS_REPLY_NIL)
@@ -468,11 +477,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 {
 	redisReply *reply = r;
 	struct req *q = priv;
+	int lost = replied(ac, q, reply);
 
-	if (reply) {
-		((struct sconn *)ac->data)->replies++;
-		mark_up(q->v);
-	}
 	if (q->v->feeding == q) {
 		/* the connection went with the SET half written (reply NULL), or Redis answered
 		 * before it had all of it: the rest would be read as commands, so close it */
@@ -484,7 +490,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		/* the SET NX's reply, after the GET's nil (or after a value already answered:
 		 * the lock taken on a hit is left to expire) */
 		if (!reply)
-			answer(q, q->s->stopped ? -ESHUTDOWN : -ECONNRESET, NULL);
+			answer(q, lost, NULL);
 		else if (reply->type == REDIS_REPLY_STATUS)
 			answer(q, -ENOENT, NULL);
 		else if (reply->type == REDIS_REPLY_NIL)
@@ -502,7 +508,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 			STAT_ADD(q->s, put_errors, 1);
 		}
 	} else if (!reply) {
-		answer(q, q->s->stopped ? -ESHUTDOWN : -ECONNRESET, NULL);
+		answer(q, lost, NULL);
 	} else if (reply->type == REDIS_REPLY_ERROR) {
 		answer(q, -EIO, NULL);
 	} else {
@@ -516,7 +522,6 @@ static void on_timeout(void *p)
 	struct req *q = p;
 	struct srv *v = q->v;
 	struct sconn *c = &v->c[CONN_GET];
-	redisAsyncContext *ac = c->ac;
 
 	/* the I/O thread may have been busy past several timers (copying blocks, faulting their
 	 * memory in): bytes waiting in a socket say the server is alive, whatever poll_ready
@@ -524,7 +529,7 @@ static void on_timeout(void *p)
 	 * 4 MiB SETs the server is still taking in, and their answers on the SET connection
 	 * are its sign of life (three mounts at full speed on two cores: GETs took 35-50 ms
 	 * p50, 145-205 ms p99, with nothing on the GET connection meanwhile) */
-	for (int i = 0; !q->answered && ac && i < NCONN; i++) {
+	for (int i = 0; !q->answered && c->ac && i < NCONN; i++) {
 		struct pollfd pf = {.fd = v->c[i].ac ? v->c[i].ac->c.fd : -1, .events = POLLIN};
 
 		if (pf.fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN))
@@ -544,7 +549,7 @@ static void on_timeout(void *p)
 		if (io_defer(q->s->io, q->timeout_ns, on_timeout, q) == 0)
 			return; /* the timer keeps its reference */
 	}
-	if (!q->answered && v->c[CONN_GET].ac && !q->s->stopped && q->extends < MAX_EXTENDS &&
+	if (!q->answered && c->ac && !q->s->stopped && q->extends < MAX_EXTENDS &&
 	    v->rx_ns + q->timeout_ns > io_now_ns(q->s->io)) {
 		/* the server sent bytes within the last timeout: it is streaming the replies
 		 * queued before this one (4 MiB values to mounts reading at full speed), not hung.
@@ -567,7 +572,7 @@ static void on_timeout(void *p)
 		 * server down for a second; a hung one still goes down, after three timeouts */
 		if (v->rx_ns < q->sent_ns && q->sent_ns >= v->strike_ns) {
 			v->strike_ns = io_now_ns(q->s->io);
-			if (++v->strikes >= MAX_STRIKES && v->c[CONN_GET].ac) {
+			if (++v->strikes >= MAX_STRIKES && c->ac) {
 				/* a server that stopped answering: drop its queues (the replies
 				 * still owed come back NULL, to requests already answered) and
 				 * pause it */
@@ -760,9 +765,9 @@ int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, v
 	return submit(q);
 }
 
-/* The RESP of a command whose arguments are @argv (@n of them) and then @tail (@tlen bytes,
- * given as @hdr and @data, one argument, when @tlen is not 0), in one malloc'd buffer: the
- * value is copied once here, and once more by hiredis into its output buffer. Formatting with
+/* The RESP of a command whose arguments are @argv (@n of them) and, when @tail, one more made
+ * of @hdr (@hlen bytes) and @data (@dlen), in one malloc'd buffer: the value is copied once
+ * here, and once more by hiredis into its output buffer (see feed). Formatting with
  * redisAsyncCommandArgv copied it three times (our buffer, hiredis's formatted command, its
  * output buffer), all on the I/O thread. @return the buffer and *len, or NULL. */
 static char *format_cmd(const char *const *argv, int n, const void *hdr, size_t hlen,

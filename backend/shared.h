@@ -43,7 +43,7 @@ struct bk_shared_cfg {
 	const char *servers;     /* "host:port[,host:port...]" (a redis:// in front is skipped) */
 	const char *password;    /* AUTH with it, or NULL; copied, wiped at free */
 	uint64_t timeout_ns;     /* a GET not answered by then is abandoned (-ETIMEDOUT), unless
-				  * the server is sending other replies: then up to 4x this */
+				  * the server is sending other replies (see shared.c) */
 	uint64_t put_limit;      /* bytes of SETs queued at once; beyond it puts are dropped */
 };
 
@@ -52,8 +52,8 @@ struct bk_shared_stats {
 	uint64_t found;          /* GETs answered with a value */
 	uint64_t missing;        /* GETs answered nil */
 	uint64_t timeouts;       /* GETs abandoned after timeout_ns */
-	uint64_t extended;       /* timeouts waited past: the server was sending other replies
-				  * (at most 3 a call: see shared.c) */
+	uint64_t extended;       /* timeouts waited past: the server was sending other replies,
+				  * or answering the ones before the call (see shared.c) */
 	uint64_t errors;         /* GETs and scripts failed: server down, refused, error reply */
 	uint64_t bytes_in;       /* value bytes received */
 	uint64_t puts;           /* SETs answered OK */

@@ -2143,8 +2143,6 @@ def build_report(b, seq, multi, iso, rate):
 
     prr = per_run_ratio
 
-    P = b.peers
-
     def col(s, k):
         return seq[s][k] if s in seq else []
 

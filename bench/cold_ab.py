@@ -12,7 +12,6 @@ as a fresh mount on a busy machine does. Prints MB/s per round and the median pe
 Run as root (drop_caches); needs the test suite's nginx (scripts/bootstrap).
 """
 import argparse
-import os
 import subprocess
 import sys
 import tempfile

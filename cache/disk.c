@@ -75,8 +75,9 @@
  *
  * Workload: a read of a block the memory tiers lost does one index lookup and one pread of
  * block_size + 64 bytes (rounded to a page when direct), on a reader thread; each block
- * fetched from the store is written once, in the background. The format is the host's byte order (a cache moved between machines of another
- * order reads as another format and is wiped).
+ * fetched from the store is written once, in the background. The format is the host's byte
+ * order (a cache moved between machines of another order reads as another format and is
+ * wiped).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -666,9 +667,8 @@ static void *writer_main(void *arg)
  * passing through the page cache. Through the page cache it cost a copy into cached pages
  * plus their upkeep (adding, marking, reclaiming: a third of tierfs's time in a profile of a
  * disk-hit read), for a second copy of blocks the memory tiers already hold. @return the fd,
- * or -1 where the
- * file system refuses O_DIRECT (tmpfs: EINVAL), or the name no longer is the file we hold:
- * the buffered fd serves then.
+ * or -1 where the file system refuses O_DIRECT (tmpfs: EINVAL), or the name no longer is the
+ * file we hold: the buffered fd serves then.
  */
 static int open_direct(struct disk *d, uint32_t i, const char *name)
 {

@@ -192,8 +192,8 @@ static void shared_text(struct mount *m, struct text *t)
 	shared_metric(t, "shared_timeouts_total", "counter",
 		      "Redis calls abandoned after shared_timeout.", r.timeouts);
 	shared_metric(t, "shared_timeouts_extended_total", "counter",
-		      "Timeouts a call waited past because the server was sending other replies "
-		      "(up to 3 a call).", r.extended);
+		      "Timeouts a call waited past because the server was sending other replies, "
+		      "or answering the ones written before it.", r.extended);
 	shared_metric(t, "shared_errors_total", "counter",
 		      "Redis calls failed: server down, connection lost, error reply.", r.errors);
 	shared_metric(t, "shared_received_bytes_total", "counter",

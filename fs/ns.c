@@ -61,8 +61,9 @@
  * (stale-while-revalidate: it gets the listing held and a refresh goes out in the background).
  * A refresh that fails leaves the last good listing in place (reported once through cfg.log);
  * only a directory never listed fails its callers. A directory the kernel forgets with no
- * child left leaves its listing behind (struct forgotten, the last FORGOTTEN_MAX of them), and the next node of its
- * path takes it back: a forgotten inode loses neither the last good listing nor a fresh one.
+ * child left leaves its listing behind (struct forgotten, the last FORGOTTEN_MAX of them), and
+ * the next node of its path takes it back: a forgotten inode loses neither the last good
+ * listing nor a fresh one.
  *
  * No caller waits: lookup, open and opendir are ops run in steps (see "operations that may
  * wait for the store"). What ns holds is answered in the caller's thread; what needs the store

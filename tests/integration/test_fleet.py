@@ -26,7 +26,7 @@ import corpus
 import harness
 import lagging_util as lu
 from lagging_util import MIB
-from test_shared import Redis, drop_caches, redis  # noqa: F401 (redis: the fixture)
+from test_shared import drop_caches, redis  # noqa: F401 (redis: the fixture)
 
 HOT_TTL = 3 * 86400
 OLD_AGE = 30 * 86400
@@ -151,7 +151,7 @@ def test_three_mounts_same_blocks_same_instant(store, mount, redis, record_prope
     # Redis full and evicting, as a fleet's runs: an empty one takes in each 4 MiB value at
     # the speed this VM backs new memory, and the mounts' GETs wait behind that
     r = redis().fill()
-    opts = [f"block_size=4M", f"hot_ttl={HOT_TTL}", *sh(r)]
+    opts = ["block_size=4M", f"hot_ttl={HOT_TTL}", *sh(r)]
     ms = [mount(store.nginx.url, opts, name=f"same{i}", foreground=True) for i in range(3)]
     drop_caches()
     store.nginx.wait_idle()

@@ -21,7 +21,6 @@ What is checked here (issue 8, items 5 and 6):
 
 import errno
 import os
-import re
 import shutil
 import subprocess
 import threading
@@ -215,7 +214,7 @@ def test_control_dir_while_store_hangs_from_mount(mount, proxy, store):
 def test_single_flight_listing(mount, proxy, store):
     """20 lookups and opendirs of a directory while its first listing is stalled: one GET of
     its index, and all are answered by it."""
-    m = mount(proxy.url, [f"timeout=30", "retries=0", "metadata_ttl=600"])
+    m = mount(proxy.url, ["timeout=30", "retries=0", "metadata_ttl=600"])
     os.listdir(m.mnt)
     hold = faults.stall_headers()
     rule = proxy.add_rule(lambda r: r.method == "GET" and r.path == "d/", hold)
@@ -367,7 +366,7 @@ def test_100k_keys_one_prefix(mount, tmp_path):
         ["find", m.path("p")], capture_output=True, check=True).stdout.count(b"\n")))
     assert r["find"] == n + 1
     peak = _rss_peak_kib(pid)
-    print(f"100k keys in one prefix (file://): " +
+    print("100k keys in one prefix (file://): " +
           ", ".join(f"{k} {v:.2f} s" for k, v in out.items()) +
           f"; RSS {rss0 / 1024:.1f} MiB at mount, {rss_listed / 1024:.1f} MiB listed, "
           f"{rss_handles / 1024:.1f} MiB with 20 open handles, peak {peak / 1024:.1f} MiB")
