@@ -51,7 +51,8 @@ struct ring;
  * Allocate a ring of @size bytes (rounded down to a whole number of segments) in @nseg
  * segments (at least 4). A segment's blocks count as gone @ttl_ns after the first insert into
  * that segment (0 = never). @max_block is the largest block ever inserted; a segment must hold
- * at least two of them, the second at a 64-byte boundary (ring_geometry).
+ * at least two of them, the second where it would go (ring_geometry: a block of a page or
+ * more starts at a page boundary, a smaller one at a 64-byte boundary).
  * @return 0 and *ret; -EINVAL when a segment cannot hold two blocks (or nseg < 4, max_block
  * 0); -EFBIG when segments are too large for the index; -ENOMEM.
  */

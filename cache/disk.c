@@ -12,13 +12,13 @@
  *   cache_dir/seg-0000.tfs ...   one per segment, nseg of them
  *
  *   segment file (seg_size bytes at most; grows as records are appended, not preallocated)
- *   +----------------+--------+-------------+--------+-----------+------ ... -------+
- *   | header (4 KiB) | rec hdr| data (len)  |  pad   | rec hdr   | data  ...        |
- *   +----------------+--------+-------------+--------+-----------+------ ... -------+
+ *   +----------------+-----------------+-------------+------+-----------------+--- ... --+
+ *   | header (4 KiB) | rec hdr (4 KiB) | data (len)  | pad  | rec hdr (4 KiB) | data ... |
+ *   +----------------+-----------------+-------------+------+-----------------+--- ... --+
  *    magic "TIERFSD\0", format version, block_size, seg_size, nseg, segment index, gen, CRC
- *                     rec hdr (64 bytes): magic, len, gen, key (oid hi, lo, blk),
- *                     CRC-32C of key + data, CRC-32C of the header; records start at 4 KiB
- *                     boundaries
+ *                     rec hdr (64 bytes, then zeros to its page): magic, len, gen, key
+ *                     (oid hi, lo, blk), CRC-32C of key + data, CRC-32C of the header;
+ *                     records and their data start at 4 KiB boundaries
  *
  * Generations. Every rotation gives the segment it reuses a new generation, one more than any
  * segment has: the segment with the highest generation is the current one, and ring order
@@ -66,15 +66,17 @@
  * life of the tier, with one log line; reads go on from what is there. A read error drops the
  * record and is served as a miss.
  *
- * Reads bypass the page cache where the file system allows (O_DIRECT; not tmpfs): each reader
- * thread reads whole records (page aligned, padded to a page) into its own aligned buffer of
- * block_size + 4 KiB and copies the data out. The memory tiers are the cache of what is read
- * again; the page cache would only hold a second copy and cost its upkeep on every hit.
- * Writes stay buffered (the writer is off the reader's path; its pages are left clean and
- * reclaimable).
+ * Reads bypass the page cache where the file system allows (O_DIRECT): a record's data
+ * starts at a page boundary, and so does every block of a page or more in a memory ring, so
+ * one direct read puts the data's whole pages straight into the ring; only the header's page
+ * and a last partial page land in the reader thread's own aligned buffer (block_size +
+ * 4 KiB, which takes the whole record when the destination is not page aligned). The memory
+ * tiers are the cache of what is read again; the page cache would only hold a second copy
+ * and cost its upkeep on every hit. Writes stay buffered (the writer is off the reader's
+ * path; its pages are left clean and reclaimable).
  *
- * Workload: a read of a block the memory tiers lost does one index lookup and one pread of
- * block_size + 64 bytes (rounded to a page when direct), on a reader thread; each block
+ * Workload: a read of a block the memory tiers lost does one index lookup and one read of
+ * 4 KiB + block_size (rounded to a page when direct), on a reader thread; each block
  * fetched from the store is written once, in the background. The format is the host's byte
  * order (a cache moved between machines of another order reads as another format and is
  * wiped).
@@ -96,9 +98,10 @@
 #include "crc32c.h"
 #include "disk.h"
 
-#define DISK_VERSION 1
+#define DISK_VERSION 2  /* 2: a record's data starts a page after its header */
 #define SEG_HDR_SIZE 4096u  /* the header's page; records start after it */
 #define REC_ALIGN 4096u     /* records start at page boundaries */
+#define REC_DATA 4096u      /* and their data one page after (so it can be read O_DIRECT) */
 #define DIO_ALIGN 4096u     /* direct reads: buffer alignment (any device's logical block) */
 #define REC_MAGIC 0x42524654u /* "TFRB" */
 #define MIN_SEG 4
@@ -120,7 +123,7 @@ struct seg_hdr {
 	uint32_t hcrc;       /* CRC-32C of the bytes before it */
 };
 
-/* Record header, at a REC_ALIGN boundary, followed by len bytes of data. */
+/* Record header, at a REC_ALIGN boundary; its data, len bytes, starts REC_DATA after it. */
 struct rec_hdr {
 	uint32_t magic;      /* REC_MAGIC */
 	uint32_t len;        /* data bytes, 1..block_size */
@@ -229,7 +232,7 @@ static uint64_t mono_ms(void)
 
 static uint64_t rec_size(uint32_t len)
 {
-	return ((uint64_t)sizeof(struct rec_hdr) + len + REC_ALIGN - 1) / REC_ALIGN * REC_ALIGN;
+	return REC_DATA + ((uint64_t)len + REC_ALIGN - 1) / REC_ALIGN * REC_ALIGN;
 }
 
 /* The geometry of a tier of @size bytes: @return 0 and the segments, or -EINVAL. */
@@ -429,7 +432,7 @@ static void scan_records(struct disk *d, uint32_t i, uint64_t gen)
 		if (h.magic != REC_MAGIC || h.hcrc != hdr_crc(&h, offsetof(struct rec_hdr, hcrc)) ||
 		    h.gen != gen || !h.len || h.len > d->cfg.block_size ||
 		    off + rec_size(h.len) > d->seg_size ||
-		    off + sizeof(h) + h.len > fsize)
+		    off + REC_DATA + h.len > fsize)
 			break;
 		seg_insert(d, s, (struct cache_key){{h.hi, h.lo}, h.blk}, off, h.len);
 		d->st.recovered_blocks++;
@@ -605,10 +608,11 @@ static void write_item(struct disk *d, struct witem *it)
 			    .lo = it->key.oid.lo,
 			    .blk = it->key.blk,
 			    .crc = crc};
-	struct iovec iov[2] = {{&h, sizeof(h)}, {it->data, it->len}};
+	static const unsigned char zeros[REC_DATA - sizeof(struct rec_hdr)];
+	struct iovec iov[3] = {{&h, sizeof(h)}, {(void *)zeros, sizeof(zeros)}, {it->data, it->len}};
 
 	h.hcrc = hdr_crc(&h, offsetof(struct rec_hdr, hcrc));
-	r = pwrite_all(s->fd, iov, 2, (off_t)off, sizeof(h) + it->len);
+	r = pwrite_all(s->fd, iov, 3, (off_t)off, REC_DATA + it->len);
 	if (r < 0) {
 		write_failed(d, "writing a block", -r);
 		return;
@@ -806,35 +810,50 @@ void disk_close(struct disk *d)
 }
 
 /*
- * Read the record of @key at @off of segment @si into @h and @dst. With a @bounce buffer (a
- * reader thread's: DIO_ALIGN aligned, rec_size(block_size) bytes) and an O_DIRECT fd, the
- * whole record (it starts at a REC_ALIGN boundary and is padded to one) comes into the bounce
- * in one direct read, and its data is copied out; else one buffered preadv. @return bytes of
- * header and data read, or -1 with errno.
+ * Read the record of @key at @off of segment @si: its header into @h, its data into @dst.
+ * With a @bounce buffer (a reader thread's: DIO_ALIGN aligned, rec_size(block_size) bytes)
+ * and an O_DIRECT fd, one direct read: when @dst is page aligned (the ring puts every block
+ * of a page or more at a page boundary), the data's whole pages go straight into @dst and
+ * only the header's page and the data's last partial page into the bounce; otherwise the
+ * whole record (page aligned and padded to a page) into the bounce, its data copied out.
+ * Without, two buffered preads. @return sizeof(*h) + len when both were read whole, a
+ * smaller count when the file ended first, or -1 with errno.
  */
 static ssize_t read_record(struct disk *d, uint32_t si, uint64_t off, struct rec_hdr *h,
 			   void *dst, uint32_t len, unsigned char *bounce, bool *ret_direct)
 {
 	int dfd = d->seg[si].dfd;
-	ssize_t n;
+	uint32_t body = len & ~(DIO_ALIGN - 1), tail = len - body;
+	ssize_t n, whole = (ssize_t)(REC_DATA + len);
 
 	*ret_direct = false;
 	if (bounce && dfd >= 0) {
-		n = pread(dfd, bounce, rec_size(len), (off_t)off);
+		bool straight = body && (uintptr_t)dst % DIO_ALIGN == 0;
+		struct iovec iov[3] = {{bounce, REC_DATA}, {dst, body}, {bounce + REC_DATA, DIO_ALIGN}};
+
+		if (straight)
+			n = preadv(dfd, iov, tail ? 3 : 2, (off_t)off);
+		else
+			n = pread(dfd, bounce, rec_size(len), (off_t)off);
 		if (n >= 0 || errno != EINVAL) { /* EINVAL: not for O_DIRECT after all */
 			*ret_direct = true;
-			if (n >= (ssize_t)sizeof(*h)) {
-				memcpy(h, bounce, sizeof(*h));
-				if ((size_t)n > sizeof(*h) + len)
-					n = (ssize_t)(sizeof(*h) + len); /* the padding */
-				memcpy(dst, bounce + sizeof(*h), (size_t)n - sizeof(*h));
-			}
-			return n;
+			if (n < whole) /* a read past the end of the file stops there */
+				return n < 0 ? n : 0;
+			memcpy(h, bounce, sizeof(*h));
+			if (!straight)
+				memcpy(dst, bounce + REC_DATA, len);
+			else if (tail)
+				memcpy((unsigned char *)dst + body, bounce + REC_DATA, tail);
+			return (ssize_t)(sizeof(*h) + len);
 		}
 	}
-	struct iovec iov[2] = {{h, sizeof(*h)}, {dst, len}};
-
-	return preadv(d->seg[si].fd, iov, 2, (off_t)off);
+	n = pread(d->seg[si].fd, h, sizeof(*h), (off_t)off);
+	if (n != (ssize_t)sizeof(*h))
+		return n < 0 ? n : 0;
+	n = pread(d->seg[si].fd, dst, len, (off_t)(off + REC_DATA));
+	if (n != (ssize_t)len)
+		return n < 0 ? n : 0;
+	return (ssize_t)(sizeof(*h) + len);
 }
 
 /* disk_get, with a reader thread's @bounce buffer for direct reads (NULL: buffered). */

@@ -8,14 +8,16 @@
  * allocation and no LRU list. Nothing is allocated after ring_new(), which refuses (-EINVAL) a
  * size that cannot make segments of two blocks each: the tiers' geometry rule lives here.
  *
- *   arena (mmap, page aligned, nseg * seg_size bytes; seg_size is a multiple of 64)
+ *   arena (mmap, page aligned, nseg * seg_size bytes; seg_size is a multiple of 64, and of
+ *   4096 when blocks can be that large)
  *   +---------------------+---------------------+---------------------+---------------------+
  *   | seg 0               | seg 1               | seg 2  (current)    | seg 3               |
  *   | [blk][blk][blk]...  | [blk][blk]...       | [blk][blk]  ^cursor |  (oldest, next to   |
  *   |                     |                     |                     |   be reused)        |
  *   +---------------------+---------------------+---------------------+---------------------+
- *     blocks start at 64-byte aligned offsets; the gap after a block up to the next multiple
- *     of 64 is padding.
+ *     a block of 4 KiB or more starts at a page boundary, a smaller one at a 64-byte
+ *     boundary; the gap before a block is padding. Page-aligned blocks can be the target of
+ *     a direct read (the disk tier reads O_DIRECT straight into them).
  *
  *   per segment: struct seg { cursor, t0, nentries, pins, gen, table }
  *   table: open addressing, linear probing, tsize = next pow2 >= 2 * max_entries slots
@@ -93,7 +95,7 @@ struct slot {
 
 /* One segment of the ring. Every field guarded by ring.lock. */
 struct seg {
-	uint64_t cursor; /* next free byte offset, a multiple of 64 */
+	uint64_t cursor; /* end of the last block, where place() puts the next one */
 	uint64_t t0;	 /* time of the first insert since it became current (valid if nentries) */
 	uint32_t nentries;  /* live slots of any state; at most ring.max_entries */
 	uint32_t pins;	    /* outstanding refs into this segment; > 0 forbids reuse */
@@ -105,7 +107,7 @@ struct ring {
 	pthread_mutex_t lock;  /* guards everything below that is not marked constant */
 	unsigned char *arena;  /* nseg * seg_size bytes, mmap'ed; constant */
 	uint64_t arena_size;   /* mapped length; constant */
-	uint64_t seg_size;     /* bytes per segment, a multiple of 64; constant */
+	uint64_t seg_size;     /* bytes per segment, a multiple of seg_align(); constant */
 	uint64_t ttl_ns;       /* blocks gone this long after their segment's t0; 0 = never */
 	uint32_t nseg;	       /* number of segments, >= 4; constant */
 	uint32_t max_block;    /* largest block accepted; constant */
@@ -135,9 +137,22 @@ static uint64_t key_hash(struct cache_key k)
 	return mix64(k.oid.lo ^ mix64(k.oid.hi ^ mix64(k.blk + 0x9e3779b97f4a7c15ULL)));
 }
 
-static uint64_t align64(uint64_t x)
+#define RING_PAGE 4096u
+
+/* Where a block of @len bytes goes in a segment whose last block ends at @cursor: a block
+ * of a page or more at a page boundary, a smaller one at a 64-byte boundary. */
+static uint64_t place(uint64_t cursor, uint32_t len)
 {
-	return (x + 63) & ~(uint64_t)63;
+	uint64_t a = len >= RING_PAGE ? RING_PAGE : 64;
+
+	return (cursor + a - 1) & ~(a - 1);
+}
+
+/* What seg_size is a multiple of, so that every segment starts where place() may put a
+ * block (the arena is page aligned). */
+static uint64_t seg_align(uint32_t max_block)
+{
+	return max_block >= RING_PAGE ? RING_PAGE : 64;
 }
 
 static bool seg_expired(const struct ring *r, const struct seg *s, uint64_t now_ns)
@@ -229,9 +244,9 @@ static int geometry(uint64_t size, uint32_t nseg, uint32_t max_block, uint64_t *
 
 	if (nseg < 4 || max_block == 0)
 		return -EINVAL;
-	seg_size = (size / nseg) & ~(uint64_t)63;
-	/* two max_block blocks, the second at the next 64-byte boundary */
-	if (seg_size < align64(max_block) + max_block)
+	seg_size = (size / nseg) & ~(seg_align(max_block) - 1);
+	/* two max_block blocks, the second where place() puts it */
+	if (seg_size < place(max_block, max_block) + max_block)
 		return -EINVAL;
 	/* offsets are stored divided by 64 in 32 bits: segments up to 256 GiB */
 	if (seg_size / 64 > UINT32_MAX)
@@ -350,7 +365,7 @@ int ring_reserve(struct ring *r, struct cache_key key, uint32_t len, uint64_t no
 
 	pthread_mutex_lock(&r->lock);
 	s = &r->segs[r->cur];
-	off = s->cursor;
+	off = place(s->cursor, len);
 	/* an empty segment always takes one block: seg_size >= 2 * max_block */
 	if (s->nentries > 0 && (s->nentries >= r->max_entries || off + len > r->seg_size ||
 				seg_expired(r, s, now_ns))) {
@@ -382,7 +397,7 @@ int ring_reserve(struct ring *r, struct cache_key key, uint32_t len, uint64_t no
 	    .state = SLOT_RESERVED,
 	};
 	s->nentries++;
-	s->cursor = align64(off + len);
+	s->cursor = off + len;
 	s->pins++;
 	fill_ref(r, r->cur, i, ret_ref);
 	pthread_mutex_unlock(&r->lock);

@@ -32,6 +32,8 @@ B = 64 << 10
 NBLK = 32
 SIZE = NBLK * B - 1000  # a short last block
 REL = "log/seg-0001.bin"
+SEG_HDR = 4096   # the disk tier's format: a segment's header page,
+REC_DATA = 4096  # and a record's data a page after the record's header
 
 
 def pattern(size, tag=b"disk"):
@@ -170,13 +172,13 @@ def test_flipped_byte_caught_and_refetched(mount, store, tmp_path):
     wait_written(m.mnt, NBLK)
     assert m.unmount() is None
 
-    # the first record's data: after the 4 KiB segment header and the 64-byte record header
+    # the first record's data: after the 4 KiB segment header and the record header's page
     segs = sorted(p for p in cache.glob("seg-*.tfs") if p.stat().st_size > 4096)
     assert segs, "no segment file holds a record"
     with open(segs[0], "r+b") as f:
-        f.seek(4096 + 64 + 1000)
+        f.seek(SEG_HDR + REC_DATA + 1000)
         c = f.read(1)
-        f.seek(4096 + 64 + 1000)
+        f.seek(SEG_HDR + REC_DATA + 1000)
         f.write(bytes([c[0] ^ 0x01]))
 
     drop_caches()
@@ -306,11 +308,10 @@ def test_replay_and_the_tail_on_disk(mount, tmp_path, nginx_factory, disk_laggin
 # ---- flipped while mounted, another format, EIO ---------------------------------------------
 
 REC_MAGIC = 0x42524654
-SEG_HDR = 4096
 
 
 def rec_size(n):
-    return (64 + n + 4095) // 4096 * 4096
+    return REC_DATA + (n + 4095) // 4096 * 4096
 
 
 def find_record(cache, blk):
@@ -364,7 +365,7 @@ def test_flipped_byte_while_mounted_caught_and_refetched(mount, store, tmp_path)
     harness.wait_until(evicted, 20, "block 0 to leave the memory tiers")
     found = find_record(cache, 0)
     assert found, "no record of block 0"
-    flip_byte(found[0], found[1] + 64 + 777)
+    flip_byte(found[0], found[1] + REC_DATA + 777)
 
     drop_caches()  # the kernel's copy of the file, so the read reaches tierfs
     mark = store.log_mark()

@@ -175,9 +175,11 @@ static int seg_fd(unsigned idx)
 	return fd;
 }
 
-/* Records start at 4 KiB after a 4 KiB header: a 64 KiB block takes 68 KiB. */
+/* Records start at 4 KiB after a 4 KiB header, their data a page after that: a 64 KiB block
+ * takes 68 KiB. */
 #define REC0 4096
 #define REC1 (4096 + 69632)
+#define DATA 4096
 
 static void torn_write_dropped(void **state)
 {
@@ -191,7 +193,7 @@ static void torn_write_dropped(void **state)
 	disk_flush(d);
 	disk_close(d);
 	fd = seg_fd(0);
-	assert_int_equal(ftruncate(fd, REC1 + 64 + BS / 2), 0); /* half of block 1's data */
+	assert_int_equal(ftruncate(fd, REC1 + DATA + BS / 2), 0); /* half of block 1's data */
 	close(fd);
 
 	d = open_sized(1u << 20, BS);
@@ -230,7 +232,7 @@ static void flipped_byte_caught(void **state)
 	put_block(d, 1, BS);
 	disk_flush(d);
 	disk_close(d);
-	flip(0, REC0 + 64 + 12345); /* in block 0's data, while closed */
+	flip(0, REC0 + DATA + 12345); /* in block 0's data, while closed */
 
 	d = open_sized(1u << 20, BS);
 	disk_get_stats(d, &st);
@@ -240,9 +242,9 @@ static void flipped_byte_caught(void **state)
 	assert_int_equal(disk_get(d, key(0), buf, BS), -ENOENT);
 	expect_block(d, 1, BS);
 
-	flip(0, REC1 + 64 + BS - 1); /* block 1's last byte, while open */
+	flip(0, REC1 + DATA + BS - 1); /* block 1's last byte, while open */
 	assert_int_equal(disk_get(d, key(1), buf, BS), -EBADMSG);
-	flip(0, REC1 + 64 + BS - 1);
+	flip(0, REC1 + DATA + BS - 1);
 	assert_int_equal(disk_get(d, key(1), buf, BS), -ENOENT);
 
 	/* a refetched block is written again and served */
@@ -314,7 +316,7 @@ static void async_reads(void **state)
 	disk_flush(d);
 	assert_int_equal(disk_get_async(d, key(99), got[0], BS, a_done, (void *)0), -ENOENT);
 	assert_int_equal(disk_get_async(d, key(1), got[0], 1000, a_done, (void *)0), -ENOENT);
-	flip(0, REC1 + 64 + 7); /* block 1's data */
+	flip(0, REC1 + DATA + 7); /* block 1's data */
 	for (intptr_t b = 0; b < 12; b++)
 		assert_int_equal(disk_get_async(d, key((uint64_t)b), got[b], BS, a_done, (void *)b),
 				 0);
@@ -353,37 +355,47 @@ static bool dir_takes_direct(void)
 	return true;
 }
 
-/* The reader threads read past the page cache (O_DIRECT, into an aligned buffer) where the
- * file system allows it: records of odd lengths, the last one ending the file unpadded, come
- * back whole, and a flipped byte is still caught. */
+/* The reader threads read past the page cache (O_DIRECT) where the file system allows it:
+ * records of odd lengths, the last one ending the file unpadded, come back whole, into page
+ * aligned buffers (whole pages straight from the disk, the rest through the thread's own
+ * buffer) and into one that is not; not a byte past a block's length is written; a flipped
+ * byte is still caught. */
 static void direct_reads(void **state)
 {
-	static const uint32_t lens[] = {1, 1000, 4096, 4097, BS - 1, BS, 777};
-	enum { N = sizeof(lens) / sizeof(lens[0]) };
+	static const uint32_t lens[] = {1, 1000, 4096, 4097, BS - 1, BS, 777, 8193};
+	enum { N = sizeof(lens) / sizeof(lens[0]), ROW = BS + 4096 };
 	struct disk *d = open_sized(4u << 20, BS);
-	static unsigned char want[BS], got[N][BS];
+	/* rows of whole pages: got[b] is page aligned; got[N] + 64 is not */
+	static _Alignas(4096) unsigned char got[N + 1][ROW];
+	static unsigned char want[BS];
 	struct disk_stats st;
 
 	a_reset();
+	memset(got, 0xee, sizeof(got));
 	for (uint64_t b = 0; b < N; b++)
 		put_block(d, b, lens[b]);
 	disk_flush(d);
-	flip(0, REC0 + 64 + 0); /* block 0's only byte */
+	flip(0, REC0 + DATA + 0); /* block 0's only byte */
 	for (intptr_t b = 0; b < N; b++)
 		assert_int_equal(disk_get_async(d, key((uint64_t)b), got[b], lens[b], a_done,
 						(void *)b), 0);
-	a_wait(N);
+	assert_int_equal(disk_get_async(d, key(5), got[N] + 64, BS, a_done, (void *)N), 0);
+	a_wait(N + 1);
 	assert_int_equal(A.err[0], -EBADMSG);
-	for (uint64_t b = 1; b < N; b++) {
+	for (uint64_t b = 1; b <= N; b++) {
+		uint32_t len = b < N ? lens[b] : BS, at = b < N ? 0 : 64;
+
 		assert_int_equal(A.err[b], 0);
-		fill(want, lens[b], b);
-		assert_memory_equal(got[b], want, lens[b]);
+		fill(want, len, b < N ? b : 5);
+		assert_memory_equal(got[b] + at, want, len);
+		for (uint32_t i = at + len; i < ROW; i++)
+			assert_int_equal(got[b][i], 0xee);
 	}
 	disk_get_stats(d, &st);
-	assert_int_equal(st.hits, N - 1);
+	assert_int_equal(st.hits, N);
 	assert_int_equal(st.crc_failures, 1);
 	if (dir_takes_direct())
-		assert_int_equal(st.direct_reads, N - 1);
+		assert_int_equal(st.direct_reads, N);
 	else
 		print_message("# %s: no O_DIRECT here, the reads were buffered\n", dir);
 	disk_close(d);

@@ -26,6 +26,11 @@
 #include "cache_i.h"
 
 #define ALIGN64(x) (((uint64_t)(x) + 63) & ~(uint64_t)63)
+#define ALIGN4K(x) (((uint64_t)(x) + 4095) & ~(uint64_t)4095)
+/* where the ring puts a block of @len after @c: a page or more at a page boundary */
+#define PLACE(c, len) ((len) >= 4096 ? ALIGN4K(c) : ALIGN64(c))
+/* what a segment's size is a multiple of, with blocks up to @mb bytes */
+#define SEG_ALIGN(mb) ((mb) >= 4096 ? (uint64_t)4096 : (uint64_t)64)
 #define KEY(o, b)  ((struct cache_key){.oid = {.lo = (o)}, .blk = (b)})
 
 static uint64_t mix(uint64_t z)
@@ -229,7 +234,7 @@ static void test_roundtrip(void **state)
 	ring_commit(r, &a);
 	ring_unpin(r, &a);
 
-	/* blocks follow each other at 64-byte aligned offsets */
+	/* small blocks follow each other at 64-byte aligned offsets */
 	assert_int_equal(ring_reserve(r, KEY(10, 1), 100, 100, &b), 0);
 	assert_ptr_equal(b.data, (char *)a.data + 4096);
 	memset(b.data, 0xb1, 100);
@@ -240,6 +245,10 @@ static void test_roundtrip(void **state)
 	memset(c.data, 0xc1, 1);
 	ring_commit(r, &c);
 	ring_unpin(r, &c);
+	/* a block of a page or more starts at the next page: a direct read can fill it */
+	assert_int_equal(ring_reserve(r, KEY(12, 0), 4096, 100, &ref), 0);
+	assert_ptr_equal(ref.data, (char *)a.data + 8192);
+	ring_abort(r, &ref);
 
 	assert_int_equal(ring_lookup(r, KEY(10, 0), 200, &ref), 0);
 	assert_ptr_equal(ref.data, a.data);
@@ -616,37 +625,34 @@ static void test_geometries(void **state)
 	(void)state;
 	for (size_t gi = 0; gi < sizeof(g) / sizeof(g[0]); gi++) {
 		struct ring *r = ring_make(g[gi].size, g[gi].nseg, g[gi].max_block, 0);
-		uint64_t seg_size = (g[gi].size / g[gi].nseg) & ~(uint64_t)63;
+		uint64_t seg_size = (g[gi].size / g[gi].nseg) & ~(SEG_ALIGN(g[gi].max_block) - 1);
 		uint64_t total = 0, n, cursor = 0;
-		uint32_t seg = 0, prev_len = 0, ents = 0;
-		unsigned char *prev = NULL, *base = NULL;
+		uint32_t seg = 0, ents = 0;
+		unsigned char *base = NULL;
 		struct ring_ref ref;
 
 		assert_non_null(r);
 		assert_int_equal(ring_seg_size(r), seg_size);
 		for (n = 0; total < 5 * seg_size * g[gi].nseg; n++) {
 			uint32_t len = 1 + (uint32_t)((n * 2654435761u) % g[gi].max_block);
+			uint64_t off = PLACE(cursor, len);
 
 			assert_int_equal(put(r, KEY(gi, n), len, 0, n, &ref), 0);
 			if (!base)
 				base = ref.data;
-			assert_int_equal((uintptr_t)ref.data % 64, 0);
-			if (n > 0 && ref.seg == seg) {
-				assert_ptr_equal(ref.data, prev + ALIGN64(prev_len));
-			} else if (n > 0) {
+			assert_int_equal((uintptr_t)ref.data % (len >= 4096 ? 4096 : 64), 0);
+			if (n > 0 && ref.seg != seg) {
 				assert_int_equal(ref.seg, (seg + 1) % g[gi].nseg);
 				/* rotated because the bytes or the 64 entries ran out */
-				assert_true(cursor + len > seg_size || ents == 64);
-				assert_ptr_equal(ref.data, base + ref.seg * seg_size);
-				cursor = 0;
+				assert_true(off + len > seg_size || ents == 64);
+				off = 0;
 				ents = 0;
 			}
-			cursor = ALIGN64(cursor + len);
+			assert_ptr_equal(ref.data, base + ref.seg * seg_size + off);
+			cursor = off + len;
 			ents++;
 			assert_true(cursor <= seg_size);
 			seg = ref.seg;
-			prev = ref.data;
-			prev_len = len;
 			total += len;
 		}
 		/* every block still visible holds its own bytes; the newest ones are visible */
@@ -703,7 +709,7 @@ static int model_reserve(struct model *m, struct cache_key k, uint32_t len, uint
 			 uint64_t seed, uint32_t *ret_seg, uint32_t *ret_idx)
 {
 	struct mseg *s = &m->segs[m->cur];
-	uint64_t off = ALIGN64(s->cursor);
+	uint64_t off = PLACE(s->cursor, len);
 
 	if (s->n > 0 &&
 	    (s->n == m->max_entries || off + len > m->seg_size || !mseg_visible(m, s, now))) {
@@ -925,7 +931,7 @@ static void sim_reserve(struct sim *sim, uint32_t nkeys)
 	SIM_CHECK(sim, ref.len == len);
 	SIM_CHECK(sim, (unsigned char *)ref.data ==
 			   sim->base + ms * sim->m.seg_size + sim->m.segs[ms].recs[mi].off);
-	SIM_CHECK(sim, sim->m.segs[ms].recs[mi].off % 64 == 0);
+	SIM_CHECK(sim, sim->m.segs[ms].recs[mi].off % (len >= 4096 ? 4096 : 64) == 0);
 	SIM_CHECK(sim, sim->m.segs[ms].recs[mi].off + len <= sim->m.seg_size);
 	pat_fill(ref.data, len, seed);
 	sim->pend[sim->npend++] = (struct pending){.ref = ref, .mseg = ms, .midx = mi};
@@ -1066,7 +1072,7 @@ static void run_model(uint64_t seed, unsigned cfg, uint64_t size, uint32_t nseg,
 	m = &sim->m;
 	m->nseg = nseg;
 	m->max_block = max_block;
-	m->seg_size = (size / nseg) & ~(uint64_t)63;
+	m->seg_size = (size / nseg) & ~(SEG_ALIGN(max_block) - 1);
 	m->max_entries = m->seg_size / 65536 > 64 ? (uint32_t)(m->seg_size / 65536) : 64;
 	m->ttl = ttl;
 	assert_int_equal(ring_seg_size(sim->r), m->seg_size);
