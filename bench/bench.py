@@ -2489,7 +2489,7 @@ def disk_report(b, cols):
             targets.append(("disk hit / local file, O_DIRECT (MB/s)", r, 0.8, "min"))
     rec = res.get("recovery")
     if rec:
-        a, scan = median(rec["answer_s"]), median(rec["scan_ms"])
+        a = median(rec["answer_s"])
         gib = rec["size"] / GiB
         rows.append((
             f"recovery at mount: a cache_dir of {gib:.0f} GiB "
