@@ -19,7 +19,6 @@ from sending a GET to having its whole reply:
 import argparse
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
