@@ -285,7 +285,12 @@ int fs_main(struct fs_opts *o)
 		fuse_loop_cfg_set_max_threads(lc, 16);
 		r = fuse_session_loop_mt(m.se, lc);
 	}
-	status = r < 0 ? 1 : 0;
+	/* -ECONNABORTED: a worker took a request off the device while the unmount was tearing
+	 * the connection down (the kernel disconnects the processing queue first, and a read
+	 * that dequeued a request then fails with it; seen after a lazy unmount, when closing
+	 * the last file queues a RELEASE as the superblock goes). libfuse reports it as a read
+	 * error, but the mount ended as it does with -ENODEV. */
+	status = r < 0 && r != -ECONNABORTED ? 1 : 0;
 out:
 	/* answer everything still waiting before the cache goes, and before the device closes:
 	 * the answers and the helpers' notifications write to it */
