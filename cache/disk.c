@@ -816,7 +816,7 @@ void disk_close(struct disk *d)
  * of a page or more at a page boundary), the data's whole pages go straight into @dst and
  * only the header's page and the data's last partial page into the bounce; otherwise the
  * whole record (page aligned and padded to a page) into the bounce, its data copied out.
- * Without, two buffered preads. @return sizeof(*h) + len when both were read whole, a
+ * Without, one buffered preadv. @return sizeof(*h) + len when both were read whole, a
  * smaller count when the file ended first, or -1 with errno.
  */
 static ssize_t read_record(struct disk *d, uint32_t si, uint64_t off, struct rec_hdr *h,
@@ -847,11 +847,11 @@ static ssize_t read_record(struct disk *d, uint32_t si, uint64_t off, struct rec
 			return (ssize_t)(sizeof(*h) + len);
 		}
 	}
-	n = pread(d->seg[si].fd, h, sizeof(*h), (off_t)off);
-	if (n != (ssize_t)sizeof(*h))
-		return n < 0 ? n : 0;
-	n = pread(d->seg[si].fd, dst, len, (off_t)(off + REC_DATA));
-	if (n != (ssize_t)len)
+	unsigned char pad[REC_DATA - sizeof(*h)]; /* the rest of the header's page */
+	struct iovec iov[3] = {{h, sizeof(*h)}, {pad, sizeof(pad)}, {dst, len}};
+
+	n = preadv(d->seg[si].fd, iov, 3, (off_t)off);
+	if (n < whole)
 		return n < 0 ? n : 0;
 	return (ssize_t)(sizeof(*h) + len);
 }
