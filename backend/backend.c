@@ -128,6 +128,18 @@ int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), v
 	return io_defer(b->io, delay_ns, cb, arg);
 }
 
+void backend_plug(struct backend *b)
+{
+	if (b->io && strcmp(b->scheme, "file") != 0)
+		io_plug(b->io);
+}
+
+void backend_unplug(struct backend *b)
+{
+	if (b->io && strcmp(b->scheme, "file") != 0)
+		io_unplug(b->io);
+}
+
 void backend_get_stats(struct backend *b, struct bk_stats *ret)
 {
 	memset(ret, 0, sizeof(*ret));

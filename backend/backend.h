@@ -116,7 +116,13 @@ struct bk_stats {
 	uint64_t queued;     /* reads waiting for a connection slot */
 	uint64_t slowdowns;  /* 503 SlowDown / 429 answers received */
 	uint64_t window;     /* transfers allowed at once now (AIMD), <= max_conns */
+	uint64_t merged;     /* range reads that went out inside another's request (io.c) */
 };
+/* Hold this thread's range reads until backend_unplug and submit them together, so that
+ * consecutive ones can go to the store as one request (io_plug). s3 and http; no-ops for
+ * file. */
+void backend_plug(struct backend *b);
+void backend_unplug(struct backend *b);
 void backend_get_stats(struct backend *b, struct bk_stats *ret);
 
 /* The scheme @b serves: "s3", "http" or "file" (https:// is "http"). */

@@ -76,6 +76,14 @@ void io_stop(struct io *io);
 
 /* Queue @r. @return 0, or -ESHUTDOWN when stopped (r->done not called). */
 int io_submit(struct io *io, struct io_req *r);
+/*
+ * Plug this thread: until the matching io_unplug, its io_submits (not io_run's) are held and
+ * then handed to the I/O thread together, so it sees a burst of reads at once and can merge
+ * consecutive ones (as the block layer's plug). Nests; cheap when nothing is submitted. A
+ * read held when the loop stops is ended at io_unplug, on this thread, with -ESHUTDOWN.
+ */
+void io_plug(struct io *io);
+void io_unplug(struct io *io);
 /* Submit @r and wait for it (r->done must be NULL). @return r->err. */
 int io_run(struct io *io, struct io_req *r);
 /* Run @fn(@arg) on the I/O thread after @delay_ns (0: soon). @return 0 or -errno. */

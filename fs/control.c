@@ -397,6 +397,9 @@ static void stats_text(struct mount *m, struct text *t)
 	mount_metric(t, "backend_active_requests", "gauge", "Requests running now.", bs.active);
 	mount_metric(t, "backend_queued_requests", "gauge", "Requests waiting for a connection.",
 		     bs.queued);
+	mount_metric(t, "backend_merged_reads_total", "counter",
+		     "Range reads sent inside the request of the read before them (readahead of "
+		     "consecutive blocks, merged up to 16 MiB).", bs.merged);
 	mount_metric(t, "backend_slowdowns_total", "counter",
 		     "503 SlowDown and 429 answers: each halves the request window.", bs.slowdowns);
 	mount_metric(t, "backend_request_window", "gauge",

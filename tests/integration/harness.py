@@ -313,6 +313,18 @@ class Nginx:
         wait_until(lambda: self.writing() == 0, timeout, "nginx to finish all requests")
 
 
+def range_blocks(reqs, block):
+    """The blocks (of @block bytes) the range GETs in @reqs asked for, sorted, with repeats:
+    a block asked for twice is listed twice. tierfs sends consecutive blocks read together as
+    one range request (up to 16 MiB), so count blocks, not requests."""
+    out = []
+    for r in reqs:
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", r.range.strip())
+        assert m, f"not a closed byte range: {r.range!r}"
+        out.extend(range(int(m.group(1)) // block, int(m.group(2)) // block + 1))
+    return sorted(out)
+
+
 # ---------------------------------------------------------------------------------------------
 # s3rver
 

@@ -791,6 +791,76 @@ def test_store_goes_away_and_comes_back(mount, proxy, store, mode, want, slow):
 
 
 # ---------------------------------------------------------------------------------------------
+# merged range reads: blocks read together go out as one range request (io.c, "Merged reads")
+
+# readahead=4: a read of block 0 asks for blocks 0-4 at once, and they go out as one GET
+MERGE_OPTS = ["block_size=64K", f"timeout={TIMEOUT}", f"retries={RETRIES}", "readahead=4",
+              "hot_ttl=3600"]
+MREL = "hot/wide2.bin"  # 64 blocks
+
+
+def _merged_first_read(m, proxy, store, fault):
+    """Read block 0 of MREL with @fault on its GET; return (reader, the GET's record, mark)."""
+    warm_open(m, MREL)
+    mark = len(proxy.records())
+    proxy.add_rule(range_get(MREL, 0), fault, times=1)
+    r = Bounded(lambda: pread_at(m.path(MREL), 0, B, True), f"read {MREL}#0")
+    wait_until(lambda: proxy.gets(MREL, since=mark, first=0), 10, "the first GET")
+    return r, proxy.gets(MREL, since=mark, first=0)[0], mark
+
+
+def test_merged_read_serves_each_block_as_it_arrives(mount, store, proxy):
+    """Blocks 0-4 go out as one range GET. The store sends block 0 and a little more, then
+    stalls: block 0 is served while the request still hangs (a block completes when its
+    last byte is in, not when the request ends). Once the store goes on, blocks 1-4 are
+    there without another GET."""
+    m = mount(proxy.url, MERGE_OPTS)
+    f = faults.stall_body(B + 100)
+    r, first, mark = _merged_first_read(m, proxy, store, f)
+    assert first.req.byte_range() == (0, 5 * B - 1), f"not one GET for blocks 0-4: {first.range}"
+    got, e, took = r.result(HANG)
+    assert e is None and got == block_of(store.data[MREL], 0), f"block 0: {ename(e)}"
+    # from the stalled GET itself, not from a retry after it timed out
+    assert len(proxy.gets(MREL, since=mark, ranged=True)) == 1, (
+        f"block 0 came after {took:.1f} s, from another GET")
+    assert f.waiting == 1, "the GET was no longer stalled when block 0 was served"
+    f.release()
+    for blk in range(1, 5):
+        expect_bytes(m, store, MREL, blk)
+    assert len(proxy.gets(MREL, since=mark, ranged=True)) == 1
+    st = stats(m)
+    assert st["tierfs_backend_merged_reads_total"] == 4
+    assert st["tierfs_read_errors_total"] == 0
+
+
+def test_merged_read_cut_short_fetches_what_it_lacked(mount, store, proxy):
+    """The store closes the merged GET of blocks 0-4 after block 0 and half of block 1:
+    block 0 is served from it, blocks 1-4 are asked for again (each block once more) and
+    come back right."""
+    m = mount(proxy.url, MERGE_OPTS)
+    r, first, mark = _merged_first_read(m, proxy, store, faults.drop_body(B + B // 2))
+    assert first.req.byte_range() == (0, 5 * B - 1), f"not one GET for blocks 0-4: {first.range}"
+    got, e, _ = r.result(HANG)
+    assert e is None and got == block_of(store.data[MREL], 0), f"block 0: {ename(e)}"
+    for blk in range(1, 5):
+        expect_bytes(m, store, MREL, blk)
+    blocks = harness.range_blocks(proxy.gets(MREL, since=mark, ranged=True), B)
+    assert blocks == [0, 1, 1, 2, 2, 3, 3, 4, 4], blocks
+
+
+def test_merged_reads_through_s3(mount, s3proxy, s3store):
+    """Through the S3 API (SigV4, If-Match), a whole-file read goes out in merged GETs of at
+    most 16 MiB, each block asked for once, and the bytes are right."""
+    m = mount(f"s3://{S3_BUCKET}", MERGE_OPTS + s3_opts(s3proxy), env=S3_ENV)
+    mark = len(s3proxy.records())
+    with open(m.path(MREL), "rb") as f:
+        assert f.read() == s3store.data[MREL]
+    gets = s3proxy.gets(f"{S3_BUCKET}/{MREL}", since=mark, ranged=True)
+    assert harness.range_blocks(gets, B) == list(range(64))
+    assert len(gets) < 64 and stats(m)["tierfs_backend_merged_reads_total"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
 # the daemon: unmounted, terminated, killed while reads are in flight
 
 

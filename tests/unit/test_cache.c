@@ -3588,6 +3588,49 @@ static void test_readahead_window(void **state)
 }
 
 /*
+ * Readahead in batches: once the window holds two batches (cap 8 blocks, batch 4 here), its
+ * far end moves a batch at a time, so the blocks started together can go to the store as one
+ * request. Each step starts none or a whole batch (the object's tail excepted), the reader
+ * stays 5 to 8 blocks behind the frontier, and it never waits for a fetch of its own.
+ */
+static void test_readahead_batches(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o;
+	struct cache_stream s = {0};
+	struct rep r = {0};
+	const uint64_t nblk = 64;
+	bool batched = false;
+
+	(void)state;
+	cfg.readahead = 1;
+	cfg.readahead_batch = 4 * BS;
+	c = mk(&cfg);
+	o = mkobj(&fo, 161, nblk * BS, WALL0);
+	for (uint64_t i = 0; i < nblk; i++) {
+		size_t nf = W.nf;
+		bool full = s.ra_win == 8; /* the window before this step */
+		int64_t ahead = seq_step(c, &o, &fo, &s, i, &r);
+		size_t started = W.nf - nf;
+
+		if (!full || max_fetched(&fo) == (int64_t)nblk - 1)
+			continue;
+		if (started != 0 && started != 4)
+			fail_msg("block %" PRIu64 ": %zu fetches started, want 0 or 4", i, started);
+		if (ahead < 5 || ahead > 8)
+			fail_msg("block %" PRIu64 ": %" PRId64 " blocks ahead, want 5 to 8", i, ahead);
+		batched |= started == 0;
+	}
+	assert_true(batched); /* some steps waited for a batch to fill */
+	assert_int_equal(max_fetched(&fo), (int64_t)nblk - 1);
+	assert_int_equal(stats(c).tier[CACHE_HOT].misses, 1);
+	rep_done(&r);
+	shut(c);
+}
+
+/*
  * The window never exceeds its cap (an eighth of the tier the stream reads through), and a
  * configured initial window above the cap is kept but never grown. The lagging tier's own
  * cap applies to lagging objects, and the rate bound (a throttled reader must consume what
@@ -3859,6 +3902,7 @@ int main(void)
 	    cmocka_unit_test(test_mem_cancel_and_free),
 	    cmocka_unit_test(test_threads_mem_limit),
 	    cmocka_unit_test(test_readahead_window),
+	    cmocka_unit_test(test_readahead_batches),
 	    cmocka_unit_test(test_readahead_window_caps),
 	    cmocka_unit_test(test_readahead_inflight_bound),
 	    cmocka_unit_test(test_parts),
