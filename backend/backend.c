@@ -130,13 +130,13 @@ int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), v
 
 void backend_plug(struct backend *b)
 {
-	if (b->io && strcmp(b->scheme, "file") != 0)
+	if (b->io)
 		io_plug(b->io);
 }
 
 void backend_unplug(struct backend *b)
 {
-	if (b->io && strcmp(b->scheme, "file") != 0)
+	if (b->io)
 		io_unplug(b->io);
 }
 

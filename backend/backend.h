@@ -119,8 +119,8 @@ struct bk_stats {
 	uint64_t merged;     /* range reads that went out inside another's request (io.c) */
 };
 /* Hold this thread's range reads until backend_unplug and submit them together, so that
- * consecutive ones can go to the store as one request (io_plug). s3 and http; no-ops for
- * file. */
+ * consecutive ones can go to the store as one request (io_plug). s3 and http: file's reads
+ * are jobs (io_defer), which a plug does not hold. */
 void backend_plug(struct backend *b);
 void backend_unplug(struct backend *b);
 void backend_get_stats(struct backend *b, struct bk_stats *ret);

@@ -816,8 +816,8 @@ void disk_close(struct disk *d)
  * of a page or more at a page boundary), the data's whole pages go straight into @dst and
  * only the header's page and the data's last partial page into the bounce; otherwise the
  * whole record (page aligned and padded to a page) into the bounce, its data copied out.
- * Without, one buffered preadv. @return sizeof(*h) + len when both were read whole, a
- * smaller count when the file ended first, or -1 with errno.
+ * Without, one buffered preadv. @return sizeof(*h) + len when both were read whole, 0 when
+ * the file ended first, or -1 with errno.
  */
 static ssize_t read_record(struct disk *d, uint32_t si, uint64_t off, struct rec_hdr *h,
 			   void *dst, uint32_t len, unsigned char *bounce, bool *ret_direct)

@@ -295,7 +295,6 @@ def test_forgotten_directory_keeps_last_good_listing(mount, proxy, store):
 
     # the proxy records the GET before tierfs has its answer and logs the failure
     wait_until(failed, 10, "the failed refresh to be logged")
-    assert sorted(os.listdir(m.path("d"))) == want  # again: still no second line
     assert len(failed()) == 1, failed()
 
 
