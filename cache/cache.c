@@ -1031,15 +1031,20 @@ static void readahead_plan(struct cache *c, const struct cache_obj *o, struct ca
 		from = ra_next;
 	if (from > to)
 		return;
-	/* Once the window holds two batches (cfg.readahead_batch bytes each), its far end moves
-	 * a batch at a time: blocks started together can go to the store as one range request
-	 * (the backend merges consecutive reads it is handed at once), and a store that pays
-	 * per request (s3rver; S3's GET charges) is asked a quarter as often with 4 MiB blocks.
-	 * Reads still find the next blocks in flight: at least a batch is always ahead. */
+	/* The window's far end moves a batch at a time: blocks started together can go to the
+	 * store as one range request (the backend merges consecutive reads it is handed at once),
+	 * and a store that pays per request (s3rver; S3's GET charges) is asked a quarter as
+	 * often with 4 MiB blocks. A batch is cfg.readahead_batch bytes, or half the window while
+	 * the window is smaller than two batches, so merging starts as soon as the window grows
+	 * past two blocks. Reads still find the next blocks in flight: at least half the window
+	 * is always ahead. Not in a limited tier: its fetches are never merged (its limiter
+	 * counts requests), and batching would only shorten its window. */
 	uint64_t bb = c->cfg.readahead_batch ? c->cfg.readahead_batch : RA_BATCH;
 	uint64_t batch = bb >> c->shift ? bb >> c->shift : 1;
 
-	if (depth >= 2 * batch && to + 1 < nblocks && to - from + 1 < batch)
+	if (batch > depth / 2)
+		batch = depth / 2;
+	if (!c->tier[tier].rl && to + 1 < nblocks && to - from + 1 < batch)
 		return;
 	__atomic_store_n(&s->ra_next, to + 1, __ATOMIC_RELAXED);
 	*ret_from = from;

@@ -41,8 +41,9 @@ struct cache_cfg {
 	uint32_t readahead;      /* initial readahead window in blocks (0 = no readahead): it
 				  * doubles while a reader stays sequential, up to an eighth of
 				  * its tier, and falls back to this on a seek */
-	uint64_t readahead_batch; /* bytes; once a window holds two, readahead starts this much
-				   * at a time (the backend merges it into one request); 0: 16 MiB */
+	uint64_t readahead_batch; /* bytes; readahead starts this much at a time, or half the
+				   * window when that is less (the backend merges each batch into
+				   * one request); 0: 16 MiB */
 	bool prefault;           /* fault the tiers' memory in at cache_new, not on first use */
 	uint64_t bounce_limit;   /* bytes of bounce buffers at once, both tiers; 0 = unlimited */
 };
