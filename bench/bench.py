@@ -663,10 +663,10 @@ class Bench:
         if system in ("tierfs", "tierfs-pf"):
             o = opts or dict(self.seq_opts(), **({"prefault": "on"} if system == "tierfs-pf" else {}))
             m = Tierfs(system, self.mnt(name), self.http_url, o, logp)
-        elif system == "tierfs-s3":
+        elif system in ("tierfs-s3", "tierfs-s3-pf"):
             o = dict(self.seq_opts(), endpoint=self.s3_endpoint, path_style=None,
-                     region="us-east-1")
-            m = Tierfs("tierfs-s3", self.mnt(name), f"s3://{self.bucket}", o, logp,
+                     region="us-east-1", **({"prefault": "on"} if system.endswith("-pf") else {}))
+            m = Tierfs(system, self.mnt(name), f"s3://{self.bucket}", o, logp,
                        env=self.s3_env)
         elif system == "nullfs":
             mp = self.mnt(name)
@@ -741,9 +741,10 @@ class Bench:
         re-reads and the 4 KiB random reads go round the systems in short slices (A B C A B C
         ...), so that the noise of a shared machine falls on all of them alike."""
         # touch: the rate at which a process gets new memory right then (preader touch), which
-        # bounds a cold read into a tier whose memory is still untouched; tierfs-pf: tierfs
-        # with prefault=on, its memory taken at mount, cold read only
-        systems = ["tierfs", "nullfs", "curl", "tierfs-s3", "curl-s3", "touch", "tierfs-pf"]
+        # bounds a cold read into a tier whose memory is still untouched; tierfs-pf and
+        # tierfs-s3-pf: tierfs with prefault=on, its memory taken at mount, cold read only
+        systems = ["tierfs", "nullfs", "curl", "tierfs-s3", "curl-s3", "touch", "tierfs-pf",
+                   "tierfs-s3-pf"]
         if self.peers:
             systems += ["s3fs", "rclone", "httpdirfs"]
         runs = self.p["runs"]
@@ -788,7 +789,7 @@ class Bench:
                         continue
                     res[s]["cold"][run_i] = cold["mbps"]
                     log(f"run {run_i + 1} {s}: cold {cold['mbps']:.0f} MB/s")
-                    if s == "tierfs-pf":
+                    if s.endswith("-pf"):
                         self.close_mount(mounts.pop(s), "scenario 1")
                 # 2: cached re-reads, round-robin, every kernel cache dropped before each
                 cached = {s: [] for s in mounts}
@@ -2173,6 +2174,15 @@ def cold_report(b, seq, cols):
                      % (b.p["seq_size"] // MiB),
                      cell(tp, " MB/s") + f"; new memory {cell(touch, ' MB/s')}, row 1 / new "
                      f"memory {fmt_num(rt)}x", cells, "(info)", None))
+    # 1d: row 1b the same way, its tier's memory taken at mount
+    tp3 = col("tierfs-s3-pf", "cold")
+    if any(tp3):
+        cells = {k: ("n/a", None) for k in cols}
+        cells["curl"] = (cell(col("curl-s3", "cold"), " MB/s"), prr(tp3, col("curl-s3", "cold")))
+        if "s3fs" in seq:
+            cells["s3fs"] = (cell(col("s3fs", "cold"), " MB/s"), prr(tp3, col("s3fs", "cold")))
+        rows.append(("1d. (extra) the cold read of row 1b with prefault=on", cell(tp3, " MB/s"),
+                     cells, "(info)", None))
     return rows, targets
 
 
