@@ -9,9 +9,12 @@ serves; each round mounts every LABEL fresh, reads OBJECT through it with dd bs=
 and fetches it once with curl. --sleep waits before every read: on a VM whose host takes back
 freed guest memory, a few seconds make every mount start with memory the host must back again,
 as a fresh mount on a busy machine does. Prints MB/s per round and the median per label.
+--perf FILE records the whole machine (perf record -a) during the first label's read in the
+last round, for `perf report -i FILE --sort comm,sym`.
 Run as root (drop_caches); needs the test suite's nginx (scripts/bootstrap).
 """
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +29,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sleep", type=float, default=0)
+    ap.add_argument("--perf", help="perf.data to record the last round's first read into")
     ap.add_argument("object")
     ap.add_argument("cfg", nargs="+")
     a = ap.parse_args()
@@ -38,7 +42,7 @@ def main():
     ng = harness.Nginx(obj.parent, tmp / "ng").start()
     res = {}
     try:
-        for _ in range(a.rounds):
+        for rnd in range(a.rounds):
             for label, spec in cfgs:
                 time.sleep(a.sleep)
                 Path("/proc/sys/vm/drop_caches").write_text("1\n")
@@ -51,11 +55,19 @@ def main():
                     binary, _, opts = spec.partition(":")
                     subprocess.run([binary, ng.url, str(mnt)] + (["-o", opts] if opts else []),
                                    check=True)
+                    perf = None
                     try:
+                        if a.perf and rnd == a.rounds - 1 and label == cfgs[0][0]:
+                            perf = subprocess.Popen(["perf", "record", "-a", "-q", "-o", a.perf,
+                                                     "--", "sleep", "600"])
+                            time.sleep(0.5)  # perf is recording
                         t = time.monotonic()
                         subprocess.run(["dd", f"if={mnt / obj.name}", "of=/dev/null", "bs=1M"],
                                        stderr=subprocess.DEVNULL, check=True)
                     finally:
+                        if perf:
+                            perf.send_signal(signal.SIGINT)
+                            perf.wait()
                         subprocess.run(["fusermount3", "-u", str(mnt)], check=True)
                 res.setdefault(label, []).append(mb / (time.monotonic() - t))
     finally:
