@@ -9,6 +9,9 @@ medians. What issue 13's second cost is measured with:
 --fill: fill each redis-server past its maxmemory first (redis-benchmark, 4 MiB values), so
 that it runs full and evicting, as a fleet's Redis does after its first hour: an empty one
 stores every value in memory it has never touched, which this VM backs at a few hundred MB/s.
+--hits: before each shared run another mount reads the objects through the same Redis, so the
+measured mount finds every block there (the GET path: a fleet member reading what another
+fetched).
 As root (it mounts and drops the page cache).
 """
 
@@ -29,6 +32,12 @@ MIB = 1 << 20
 N, SIZE = 8, 16 * MIB
 
 
+def faults(m):
+    """tierfs's page faults so far (minor + major): memory it touched for the first time"""
+    f = (Path("/proc") / str(m.pids[0]) / "stat").read_text().rsplit(")", 1)[1].split()
+    return int(f[7]) + int(f[9])
+
+
 def read_all(m, rels):
     t0 = time.monotonic()
     for rel in rels:
@@ -42,7 +51,8 @@ def main():
     args = sys.argv[1:]
     perf = "--perf" in args
     fill = "--fill" in args
-    args = [a for a in args if a not in ("--perf", "--fill")]
+    hits = "--hits" in args
+    args = [a for a in args if a not in ("--perf", "--fill", "--hits")]
     extra = args[args.index("--") + 1:] if "--" in args else []
     runs = int(args[0]) if args and args[0] != "--" else 3
     work = Path(tempfile.mkdtemp(prefix="shared-single-", dir="/var/tmp"))
@@ -64,18 +74,29 @@ def main():
                 for rel in rels:
                     os.utime(root / rel, (now, now))
                 o = ["block_size=4M", *extra] + ([f"shared={r.url()}"] if r else [])
+                if r and hits:
+                    pm = harness.Mount(ng.url, work / f"mnt-{i}-prime", o, logdir=work).start()
+                    try:
+                        read_all(pm, rels)
+                        harness.wait_until(lambda: "tierfs_shared_put_queued_bytes{tier=\"shared\"} 0"
+                                           in (pm.mnt / ".tierfs" / "stats").read_text(),
+                                           30, "the priming mount's SETs")
+                    finally:
+                        pm.unmount()
                 m = harness.Mount(ng.url, work / f"mnt-{i}-{label}", o, logdir=work).start()
                 p = None
                 try:
                     drop_caches()
                     if perf and (r or os.environ.get("PERF_ALL")):
-                        p = subprocess.Popen(["perf", "record", "--call-graph", os.environ.get("PERF_CG", "fp"), "-o",
+                        p = subprocess.Popen(["perf", "record", "-e", os.environ.get("PERF_EVENT", "cpu-clock"), "--call-graph", os.environ.get("PERF_CG", "fp"), "-o",
                                               str(work / f"perf-{i}-{label}.data"), "-p",
                                               ",".join(str(x) for x in m.pids)],
                                              stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL)
                         time.sleep(0.5)
+                    f0 = faults(m)
                     res[label].append(read_all(m, rels))
+                    print(f"  page faults in tierfs during the read: {faults(m) - f0}", flush=True)
                     if r:  # what the shared tier did: timeouts, locks, a server paused
                         st = (m.mnt / ".tierfs" / "stats").read_text().splitlines()
                         print("  " + " ".join(
