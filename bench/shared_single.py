@@ -5,7 +5,9 @@ medians. What issue 13's second cost is measured with:
 
     TIERFS_BIN=$PWD/build/tierfs /usr/bin/python3 bench/shared_single.py [runs] [-- opts]
 
---perf: record the shared mount of each run with perf (perf-<i>.data in the work directory).
+--perf: record the shared mount of each run with perf (perf-<i>-<label>.data in the work
+directory; PERF_ALL=1 the alone mount too, PERF_EVENT the event (cpu-clock), PERF_CG the call
+graph mode (fp; dwarf for libraries built without frame pointers)).
 --fill: fill each redis-server past its maxmemory first (redis-benchmark, 4 MiB values), so
 that it runs full and evicting, as a fleet's Redis does after its first hour: an empty one
 stores every value in memory it has never touched, which this VM backs at a few hundred MB/s.
@@ -88,14 +90,18 @@ def main():
                 try:
                     drop_caches()
                     if perf and (r or os.environ.get("PERF_ALL")):
-                        p = subprocess.Popen(["perf", "record", "-e", os.environ.get("PERF_EVENT", "cpu-clock"), "--call-graph", os.environ.get("PERF_CG", "fp"), "-o",
-                                              str(work / f"perf-{i}-{label}.data"), "-p",
+                        p = subprocess.Popen(["perf", "record",
+                                              "-e", os.environ.get("PERF_EVENT", "cpu-clock"),
+                                              "--call-graph", os.environ.get("PERF_CG", "fp"),
+                                              "-o", str(work / f"perf-{i}-{label}.data"), "-p",
                                               ",".join(str(x) for x in m.pids)],
                                              stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL)
                         time.sleep(0.5)
                     f0 = faults(m)
                     res[label].append(read_all(m, rels))
+                    # a fresh mount's first touch of its heap (the SET queue's high-water
+                    # mark, up to put_limit) shows here, not a cost per SET
                     print(f"  page faults in tierfs during the read: {faults(m) - f0}", flush=True)
                     if r:  # what the shared tier did: timeouts, locks, a server paused
                         st = (m.mnt / ".tierfs" / "stats").read_text().splitlines()
