@@ -399,8 +399,7 @@ def test_other_format_version_wiped_with_one_line(mount, store, tmp_path):
     served, every block comes from the store again, and is written again."""
     cache = tmp_path / "cache"
     m = mount(store.url, opts(cache), name="a")
-    assert read_all(m) == DATA
-    wait_written(m.mnt, NBLK)
+    assert read_all_written(m) == DATA
     assert m.unmount() is None
     for seg in cache.glob("seg-*.tfs"):
         with open(seg, "r+b") as f:
@@ -418,12 +417,11 @@ def test_other_format_version_wiped_with_one_line(mount, store, tmp_path):
     lines = [l for l in m2.stderr if "wiped" in l]
     assert len(lines) == 1, m2.stderr
     assert "another format version" in lines[0]
-    assert read_all(m2) == DATA
+    assert read_all_written(m2) == DATA
     st = stats(m2.mnt)
     assert st.v("disk_recovered_blocks", "disk") == 0
     assert st.v("disk_crc_failures_total", "disk") == 0
     assert fetched_blocks(store, mark) == list(range(NBLK))
-    wait_written(m2.mnt, NBLK)
 
 
 def shim_env(tmp_path, name, ctl):
@@ -441,8 +439,7 @@ def test_eio_on_read_never_fails_a_read(mount, store, tmp_path):
     cache = tmp_path / "cache"
     ctl = tmp_path / "eio"
     m = mount(store.url, opts(cache), name="a")
-    assert read_all(m) == DATA
-    wait_written(m.mnt, NBLK)
+    assert read_all_written(m) == DATA
     assert m.unmount() is None
 
     m2 = mount(store.url, opts(cache), env=shim_env(tmp_path, "b", ctl), name="b")
