@@ -943,7 +943,8 @@ static unsigned poll_fds(void *arg, struct curl_waitfd *fds, unsigned max)
  * loop of such calls spent a read, an ioctl and a copy per 16 KiB (a mount reading values
  * from Redis: hiredis's append 7% of its samples). redisAsyncHandleRead then finds the socket
  * empty (or reads its last bytes), answers what is complete, and handles an end of stream or
- * an error, which are left to it: a read here that gets neither bytes nor EAGAIN stops.
+ * an error, which are left to it. Any read short of READ_CHUNK ends the loop: the socket is
+ * empty, or hiredis has the end or the error to handle.
  */
 static void read_all(struct sconn *c, redisAsyncContext *ac)
 {
@@ -965,7 +966,7 @@ static void read_all(struct sconn *c, redisAsyncContext *ac)
 		}
 		redisAsyncHandleRead(ac); /* may free ac: then c->ac is no longer it */
 		if (n < (ssize_t)READ_CHUNK || c->ac != ac)
-			return; /* the socket is empty, or hiredis has the end or the error */
+			return;
 	}
 }
 
