@@ -689,6 +689,15 @@ static int open_direct(struct disk *d, uint32_t i, const char *name)
 	return fd;
 }
 
+/* A burst is bytes of readahead (a batch is up to 16 MiB, several streams at once), not a
+ * count of blocks: 16 blocks of 64 KiB (1 MiB) dropped most of one batch of small blocks. */
+uint64_t disk_default_queue_bytes(uint32_t block_size)
+{
+	uint64_t blocks = 16 * (uint64_t)block_size;
+
+	return blocks > DISK_QUEUE_MIN ? blocks : DISK_QUEUE_MIN;
+}
+
 int disk_open(const struct disk_cfg *cfg, struct disk **ret)
 {
 	struct disk *d;
@@ -712,7 +721,7 @@ int disk_open(const struct disk_cfg *cfg, struct disk **ret)
 		d->max_entries *= 2;
 	d->tsize = 2 * d->max_entries;
 	if (!d->cfg.queue_bytes)
-		d->cfg.queue_bytes = 16 * (uint64_t)cfg->block_size;
+		d->cfg.queue_bytes = disk_default_queue_bytes(cfg->block_size);
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->wake, NULL);
 	pthread_cond_init(&d->idle, NULL);

@@ -22,7 +22,7 @@ struct disk_cfg {
 	const char *dir;      /* cache_dir: must exist; the tier keeps its files in it */
 	uint64_t size;        /* bytes of segment files, at most (disk_size) */
 	uint32_t block_size;  /* the mount's block_size (part of the format: a change wipes) */
-	uint64_t queue_bytes; /* write-behind queue, bytes; 0 = 16 x block_size */
+	uint64_t queue_bytes; /* write-behind queue, bytes; 0 = disk_default_queue_bytes() */
 	uint32_t readers;     /* reader threads for disk_get_async; 0 = 4 */
 	/* One line about a state change (wipe, write errors, ...), no newline. May be NULL.
 	 * Called from any thread, never with a lock of the tier held. */
@@ -63,6 +63,11 @@ struct disk;
  * -errno of opening or creating its files (-EROFS, -EACCES, -ENOENT, ...).
  */
 int disk_open(const struct disk_cfg *cfg, struct disk **ret);
+
+/* The write queue's size when disk_cfg.queue_bytes is 0: 16 blocks, and at least
+ * DISK_QUEUE_MIN, so that small blocks absorb the same burst in bytes as 4 MiB ones. */
+#define DISK_QUEUE_MIN (64u << 20)
+uint64_t disk_default_queue_bytes(uint32_t block_size);
 
 /* Finish writing the queue, stop the writer, close the files and drop the lock. NULL ok. */
 void disk_close(struct disk *d);

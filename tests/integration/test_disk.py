@@ -74,8 +74,8 @@ def read_all(m):
 
 def read_all_written(m):
     """Read the object a block at a time, each block once it is on disk: the write-behind
-    queue (16 blocks) drops what a faster reader outruns, by design, and on a loaded machine
-    a whole-object read can outrun the writer. @return the bytes."""
+    queue drops what a faster reader outruns, by design, so a test that needs every block on
+    disk waits for each rather than trusting the queue's size. @return the bytes."""
     out = bytearray()
     with open(m.path(REL), "rb") as f:
         for i in range(NBLK):

@@ -526,6 +526,31 @@ static void full_queue_drops(void **state)
 	disk_close(d);
 }
 
+/* The default queue holds 64 MiB of small blocks: a burst of 64 KiB blocks (readahead
+ * batches of 16 MiB) is not cut to 16 of them. */
+static void default_queue_is_bytes(void **state)
+{
+	struct disk_cfg cfg = {.dir = dir, .size = 64u << 20, .block_size = BS, .log = log_cb};
+	struct disk *d = NULL;
+	struct disk_stats st;
+	uint64_t n = DISK_QUEUE_MIN / BS;
+
+	assert_int_equal(disk_default_queue_bytes(BS), DISK_QUEUE_MIN);
+	assert_int_equal(disk_default_queue_bytes(8u << 20), 16 * (8ull << 20));
+	assert_int_equal(disk_open(&cfg, &d), 0);
+	disk_hold_writer(d, true);
+	for (uint64_t b = 0; b <= n; b++)
+		put_block(d, b, BS); /* the last one finds the queue full */
+	disk_get_stats(d, &st);
+	assert_int_equal(st.write_drops, 1);
+	assert_int_equal(st.queued_bytes, n * BS);
+	disk_hold_writer(d, false);
+	disk_flush(d);
+	expect_block(d, n - 1, BS);
+	assert_false(disk_has(d, key(n)));
+	disk_close(d);
+}
+
 static void write_error_turns_writes_off(void **state)
 {
 	struct disk *d = open_dir();
@@ -640,6 +665,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(other_format_wiped, setup, teardown),
 		cmocka_unit_test_setup_teardown(rotation_evicts_oldest_segment, setup, teardown),
 		cmocka_unit_test_setup_teardown(full_queue_drops, setup, teardown),
+		cmocka_unit_test_setup_teardown(default_queue_is_bytes, setup, teardown),
 		cmocka_unit_test_setup_teardown(write_error_turns_writes_off, setup, teardown),
 		cmocka_unit_test_setup_teardown(second_tier_refused, setup, teardown),
 		cmocka_unit_test(geometry),
