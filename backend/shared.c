@@ -198,6 +198,8 @@ struct bk_shared {
 	struct bk_chash ring;
 	char *password;
 	uint64_t timeout_ns, put_limit;
+	redisReplyObjectFunctions fns; /* hiredis's, but for createString (see into_string) */
+	void *(*dflt_string)(const redisReadTask *, char *, size_t);
 	bool stopped;            /* the loop stopped (io's poller stop); I/O thread */
 	struct sconn *polled[MAX_SERVERS * NCONN]; /* which connection each polled fd is; I/O
 						       * thread */
@@ -219,6 +221,7 @@ struct req {
 	unsigned gen;            /* the connection it went out on (sconn.gen) */
 	uint64_t replies_seen;   /* that connection's replies when it went out or last waited */
 	bk_shared_get_fn get_done;
+	const struct bk_shared_into *into; /* OP_GET(LOCK): where a value of its size goes */
 	bk_shared_eval_fn eval_done;
 	void *arg;
 	size_t put_len;          /* OP_PUT: bytes counted in st.put_queued */
@@ -357,6 +360,45 @@ static void close_all(struct srv *v)
 	}
 }
 
+static void on_reply(redisAsyncContext *ac, void *r, void *priv);
+static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv);
+
+/*
+ * hiredis's createString, for every string its parser completes on our connections: a GET's
+ * value of the size its bk_shared_into expects is copied from the read buffer straight to
+ * where the caller wants it, and the reply carries only its length (str NULL); anything else
+ * is hiredis's own reply. The reply being parsed is the one owed to the first callback on the
+ * connection's list (hiredis takes it off only after the reply is complete), and everything
+ * runs on the I/O thread, so a GET already answered by its timer (whose caller has moved on
+ * to the store, which writes the same buffer) is seen as answered here, and left alone.
+ */
+static void *into_string(const redisReadTask *task, char *str, size_t len)
+{
+	const redisReadTask *root = task;
+	redisAsyncContext *ac;
+	redisCallback *cb;
+	struct req *q;
+	redisReply *r;
+
+	while (root->parent)
+		root = root->parent;
+	ac = root->privdata; /* set by conn() before the connection's first read */
+	cb = ac->replies.head;
+	q = cb ? cb->privdata : NULL;
+	if (task->parent || task->type != REDIS_REPLY_STRING || !q ||
+	    !(cb->fn == on_getlock_value || (cb->fn == on_reply && q->op == OP_GET)) ||
+	    !q->into || q->answered || len != q->into->hlen + q->into->dlen)
+		return ((struct sconn *)ac->data)->v->s->dflt_string(task, str, len);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL; /* hiredis's out-of-memory error, as its own would be */
+	memcpy(q->into->hdr, str, q->into->hlen);
+	memcpy(q->into->data, str + q->into->hlen, q->into->dlen);
+	r->type = REDIS_REPLY_STRING;
+	r->len = len;
+	return r;
+}
+
 /* Connection @which to @v, made now if there is none and @v is not in its retry pause. */
 static redisAsyncContext *conn(struct srv *v, int which)
 {
@@ -387,6 +429,13 @@ static redisAsyncContext *conn(struct srv *v, int which)
 	 * value was read into a buffer grown again from nothing, each growth a realloc copying
 	 * what it held (see read_all). Kept, it stays as large as the largest reply. */
 	ac->c.reader->maxbuf = 0;
+	if (!v->s->dflt_string) {
+		v->s->fns = *ac->c.reader->fn;
+		v->s->dflt_string = v->s->fns.createString;
+		v->s->fns.createString = into_string;
+	}
+	ac->c.reader->fn = &v->s->fns;
+	ac->c.reader->privdata = ac;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	c->ac = ac;
@@ -417,6 +466,7 @@ static void answer(struct req *q, int err, const redisReply *reply)
 		if (err == 0 && reply->type == REDIS_REPLY_STRING) {
 			STAT_ADD(q->s, found, 1);
 			STAT_ADD(q->s, bytes_in, (uint64_t)reply->len);
+			/* str is NULL when into_string put the value in q->into */
 			q->get_done(q->arg, 0, reply->str, (size_t)reply->len);
 			return;
 		}
@@ -751,7 +801,8 @@ static int submit(struct req *q)
 	return e;
 }
 
-int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, void *arg)
+int bk_shared_get(struct bk_shared *s, const char *key, const struct bk_shared_into *into,
+		  bk_shared_get_fn done, void *arg)
 {
 	size_t kl = strlen(key);
 	struct req *q = req_new(s, OP_GET, key, kl + 1);
@@ -760,6 +811,7 @@ int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, v
 		return -ENOMEM;
 	memcpy(q->buf, key, kl + 1);
 	q->get_done = done;
+	q->into = into;
 	q->arg = arg;
 	q->argc = 2;
 	q->argv[0] = "GET";
@@ -844,7 +896,8 @@ int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock)
 }
 
 int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
-		       uint64_t lock_ms, bk_shared_get_fn done, void *arg)
+		       uint64_t lock_ms, const struct bk_shared_into *into, bk_shared_get_fn done,
+		       void *arg)
 {
 	size_t kl = strlen(key), ll = strlen(lock);
 	struct req *q = req_new(s, OP_GETLOCK, key, kl + 1 + ll + 1 + 24);
@@ -857,6 +910,7 @@ int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
 	ms = q->buf + kl + 1 + ll + 1;
 	snprintf(ms, 24, "%llu", (unsigned long long)(lock_ms ? lock_ms : 1));
 	q->get_done = done;
+	q->into = into;
 	q->arg = arg;
 	q->argc = 2;
 	q->argv[0] = "GET";

@@ -77,20 +77,41 @@ int bk_shared_new(struct backend *b, const struct bk_shared_cfg *cfg, struct bk_
 void bk_shared_free(struct bk_shared *s);
 
 /* Answer of a GET: @err 0 and the value (valid during the call only), -ENOENT no such key,
- * -ETIMEDOUT, -ECONNREFUSED (server down), -EIO (error reply), -ESHUTDOWN. */
+ * -ETIMEDOUT, -ECONNREFUSED (server down), -EIO (error reply), -ESHUTDOWN. With a
+ * bk_shared_into, @val is NULL when the value went there (see below). */
 typedef void (*bk_shared_get_fn)(void *arg, int err, const void *val, size_t len);
 
-/* GET @key (copied) from the server the ring picks. @done runs exactly once on the I/O thread.
- * @return 0 or -errno (done not called). */
-int bk_shared_get(struct bk_shared *s, const char *key, bk_shared_get_fn done, void *arg);
+/*
+ * Where a GET's value goes when it has the expected size: a value of exactly hlen + dlen
+ * bytes is copied by the reply parser straight from the socket's buffer, its first @hlen
+ * bytes to @hdr and the rest to @data, and done gets @val NULL and that length. A value of
+ * any other size is answered as usual (@val points at it). Saves a copy of every value (and
+ * an allocation of its size) over copying it out of the answer.
+ *
+ * @data is written only before done runs, only while the GET is unanswered (never after its
+ * timeout), and only with what Redis sent: the caller still checks it before trusting it.
+ * Both buffers must stay valid until done has run.
+ */
+struct bk_shared_into {
+	void *hdr;
+	size_t hlen;
+	void *data;
+	size_t dlen;
+};
+
+/* GET @key (copied) from the server the ring picks, its value into @into if that is not NULL.
+ * @done runs exactly once on the I/O thread. @return 0 or -errno (done not called). */
+int bk_shared_get(struct bk_shared *s, const char *key, const struct bk_shared_into *into,
+		  bk_shared_get_fn done, void *arg);
 
 /* GET @key and, in the same round trip, SET @lock NX PX @lock_ms (the fetch lock: see
- * fs/shared.c). @done gets 0 and the value; -ENOENT no value, and the lock is the caller's now
- * (or could not be taken: nobody holds it for the caller); -EBUSY no value, and another holds
- * the lock; other errors as for a GET. A lock taken with a value found is left to expire.
- * @return 0 or -errno (done not called). */
+ * fs/shared.c), the value into @into as for bk_shared_get. @done gets 0 and the value;
+ * -ENOENT no value, and the lock is the caller's now (or could not be taken: nobody holds it
+ * for the caller); -EBUSY no value, and another holds the lock; other errors as for a GET. A
+ * lock taken with a value found is left to expire. @return 0 or -errno (done not called). */
 int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
-		       uint64_t lock_ms, bk_shared_get_fn done, void *arg);
+		       uint64_t lock_ms, const struct bk_shared_into *into, bk_shared_get_fn done,
+		       void *arg);
 
 /* DEL @lock, on the server of @key, in the background after the puts queued before it.
  * @return 0 queued or -errno. */

@@ -34,10 +34,11 @@ MIB = 1 << 20
 N, SIZE = 8, 16 * MIB
 
 
-def faults(m):
-    """tierfs's page faults so far (minor + major): memory it touched for the first time"""
+def proc_stat(m):
+    """tierfs's page faults so far (minor + major: memory it touched for the first time) and
+    its CPU seconds (user + system)"""
     f = (Path("/proc") / str(m.pids[0]) / "stat").read_text().rsplit(")", 1)[1].split()
-    return int(f[7]) + int(f[9])
+    return int(f[7]) + int(f[9]), (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def read_all(m, rels):
@@ -65,6 +66,7 @@ def main():
     ng = harness.Nginx(root, work / "nginx")
     ng.start()
     res = {"alone": [], "shared": []}
+    cpu = {"alone": [], "shared": []}  # tierfs CPU seconds per read
     try:
         for i in range(runs):
             for label in ("alone", "shared") if i % 2 == 0 else ("shared", "alone"):
@@ -99,11 +101,14 @@ def main():
                                              stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL)
                         time.sleep(0.5)
-                    f0 = faults(m)
+                    f0, c0 = proc_stat(m)
                     res[label].append(read_all(m, rels))
+                    f1, c1 = proc_stat(m)
+                    cpu[label].append(c1 - c0)
                     # a fresh mount's first touch of its heap (the SET queue's high-water
                     # mark, up to put_limit) shows here, not a cost per SET
-                    print(f"  page faults in tierfs during the read: {faults(m) - f0}", flush=True)
+                    print(f"  page faults in tierfs during the read: {f1 - f0}, "
+                          f"its CPU: {c1 - c0:.2f} s", flush=True)
                     if r:  # what the shared tier did: timeouts, locks, a server paused
                         st = (m.mnt / ".tierfs" / "stats").read_text().splitlines()
                         print("  " + " ".join(
@@ -121,8 +126,10 @@ def main():
     finally:
         ng.stop()
     med = {k: sorted(v)[len(v) // 2] for k, v in res.items()}
+    mcpu = {k: sorted(v)[len(v) // 2] for k, v in cpu.items()}
     print(f"median of {runs}: alone {med['alone']:.0f} MiB/s, shared {med['shared']:.0f} MiB/s "
-          f"= {med['shared'] / med['alone']:.2f}x  (work dir {work})")
+          f"= {med['shared'] / med['alone']:.2f}x; tierfs CPU per read alone "
+          f"{mcpu['alone']:.2f} s, shared {mcpu['shared']:.2f} s  (work dir {work})")
 
 
 if __name__ == "__main__":

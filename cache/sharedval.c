@@ -62,10 +62,10 @@ void shv_header(void *hdr, struct cache_key k, uint32_t block_size, const void *
 	put32(h + 44, 0);
 }
 
-int shv_check(const void *val, size_t vlen, struct cache_key k, uint32_t block_size,
-	      uint32_t len, const void **ret_data)
+int shv_check_parts(const void *hdr, const void *data, size_t vlen, struct cache_key k,
+		    uint32_t block_size, uint32_t len)
 {
-	const unsigned char *h = val;
+	const unsigned char *h = hdr;
 
 	if (vlen < SHV_HDR_LEN || memcmp(h, magic, 4) != 0 || get32(h + 4) != SHV_FORMAT ||
 	    get32(h + 44) != 0)
@@ -75,10 +75,21 @@ int shv_check(const void *val, size_t vlen, struct cache_key k, uint32_t block_s
 		return -ESTALE;
 	if (vlen - SHV_HDR_LEN != len)
 		return -EBADMSG;
-	if (crc32c(crc32c(0, h, 40), h + SHV_HDR_LEN, len) != get32(h + 40))
+	if (crc32c(crc32c(0, h, 40), data, len) != get32(h + 40))
 		return -EBADMSG;
-	*ret_data = h + SHV_HDR_LEN;
 	return 0;
+}
+
+int shv_check(const void *val, size_t vlen, struct cache_key k, uint32_t block_size,
+	      uint32_t len, const void **ret_data)
+{
+	const unsigned char *h = val;
+	int r = shv_check_parts(h, vlen < SHV_HDR_LEN ? h : h + SHV_HDR_LEN, vlen, k, block_size,
+				len);
+
+	if (r == 0)
+		*ret_data = h + SHV_HDR_LEN;
+	return r;
 }
 
 int shv_key(char *buf, size_t n, const char *prefix, struct cache_key k, uint32_t block_size)

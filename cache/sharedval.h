@@ -40,6 +40,11 @@ void shv_header(void *hdr, struct cache_key k, uint32_t block_size, const void *
 int shv_check(const void *val, size_t vlen, struct cache_key k, uint32_t block_size,
 	      uint32_t len, const void **ret_data);
 
+/* shv_check for a value whose header (SHV_HDR_LEN bytes) and data lie apart: @hdr and @data,
+ * @vlen bytes in all. The same answers; the data is where the caller put it. */
+int shv_check_parts(const void *hdr, const void *data, size_t vlen, struct cache_key k,
+		    uint32_t block_size, uint32_t len);
+
 /* The key of block @k under @prefix (at most SHV_PREFIX_MAX bytes, may be ""):
  * "<prefix>tfs1:<oid hex 32>:<blk hex>:<block_size>". Written like snprintf into @buf.
  * @return its length. */

@@ -4,7 +4,7 @@
  * The memory tiers (cache/) call env->fetch for a block they miss. With shared=redis://...,
  * that fetch comes here first:
  *
- *   fetch(block) ─► GET key + SET lock NX ─► value ─► shv_check ok ─► copy ─► done(0)  (a hit)
+ *   fetch(block) ─► GET key + SET lock NX ─► value ─► shv_check ok ─► done(0)  (a hit)
  *                     │   │                     └─ refused: counted, logged once ─┐
  *                     │   └─ nil, lock held by another: re-GET on a timer ─► ... ─┤ (after the
  *                     │                                                           │  bound)
@@ -23,6 +23,10 @@
  * until it gets the value or the bound passes (wait_ns: 10 x shared_timeout, also the lock's
  * PX), then fetches from the store itself. A dead holder costs at most that. A fetch that
  * does not fill (lagging, shared_fill_lagging off) neither takes nor waits for a lock.
+ *
+ * A value of the block's size is parsed straight into the block (backend/shared.h,
+ * bk_shared_into: header to the fetch, data to the ring) and checked there; the ring does not
+ * serve the block before done(0), and a value refused is overwritten by the store's bytes.
  *
  * The key is the block's (cache/sharedval.h: prefix, oid, block index, block size), so two
  * block sizes never mix and two fleets with two prefixes never meet. A value is served only
@@ -124,6 +128,8 @@ struct sfetch {
 	cache_done_fn done;
 	void *done_arg;
 	struct cache_key k;
+	struct bk_shared_into into; /* a value of the block's size: header to hdr, data to dst */
+	unsigned char hdr[SHV_HDR_LEN];
 	struct sfetch *next;      /* the fleet queue; sh->lock */
 	char key[SHV_KEY_MAX];
 	char lock[SHV_KEY_MAX + 8]; /* "<prefix>lock:<key without prefix>" */
@@ -482,7 +488,9 @@ static void got(void *arg, int err, const void *val, size_t vlen)
 		miss(f, false);
 		return;
 	}
-	r = shv_check(val, vlen, f->k, sh->block_size, f->len, &data);
+	/* val NULL: the value was of the block's size and went to f->hdr and f->dst */
+	r = val ? shv_check(val, vlen, f->k, sh->block_size, f->len, &data)
+		: shv_check_parts(f->hdr, f->dst, vlen, f->k, sh->block_size, f->len);
 	if (r < 0) {
 		STAT_ADD(sh, rejected, 1);
 		fs_log_once(sh->m, FUSE_LOG_WARNING, f->key, "shared value rejected",
@@ -492,7 +500,8 @@ static void got(void *arg, int err, const void *val, size_t vlen)
 		miss(f, true);
 		return;
 	}
-	memcpy(f->dst, data, f->len);
+	if (val)
+		memcpy(f->dst, data, f->len);
 	STAT_ADD(sh, hits, 1);
 	STAT_ADD(sh, hit_bytes, f->len);
 	if (f->waited)
@@ -508,9 +517,10 @@ static void ask_value(struct sfetch *f)
 	int e;
 
 	if (f->lock[0])
-		e = bk_shared_get_lock(sh->bs, f->key, f->lock, sh->wait_ns / 1000000, got, f);
+		e = bk_shared_get_lock(sh->bs, f->key, f->lock, sh->wait_ns / 1000000, &f->into,
+				       got, f);
 	else
-		e = bk_shared_get(sh->bs, f->key, got, f);
+		e = bk_shared_get(sh->bs, f->key, &f->into, got, f);
 	if (e < 0) {
 		STAT_ADD(sh, unavailable, 1);
 		miss(f, false);
@@ -542,6 +552,8 @@ int fs_shared_fetch(struct fs_shared *sh, struct fobj *o, uint64_t off, uint32_t
 	if (!lagging || sh->fill_lagging)
 		snprintf(f->lock, sizeof(f->lock), "%slock:%s", sh->prefix,
 			 f->key + strlen(sh->prefix));
+	f->into = (struct bk_shared_into){.hdr = f->hdr, .hlen = SHV_HDR_LEN, .data = dst,
+					  .dlen = len};
 	f->poll_ns = POLL_FIRST_NS;
 	ask_value(f);
 	return 0;

@@ -132,6 +132,37 @@ static void header_and_data_bound(void **state)
 	free(w);
 }
 
+/* The header and the data apart (as a value parsed straight into a block lies): the same
+ * answers as shv_check on the whole, for the value itself and every flipped byte. */
+static void parts_apart(void **state)
+{
+	size_t n;
+	unsigned char *v = make(&n), hdr[SHV_HDR_LEN], *data = malloc(LEN);
+	const void *whole;
+
+	assert_non_null(data);
+	memcpy(hdr, v, SHV_HDR_LEN);
+	memcpy(data, v + SHV_HDR_LEN, LEN);
+	assert_int_equal(shv_check_parts(hdr, data, n, K, BS, LEN), 0);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char *p = i < SHV_HDR_LEN ? &hdr[i] : &data[i - SHV_HDR_LEN];
+
+		v[i] ^= 0x10;
+		*p ^= 0x10;
+		assert_int_equal(shv_check_parts(hdr, data, n, K, BS, LEN),
+				 shv_check(v, n, K, BS, LEN, &whole));
+		assert_true(shv_check_parts(hdr, data, n, K, BS, LEN) < 0);
+		v[i] ^= 0x10;
+		*p ^= 0x10;
+	}
+	/* a length that disagrees with the header's, either way */
+	assert_int_equal(shv_check_parts(hdr, data, n - 1, K, BS, LEN), -EBADMSG);
+	assert_int_equal(shv_check_parts(hdr, data, n + 1, K, BS, LEN), -EBADMSG);
+	assert_int_equal(shv_check_parts(hdr, data, SHV_HDR_LEN - 1, K, BS, LEN), -EPROTO);
+	free(data);
+	free(v);
+}
+
 static void keys(void **state)
 {
 	char a[SHV_KEY_MAX], b[SHV_KEY_MAX], p[SHV_PREFIX_MAX + 10];
@@ -164,6 +195,7 @@ int main(void)
 		cmocka_unit_test(another_block),
 		cmocka_unit_test(foreign),
 		cmocka_unit_test(header_and_data_bound),
+		cmocka_unit_test(parts_apart),
 		cmocka_unit_test(keys),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
