@@ -81,6 +81,9 @@
 #define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
 #define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
 
+const uint64_t bk_shared_lat_bounds_us[BK_SHARED_LAT_BUCKETS - 1] = {
+	1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000, 2000000};
+
 #define STAT_ADD(s, f, v) __atomic_fetch_add(&(s)->st.f, (v), __ATOMIC_RELAXED)
 #define STAT_SUB(s, f, v) __atomic_fetch_sub(&(s)->st.f, (v), __ATOMIC_RELAXED)
 
@@ -512,6 +515,18 @@ static int replied(redisAsyncContext *ac, struct req *q, const redisReply *reply
 	return q->s->stopped ? -ESHUTDOWN : -ECONNRESET;
 }
 
+/* A GET's reply came (@q's answer, or late): the time it took, in the histogram. */
+static void get_latency(struct req *q)
+{
+	uint64_t us = (io_now_ns(q->s->io) - q->sent_ns) / 1000;
+	int i = 0;
+
+	while (i < BK_SHARED_LAT_BUCKETS - 1 && us > bk_shared_lat_bounds_us[i])
+		i++;
+	STAT_ADD(q->s, get_lat[i], 1);
+	STAT_ADD(q->s, get_lat_sum_us, us);
+}
+
 /* OP_GETLOCK's first reply (the GET): a value is answered now; a nil waits for the lock's. */
 static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv)
 {
@@ -519,6 +534,8 @@ static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv)
 	struct req *q = priv;
 	int lost = replied(ac, q, reply);
 
+	if (reply && reply->type != REDIS_REPLY_ERROR)
+		get_latency(q);
 	if (!reply)
 		answer(q, lost, NULL);
 	else if (reply->type == REDIS_REPLY_ERROR)
@@ -567,6 +584,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	} else if (reply->type == REDIS_REPLY_ERROR) {
 		answer(q, -EIO, NULL);
 	} else {
+		if (q->op == OP_GET)
+			get_latency(q);
 		answer(q, 0, reply);
 	}
 	req_put(q);
@@ -1171,4 +1190,7 @@ void bk_shared_get_stats(struct bk_shared *s, struct bk_shared_stats *ret)
 	ret->evals = __atomic_load_n(&st->evals, __ATOMIC_RELAXED);
 	ret->servers_down = __atomic_load_n(&st->servers_down, __ATOMIC_RELAXED);
 	ret->servers = st->servers;
+	for (int i = 0; i < BK_SHARED_LAT_BUCKETS; i++)
+		ret->get_lat[i] = __atomic_load_n(&st->get_lat[i], __ATOMIC_RELAXED);
+	ret->get_lat_sum_us = __atomic_load_n(&st->get_lat_sum_us, __ATOMIC_RELAXED);
 }

@@ -47,6 +47,9 @@ struct bk_shared_cfg {
 	uint64_t put_limit;      /* bytes of SETs queued at once; beyond it puts are dropped */
 };
 
+#define BK_SHARED_LAT_BUCKETS 12
+extern const uint64_t bk_shared_lat_bounds_us[BK_SHARED_LAT_BUCKETS - 1];
+
 struct bk_shared_stats {
 	uint64_t gets;           /* GETs asked */
 	uint64_t found;          /* GETs answered with a value */
@@ -64,6 +67,11 @@ struct bk_shared_stats {
 	uint64_t evals;          /* scripts answered */
 	uint64_t servers_down;   /* servers thought down now */
 	uint64_t servers;        /* servers configured */
+	/* GETs' answers (a value or nil, late ones included: what the server takes, whatever
+	 * the timeout) by time from written to answered: get_lat[i] counts those within
+	 * bk_shared_lat_bounds_us[i] and over the bound before; the last has no bound */
+	uint64_t get_lat[BK_SHARED_LAT_BUCKETS];
+	uint64_t get_lat_sum_us;
 };
 
 struct bk_shared;

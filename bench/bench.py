@@ -51,7 +51,9 @@ Scenarios (interleaved runs A B C A B C ..., medians and min-max):
     to re-read the working set, tierfs vs s3fs (use_cache) and rclone (--vfs-cache-mode full)
  12 a fleet on one Redis (--only shared): 1, 2 and 3 mounts read the same new objects at once,
     each from its own share of them, with and without shared=: bytes at the server per byte of
-    the objects, and the p99 of the readers' 1 MiB reads (worst mount)
+    the objects, and the p99 of the readers' 1 MiB reads (worst mount); then 3 shared mounts
+    again, each reader paced at shared_pace (a consumer tailing at a broker's rate, not at
+    full speed)
  13 fleet_lagging_rate over 3 mounts replaying old objects: the slope of bytes at the server
     over the fetches' start times, from 1 s after the first, against the rate
 
@@ -589,6 +591,7 @@ class Bench:
             "disk_recover_runs": 3,
             "shared_runs": 1 if q else 3,
             "shared_timeout": "",  # "": tierfs's default
+            "shared_pace": "64M",  # 12b: each paced reader's bytes a second ("": no 12b)
             "fleet_rate": "30M",
             "fleet_seconds": 6 if q else 15,
         }
@@ -1213,6 +1216,19 @@ class Bench:
     def stat_sum(st, name):
         return sum(v for k, v in st.items() if k.split("{")[0] == f"tierfs_{name}")
 
+    @staticmethod
+    def get_latency(sts):
+        """The GET latency histogram summed over mounts' stats @sts: [(bound s, GETs
+        answered within it, late answers included)], cumulative, the last bound inf."""
+        pre = 'tierfs_shared_get_seconds_bucket{tier="shared",le="'
+        h = {}
+        for st in sts:
+            for k, v in st.items():
+                if k.startswith(pre):
+                    le = float(k[len(pre):].split('"')[0])
+                    h[le] = h.get(le, 0) + v
+        return sorted(h.items())
+
     def fleet_mounts(self, n, opts, tag):
         ms = []
         try:
@@ -1233,53 +1249,61 @@ class Bench:
         more = {"shared_timeout": p["shared_timeout"]} if p["shared_timeout"] else {}
         self.rewarm(hot + old[:3])
         res = {"fetch": {}, "fleet": [], "hot_bytes": total}
+        # (mounts, shared, pace): full speed alone and shared, then 3 shared mounts paced
+        configs = [(n, shared, "") for n in (1, 2, 3) for shared in (False, True)]
+        if p["shared_pace"]:
+            configs.append((3, True, p["shared_pace"]))
         for run_i in range(p["shared_runs"]):
-            for n in (1, 2, 3):
-                for shared in (False, True):
-                    key = f"{n} {'shared' if shared else 'alone'}"
-                    proc = None
-                    opts = {"block_size": "4M", "hot_size": "512M", "hot_ttl": "100000000"}
-                    if shared:
-                        proc, port = self.redis_start(f"redis-{run_i}-{n}")
-                        opts.update(shared=f"redis://127.0.0.1:{port}", **more)
-                    ms = []
-                    try:
-                        ms = self.fleet_mounts(n, opts, "fleet")
-                        for m in ms:
-                            wait_until(lambda: all(m.path(r).exists() for r in hot), 30,
-                                       "the new objects")
-                        mark = self.nginx.mark()
-                        # each mount starts at its own share, as brokers tailing different
-                        # partitions of the same objects
-                        cmds = [[str(PREADER), "seq"] + [str(m.path(r)) for r in
-                                                          hot[i * len(hot) // n:] +
-                                                          hot[:i * len(hot) // n]]
-                                for i, m in enumerate(ms)]
-                        rds = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True)
-                               for c in cmds]
-                        outs = [json.loads(r.communicate(timeout=600)[0].strip()
-                                           .splitlines()[-1]) for r in rds]
-                        sts = [m.stats() for m in ms]
-                    finally:
-                        for m in ms:
-                            self.close_mount(m, "scenario 12")
-                        if proc:
-                            stop_proc(proc)
-                    time.sleep(0.3)  # nginx logs a request when it ends
-                    at = self.nginx.bytes_for(mark, lambda u: u.startswith("/hot/"),
-                                              self.nginx.json_port)
-                    e = {"server_per_byte": at / total,
-                         "p99_ms": max(o["lat_us"]["p99"] for o in outs) / 1e3,
-                         "p50_ms": statistics.median(o["lat_us"]["p50"] for o in outs) / 1e3,
-                         "hits": sum(self.stat_sum(st, "shared_hits_total") for st in sts),
-                         "timeouts": sum(self.stat_sum(st, "shared_timeouts_total")
-                                         for st in sts),
-                         "shared_stats": [{k: v for k, v in st.items() if "shared" in k}
-                                          for st in sts] if shared else None}
-                    res["fetch"].setdefault(key, []).append(e)
-                    log(f"shared {key} run {run_i + 1}: server bytes {e['server_per_byte']:.2f}x "
-                        f"the objects, read p99 {e['p99_ms']:.1f} ms, hits {e['hits']:.0f}, "
-                        f"timeouts {e['timeouts']:.0f}")
+            for n, shared, pace in configs:
+                key = f"{n} {'shared' if shared else 'alone'}{' paced' if pace else ''}"
+                proc = None
+                opts = {"block_size": "4M", "hot_size": "512M", "hot_ttl": "100000000"}
+                if shared:
+                    proc, port = self.redis_start(f"redis-{run_i}-{n}{'-paced' if pace else ''}")
+                    opts.update(shared=f"redis://127.0.0.1:{port}", **more)
+                ms = []
+                try:
+                    ms = self.fleet_mounts(n, opts, "fleet")
+                    for m in ms:
+                        wait_until(lambda: all(m.path(r).exists() for r in hot), 30,
+                                   "the new objects")
+                    mark = self.nginx.mark()
+                    # each mount starts at its own share, as brokers tailing different
+                    # partitions of the same objects
+                    cmds = [[str(PREADER), "seq"] + (["--rate", pace] if pace else []) +
+                            [str(m.path(r)) for r in hot[i * len(hot) // n:] +
+                             hot[:i * len(hot) // n]]
+                            for i, m in enumerate(ms)]
+                    rds = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True)
+                           for c in cmds]
+                    outs = [json.loads(r.communicate(timeout=600)[0].strip()
+                                       .splitlines()[-1]) for r in rds]
+                    sts = [m.stats() for m in ms]
+                finally:
+                    for m in ms:
+                        self.close_mount(m, "scenario 12")
+                    if proc:
+                        stop_proc(proc)
+                time.sleep(0.3)  # nginx logs a request when it ends
+                at = self.nginx.bytes_for(mark, lambda u: u.startswith("/hot/"),
+                                          self.nginx.json_port)
+                e = {"server_per_byte": at / total,
+                     "p99_ms": max(o["lat_us"]["p99"] for o in outs) / 1e3,
+                     "p50_ms": statistics.median(o["lat_us"]["p50"] for o in outs) / 1e3,
+                     "hits": sum(self.stat_sum(st, "shared_hits_total") for st in sts),
+                     "timeouts": sum(self.stat_sum(st, "shared_timeouts_total")
+                                     for st in sts),
+                     "shared_stats": [{k: v for k, v in st.items() if "shared" in k}
+                                      for st in sts] if shared else None,
+                     "get_lat": self.get_latency(sts) if shared else None}
+                res["fetch"].setdefault(key, []).append(e)
+                log(f"shared {key} run {run_i + 1}: server bytes {e['server_per_byte']:.2f}x "
+                    f"the objects, read p99 {e['p99_ms']:.1f} ms, hits {e['hits']:.0f}, "
+                    f"timeouts {e['timeouts']:.0f}" + (
+                        "; GETs answered within " + ", ".join(
+                            f"{le * 1e3:g} ms {n:.0f}" for le, n in e["get_lat"]
+                            if le in (0.01, 0.05, 0.2, 1.0, float("inf")))
+                        if shared else ""))
             # 11: the fleet budget
             proc, port = self.redis_start(f"redis-{run_i}-rate")
             rate = parse_size(p["fleet_rate"])
@@ -2614,6 +2638,17 @@ def shared_report(b, cols):
                      {k: ("n/a", None) for k in cols}, "shared <= 1.1x", spb is not None
                      and spb <= 1.1))
         targets.append((f"fleet of {n}, shared: server bytes / object bytes", spb, 1.1, "max"))
+    paced = f.get("3 shared paced")
+    if paced:
+        (sx, sp, st), spb = one("3 shared paced"), median([e["server_per_byte"] for e in paced])
+        rows.append((f"12b. fleet: 3 mounts tail the same objects, each reader paced at "
+                     f"{b.p['shared_pace']}/s (a broker's rate, not full speed), shared: bytes "
+                     f"at the server per byte; p99 of 1 MiB reads",
+                     f"{sx}; {sp} ({fmt_num(st)} Redis timeouts)",
+                     {k: ("n/a", None) for k in cols}, "<= 1.1x", spb is not None
+                     and spb <= 1.1))
+        targets.append(("fleet of 3 paced, shared: server bytes / object bytes", spb, 1.1,
+                        "max"))
     acc = [e["accuracy"] for e in r["fleet"]]
     a = median(acc)
     rows.append((f"13. fleet_lagging_rate={b.p['fleet_rate']} over 3 replaying mounts: bytes/s "

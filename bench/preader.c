@@ -23,6 +23,8 @@
  *   --seed N         rand: random seed (per thread: seed + thread index)
  *   --pause-file F   seq: while F exists, wait before the next read (a pause the bench can
  *                    set without signals: a signal would interrupt a waiting FUSE read)
+ *   --rate SIZE      seq, multi: each thread reads at most SIZE bytes a second (a consumer
+ *                    tailing at a broker's rate): a read waits until its bytes are due
  *
  * Output: {"mode":..., "bytes":..., "seconds":..., "mbps":..., "ops":..., "iops":...,
  * "lat_us":{"p50":..,"p99":..,"p999":..,"max":..}} (latencies for every read; rand and seq).
@@ -56,6 +58,7 @@ static int threads;
 static double duration = -1;
 static uint64_t span, ops_limit, seed = 1;
 static uint64_t t_start, t_deadline;
+static uint64_t rate; /* bytes a second per thread; 0: no pacing */
 static atomic_bool failed;
 static const char *pause_file;
 
@@ -143,6 +146,13 @@ static bool read_through(struct worker *w, const struct file *f, void *buf, uint
 	while (done < f->size) {
 		while (pause_file && access(pause_file, F_OK) == 0 && !out_of_time())
 			usleep(5000);
+		if (rate) { /* the thread's bytes so far are due at t_start + bytes / rate */
+			uint64_t due = t_start + (uint64_t)((double)w->bytes * 1e9 / (double)rate);
+			uint64_t now = now_ns();
+
+			if (due > now)
+				usleep((useconds_t)((due - now) / 1000));
+		}
 		uint64_t t0 = now_ns();
 		ssize_t n = pread(fd, buf, bs, (off_t)off);
 
@@ -334,6 +344,8 @@ int main(int argc, char **argv)
 			ops_limit = strtoull(v, NULL, 10), i++;
 		} else if (strcmp(o, "--pause-file") == 0) {
 			pause_file = v, i++;
+		} else if (strcmp(o, "--rate") == 0) {
+			rate = parse_size(v), i++;
 		} else if (strcmp(o, "--seed") == 0) {
 			seed = strtoull(v, NULL, 10), i++;
 		} else {

@@ -147,10 +147,13 @@ def parse_stats(text):
         name, labels, value = m.groups()
         tier = None
         if labels:
-            lm = re.fullmatch(r'tier="([^"]*)"', labels)
-            if not lm:
+            # tier="..." and, on a histogram's buckets, le="..." after it
+            lm = re.fullmatch(r'tier="([^"]*)"(?:,le="([^"]*)")?', labels)
+            if not lm or (lm.group(2) is not None) != name.endswith("_bucket"):
                 raise AssertionError(f"stats: unexpected labels in {line!r}")
             tier = lm.group(1)
+            if lm.group(2) is not None:
+                name += f"[{lm.group(2)}]"  # ("x_bucket[0.05]", tier)
         if name.startswith("tierfs_"):
             name = name[len("tierfs_"):]
         out[(name, tier)] = float(value)

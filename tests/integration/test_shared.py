@@ -226,6 +226,19 @@ def opts(r, *more):
             f"shared={r.url()}", f"shared_prefix={PREFIX}", "shared_timeout=200", *more]
 
 
+def get_latency(st):
+    """The GET latency histogram of stats @st: [(bound in s, GETs answered within it)], the
+    last bound inf, after checking that it is a histogram: cumulative, and its +Inf bucket
+    is its count."""
+    pre = "shared_get_seconds_bucket["
+    h = sorted((float(k[len(pre):-1]), v) for (k, t), v in st.items()
+               if t == "shared" and k.startswith(pre))
+    assert len(h) == 12 and h[-1][0] == float("inf"), h
+    assert all(a[1] <= b[1] for a, b in zip(h, h[1:])), f"not cumulative: {h}"
+    assert h[-1][1] == st.v("shared_get_seconds_count", "shared")
+    return h
+
+
 def drop_caches():
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
@@ -270,6 +283,9 @@ def test_second_mount_served_from_redis(store, mount, redis):
     assert range_gets(store, rel, mark) == [], "B fetched from the store what Redis holds"
     assert s1.d(s0, "shared_hits_total", "shared") == 4
     assert s1.d(s0, "shared_served_bytes_total", "shared") == 4 * MIB
+    # each of the four GETs answered, and timed
+    assert get_latency(s1)[-1][1] - get_latency(s0)[-1][1] == 4
+    assert s1.d(s0, "shared_get_seconds_sum", "shared") > 0
     # a short last block is shared too, with its own length
     rel = "new/short.bin"
     read_check(a, store, rel)
@@ -348,6 +364,12 @@ def test_one_stall_is_one_strike(store, mount, redis):
     reader.join(timeout=60)
     assert got == [store.sha[rel]]
     assert "unavailable" not in b.log.read_text()
+    # the answers that came after their timeout are in the histogram, past shared_timeout:
+    # what an operator reads to choose it
+    harness.wait_until(lambda: get_latency(lu.stats(b.mnt))[-1][1] >= 4, 20,
+                       "the late answers to be counted")
+    h = dict(get_latency(lu.stats(b.mnt)))
+    assert h[float("inf")] - h[0.2] >= 3, h
 
 
 @pytest.mark.watchdog(120)
