@@ -372,6 +372,38 @@ def test_one_stall_is_one_strike(store, mount, redis):
     assert h[float("inf")] - h[0.2] >= 3, h
 
 
+def test_late_value_never_lands_in_a_block(store, mount, redis):
+    """A value of the block's size is parsed straight into the block, but only while its GET
+    is unanswered: one that comes after its timeout, when the block has been fetched from the
+    store, is dropped. Here the late values are wrong (a flipped byte, the right size): had
+    one been written into the block, the re-read from the mount's memory would show it."""
+    r = redis()
+    a = mount(store.nginx.url, opts(r), name="a")
+    rel = "new/n-02.bin"
+    read_check(a, store, rel)
+    wait_puts(a, 4)
+    for k in block_keys(r):
+        v = bytearray(r.cmd("GET", k))
+        v[48 + 4096] ^= 0x01
+        r.cmd("SET", k, bytes(v))
+    b = mount(store.nginx.url, opts(r, "readahead=4"), name="b", foreground=True)
+    os.kill(r.proc.pid, signal.SIGSTOP)
+    try:
+        read_check(b, store, rel)  # every GET times out; the blocks come from the store
+    finally:
+        os.kill(r.proc.pid, signal.SIGCONT)
+    harness.wait_until(lambda: get_latency(lu.stats(b.mnt))[-1][1] >= 4, 20,
+                       "the late values to arrive")
+    drop_caches()
+    s0 = lu.stats(b.mnt)
+    read_check(b, store, rel)
+    s1 = lu.stats(b.mnt)
+    assert s1.d(s0, "cache_fetches_total", "hot") == 0, "not re-read from the mount's memory"
+    assert s1.d(s0, "cache_hits_total", "hot") > 0
+    assert s1.v("shared_hits_total", "shared") == 0
+    assert s1.v("shared_rejected_total", "shared") == 0  # dropped unread, not refused
+
+
 @pytest.mark.watchdog(120)
 def test_values_queued_behind_others_are_waited_for(store, mount, redis):
     """Redis answers a connection's commands in order: a GET written behind a window of
