@@ -592,6 +592,9 @@ class Bench:
             "shared_runs": 1 if q else 3,
             "shared_timeout": "",  # "": tierfs's default
             "shared_pace": "64M",  # 12b: each paced reader's bytes a second ("": no 12b)
+            # a command redis-server runs under, e.g. "chrt -f 1": Redis as on its own host,
+            # served as soon as it can run (an experiment; "": as any other process)
+            "redis_wrap": "",
             "fleet_rate": "30M",
             "fleet_seconds": 6 if q else 15,
         }
@@ -1173,6 +1176,8 @@ class Bench:
 
     # -- scenarios 12-13: the shared tier and the fleet budget -------------------------------
 
+    FILL_IDLE = 3  # s: see redis_fill
+
     @staticmethod
     def redis_fill(port, maxmemory=1 << 30):
         """Fill a new redis-server past its maxmemory with 4 MiB values of other keys, so that
@@ -1185,6 +1190,19 @@ class Bench:
         run(["redis-benchmark", "-p", str(port), "-t", "set", "-d", str(4 << 20), "-n", str(n),
              "-r", "1000000000", "-c", "2", "-q"], timeout=300)
 
+        # Redis's LRU clock counts whole seconds: values written in the same second or two as
+        # the fill look as old as it, and allkeys-lru evicted a run's own fresh values (6 of
+        # 64 with one mount) for the fill's, which a second mount then fetched again. After an
+        # hour the fill would be an hour old: wait until Redis sees it FILL_IDLE s old.
+        def idle():
+            key = subprocess.run(["redis-cli", "-p", str(port), "randomkey"], text=True,
+                                 capture_output=True, timeout=10).stdout.strip()
+            out = subprocess.run(["redis-cli", "-p", str(port), "object", "idletime", key],
+                                 text=True, capture_output=True, timeout=10).stdout.strip()
+            return int(out) if out.isdigit() else 0
+        wait_until(lambda: idle() >= Bench.FILL_IDLE, 30, "the fill to age in Redis's LRU clock",
+                   interval=0.2)
+
     def redis_start(self, name):
         """A redis-server as README says a fleet runs it (no persistence, allkeys-lru), on a
         free port; @return (process, port)."""
@@ -1194,7 +1212,7 @@ class Bench:
             port = free_port()
             out = open(d / "redis.log", "ab")
             proc = subprocess.Popen(
-                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                self.p["redis_wrap"].split() + ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--maxmemory", "1gb", "--maxmemory-policy", "allkeys-lru",
                  "--dir", str(d)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True)
