@@ -1191,8 +1191,8 @@ class Bench:
              "-r", "1000000000", "-c", "2", "-q"], timeout=300)
 
         # Redis's LRU clock counts whole seconds: values written in the same second or two as
-        # the fill look as old as it, and allkeys-lru evicted a run's own fresh values (6 of
-        # 64 with one mount) for the fill's, which a second mount then fetched again. After an
+        # the fill look as old as it, and allkeys-lru evicted a run's own fresh values (4-11
+        # of 64 with one mount) for the fill's, which a second mount then fetched again. After an
         # hour the fill would be an hour old: wait until Redis sees it FILL_IDLE s old.
         def idle():
             key = subprocess.run(["redis-cli", "-p", str(port), "randomkey"], text=True,
@@ -1212,9 +1212,10 @@ class Bench:
             port = free_port()
             out = open(d / "redis.log", "ab")
             proc = subprocess.Popen(
-                self.p["redis_wrap"].split() + ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--maxmemory", "1gb", "--maxmemory-policy", "allkeys-lru",
-                 "--dir", str(d)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                self.p["redis_wrap"].split() + [
+                    "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                    "--appendonly", "no", "--maxmemory", "1gb", "--maxmemory-policy",
+                    "allkeys-lru", "--dir", str(d)], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True)
             out.close()
             STATE.add_proc(proc)
