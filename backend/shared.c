@@ -191,6 +191,8 @@ struct srv {
 	struct req *feeding;     /* the SET going to hiredis a slice at a time, or NULL */
 	size_t fed;              /* how much of feeding->value hiredis has */
 	uint64_t rx_ns;          /* when one of its connections last had bytes to read */
+	struct req *locked;      /* puts with a fetch lock, from submission to their reply */
+	bool renewing;           /* renew()'s timer is pending */
 };
 
 struct bk_shared {
@@ -232,6 +234,11 @@ struct req {
 				  * once hiredis has copied all of it (see feed) */
 	size_t value_len;
 	bool unlock;             /* OP_PUT: a DEL of a fetch lock, not a value */
+	const char *lock;        /* OP_PUT: the fetch lock this value's writer holds, or NULL */
+	const char *lock_ms;     /* ... its PX, which renew() keeps renewing (see there) */
+	uint64_t lock_ns;        /* ... the same in ns */
+	struct req *lnext;       /* ... srv's locked list, while the value is on its way */
+	bool in_locked;          /* ... it is on that list */
 	struct req *qnext;       /* OP_PUT: srv's putq */
 	int argc;                /* OP_GETLOCK: the GET's; argv[argc..] is the SET NX's */
 	const char *argv[12];
@@ -451,6 +458,13 @@ static redisAsyncContext *conn(struct srv *v, int which)
 static void req_put(struct req *q)
 {
 	if (--q->refs == 0) {
+		if (q->in_locked) { /* its value is written, or lost: its lock is left alone */
+			struct req **pp = &q->v->locked;
+
+			while (*pp != q)
+				pp = &(*pp)->lnext;
+			*pp = q->lnext;
+		}
 		free(q->value);
 		free(q);
 	}
@@ -661,6 +675,49 @@ static void on_timeout(void *p)
 static void send_req(struct req *q, redisAsyncContext *ac);
 
 /*
+ * A fetch lock (fs/shared.c) says "the value is coming". Its PX covers the holder's fetch, and
+ * the holder DELs it after its SET; but the SET may then wait behind this mount's earlier SETs,
+ * in putq or in the socket's buffers, for longer than the PX (three mounts at full speed on two
+ * cores: 2-20 of a run's 64 locks expired before their value was in Redis), and a mount that
+ * came after the PX took the lock and fetched the block again. So the holder renews the PX of
+ * each lock whose value is on its way, from the put's submission to its reply: at once, then
+ * every half PX, on the GET connection (the PUT one is behind the values). A holder that dies,
+ * or whose put is dropped or its connection lost, renews nothing, and its locks expire one PX
+ * later, as before. The replies are not wanted (NULL callbacks: not counted, not timed).
+ */
+static void refresh_lock(struct srv *v, const struct req *q)
+{
+	redisAsyncContext *ac = v->c[CONN_GET].ac;
+
+	if (ac)
+		redisAsyncCommand(ac, NULL, NULL, "PEXPIRE %s %s", q->lock, q->lock_ms);
+}
+
+static void renew(void *arg)
+{
+	struct srv *v = arg;
+	uint64_t period = UINT64_MAX;
+
+	for (const struct req *q = v->locked; q; q = q->lnext) {
+		refresh_lock(v, q);
+		if (q->lock_ns / 2 < period)
+			period = q->lock_ns / 2;
+	}
+	v->renewing = v->locked && io_defer(v->s->io, period, renew, v) == 0;
+}
+
+/* Put @q (OP_PUT with a lock, queued) on @v's locked list, its PX renewed from now. */
+static void track_lock(struct srv *v, struct req *q)
+{
+	q->lnext = v->locked;
+	v->locked = q;
+	q->in_locked = true;
+	refresh_lock(v, q);
+	if (!v->renewing)
+		v->renewing = io_defer(v->s->io, q->lock_ns / 2, renew, v) == 0;
+}
+
+/*
  * Write queued SETs to the PUT connection, a slice at a time, while its socket takes them.
  * hiredis appends a command to one output buffer (a realloc that copies all it holds when it
  * grows) and, after each partial write to the socket, moves what is left to the front: a
@@ -735,6 +792,8 @@ static void start(void *p)
 		return;
 	}
 	if (q->op == OP_PUT) { /* in turn, after the SETs before it (see feed) */
+		if (q->lock)
+			track_lock(q->v, q);
 		if (q->v->putq_tail)
 			q->v->putq_tail->qnext = q;
 		else
@@ -874,9 +933,9 @@ static char *format_cmd(const char *const *argv, int n, const void *hdr, size_t 
 }
 
 int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t hlen,
-		  const void *data, size_t len)
+		  const void *data, size_t len, const char *lock, uint64_t lock_ms)
 {
-	size_t vl = hlen + len;
+	size_t vl = hlen + len, ll = lock ? strlen(lock) + 1 : 0;
 	const char *argv[2] = {"SET", key};
 	struct req *q;
 
@@ -885,13 +944,20 @@ int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t 
 		STAT_ADD(s, put_drops, 1);
 		return -ENOBUFS;
 	}
-	q = req_new(s, OP_PUT, key, 0);
+	q = req_new(s, OP_PUT, key, ll + (lock ? 24 : 0));
 	if (q)
 		q->value = format_cmd(argv, 2, hdr, hlen, data, len, true, &q->value_len);
 	if (!q || !q->value) {
 		STAT_SUB(s, put_queued, vl);
 		free(q);
 		return -ENOMEM;
+	}
+	if (lock) {
+		memcpy(q->buf, lock, ll);
+		snprintf(q->buf + ll, 24, "%llu", (unsigned long long)(lock_ms ? lock_ms : 1));
+		q->lock = q->buf;
+		q->lock_ms = q->buf + ll;
+		q->lock_ns = (lock_ms ? lock_ms : 1) * 1000000ULL;
 	}
 	q->put_len = vl;
 	q->answered = true; /* nobody to answer */
@@ -1072,8 +1138,10 @@ static void poll_stop(void *arg)
 	struct bk_shared *s = arg;
 
 	s->stopped = true;
-	for (unsigned i = 0; i < s->nsrv; i++)
+	for (unsigned i = 0; i < s->nsrv; i++) {
 		close_all(&s->srv[i]);
+		s->srv[i].renewing = false; /* the loop drops its timers */
+	}
 }
 
 /* ---- setup ------------------------------------------------------------------------------------- */

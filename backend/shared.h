@@ -126,9 +126,11 @@ int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
 int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock);
 
 /* SET @key to @hdr followed by @data (both copied before returning), in the background,
- * nobody waiting. @return 0 queued, -ENOBUFS dropped (put_limit), -ENOMEM. */
+ * nobody waiting. @lock, if not NULL, is the fetch lock the caller holds for @key: its PX is
+ * renewed to @lock_ms until the SET is answered (see renew in shared.c). @return 0
+ * queued, -ENOBUFS dropped (put_limit), -ENOMEM. */
 int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t hlen,
-		  const void *data, size_t len);
+		  const void *data, size_t len, const char *lock, uint64_t lock_ms);
 
 /* Answer of a script: @err 0 and its array of @n integers, or -errno as for a GET. */
 typedef void (*bk_shared_eval_fn)(void *arg, int err, const long long *vals, int n);

@@ -189,7 +189,8 @@ static void store_done(void *arg, int err)
 		unsigned char hdr[SHV_HDR_LEN];
 
 		shv_header(hdr, f->k, sh->block_size, f->dst, f->len);
-		bk_shared_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len);
+		bk_shared_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len,
+			      f->locked ? f->lock : NULL, sh->wait_ns / 1000000);
 	}
 	/* after the SET on the same connection: a loser that polls after the DEL finds the
 	 * value; if the SET was dropped (or the fetch failed), it takes the lock and fetches */

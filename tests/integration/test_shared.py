@@ -125,12 +125,13 @@ def _read_reply(f):
 
 
 class SlowLink:
-    """A TCP relay to a redis-server that passes the server's bytes at @rate bytes/s (the
-    client's unthrottled): a Redis that answers in order and steadily, but slowly, as one
-    streaming a window of 4 MiB values to a busy machine does. stop() closes everything."""
+    """A TCP relay to a redis-server that passes the server's bytes at @rate bytes/s, and the
+    client's at @up_rate (None: unthrottled): a Redis that answers in order and steadily, but
+    slowly, as one streaming a window of 4 MiB values to a busy machine does; or one that takes
+    values in slowly. Each connection is paced on its own. stop() closes everything."""
 
-    def __init__(self, port, rate):
-        self.up, self.rate = port, rate
+    def __init__(self, port, rate, up_rate=None):
+        self.up, self.rate, self.up_rate = port, rate, up_rate
         self.ls = socket.create_server(("127.0.0.1", 0))
         self.port = self.ls.getsockname()[1]
         self.socks, self.stopped = [self.ls], threading.Event()
@@ -147,7 +148,7 @@ class SlowLink:
                 return
             u = socket.create_connection(("127.0.0.1", self.up))
             self.socks += [c, u]
-            threading.Thread(target=self._pipe, args=(c, u, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(c, u, self.up_rate), daemon=True).start()
             threading.Thread(target=self._pipe, args=(u, c, self.rate), daemon=True).start()
 
     def _pipe(self, src, dst, rate):
@@ -442,6 +443,60 @@ def test_values_queued_behind_others_are_waited_for(store, mount, redis):
             (f"{s.v('shared_timeouts_total', 'shared')} GETs abandoned, "
              f"{len(fetched)} blocks fetched from the store")
         assert s.v("shared_hits_total", "shared") == 12
+    finally:
+        link.stop()
+
+
+@pytest.mark.watchdog(120)
+def test_lock_lives_while_its_value_waits_to_be_written(store, mount, redis):
+    """A fetch lock's PX covers its holder's fetch; the holder's SET may then wait behind its
+    earlier SETs for longer (three mounts at full speed on two cores: 2-20 of 64 locks in a
+    run expired before their value was in Redis), and a mount that came after the PX took the
+    lock and fetched the block again. The holder now renews its locks while their values wait.
+    Here A's values cross to Redis at 8 MiB/s (1 MiB blocks: one SET every 125 ms) with a lock
+    PX of 200 ms (shared_timeout=20), and A reads 8 blocks at once: its last SETs land about
+    1 s later. B reads the same blocks meanwhile and must wait for A's values, fetching
+    nothing: on the old code B took the expired locks of A's later blocks and fetched them."""
+    r = redis()
+    link = SlowLink(r.port, None, up_rate=8 << 20)
+    try:
+        a = mount(store.nginx.url, [f"block_size={BS // MIB}M", f"hot_ttl={HOT_TTL}",
+                                    "readahead=0", f"shared={link.url()}",
+                                    f"shared_prefix={PREFIX}", "shared_timeout=20"], name="a")
+        b = mount(store.nginx.url, opts(r), name="b")  # its own wait bound: 10 x 200 ms
+        rels = ["new/n-04.bin", "new/n-05.bin"]
+        sa = lu.stats(a.mnt)
+        # A reads the 8 blocks at once (threads), so their locks are taken together
+        got = {}
+        ts = [threading.Thread(target=lambda rel=rel: got.update({rel: lu.sha256_read(
+            a.path(rel))}), daemon=True) for rel in rels]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=60)
+        assert got == {rel: store.sha[rel] for rel in rels}
+        t_a = time.monotonic()
+        queued = lu.stats(a.mnt).v("shared_put_queued_bytes", "shared")
+        assert queued >= 4 * MIB, f"A's values already written ({queued} bytes queued): " \
+            "the link did not hold them back, the test tests nothing"
+        store.nginx.wait_idle()
+        mark = store.nginx.log_mark()
+        s0 = lu.stats(b.mnt)
+        for rel in rels:
+            read_check(b, store, rel)
+        waited = time.monotonic() - t_a
+        store.nginx.wait_idle()
+        s1 = lu.stats(b.mnt)
+        fetched = [q for rel in rels for q in range_gets(store, rel, mark)]
+        assert not fetched and s1.d(s0, "shared_lock_wins_total", "shared") == 0, \
+            (f"B fetched {len(fetched)} blocks from the store that A was writing to Redis "
+             f"({s1.d(s0, 'shared_lock_wins_total', 'shared')} locks taken over)")
+        # and the values did take longer than the lock's first PX to be written
+        assert waited > 0.2, f"B was done in {waited:.2f} s, within the lock's first PX"
+        assert s1.d(s0, "shared_hits_total", "shared") == 8
+        assert s1.d(s0, "shared_lock_gave_up_total", "shared") == 0
+        assert s1.d(s0, "shared_lock_waits_total", "shared") >= 1
+        assert lu.stats(a.mnt).d(sa, "shared_store_fetches_total", "shared") == 8
     finally:
         link.stop()
 
