@@ -78,6 +78,7 @@
 #define READ_CHUNK (1u << 20)          /* bytes read at a time (see read_all) */
 #define PUT_SLICE  (256u << 10)        /* a SET goes to hiredis's output buffer this at a time */
 #define WRITE_BURST (8u << 20)         /* bytes feed() writes to one connection per call */
+#define HOLD_MAX_PX 60                 /* a fetch lock is renewed for this many PX at most */
 #define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
 #define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
 
@@ -191,8 +192,17 @@ struct srv {
 	struct req *feeding;     /* the SET going to hiredis a slice at a time, or NULL */
 	size_t fed;              /* how much of feeding->value hiredis has */
 	uint64_t rx_ns;          /* when one of its connections last had bytes to read */
-	struct req *locked;      /* puts with a fetch lock, from submission to their reply */
+	struct hold *holds;      /* fetch locks this mount holds on it (see renew) */
 	bool renewing;           /* renew()'s timer is pending */
+};
+
+/* A fetch lock won, renewed until its DEL leaves (see renew). */
+struct hold {
+	struct hold *next;
+	uint64_t px_ns;
+	uint64_t until_ns;       /* renewed no longer than this */
+	char px[24];
+	char lock[];
 };
 
 struct bk_shared {
@@ -234,11 +244,8 @@ struct req {
 				  * once hiredis has copied all of it (see feed) */
 	size_t value_len;
 	bool unlock;             /* OP_PUT: a DEL of a fetch lock, not a value */
-	const char *lock;        /* OP_PUT: the fetch lock this value's writer holds, or NULL */
-	const char *lock_ms;     /* ... its PX, which renew() keeps renewing (see there) */
-	uint64_t lock_ns;        /* ... the same in ns */
-	struct req *lnext;       /* ... srv's locked list, while the value is on its way */
-	bool in_locked;          /* ... it is on that list */
+	const char *lock;        /* ... that lock: its hold ends with this request */
+	bool now;                /* ... sent at once on the GET connection, not after the SETs */
 	struct req *qnext;       /* OP_PUT: srv's putq */
 	int argc;                /* OP_GETLOCK: the GET's; argv[argc..] is the SET NX's */
 	const char *argv[12];
@@ -336,6 +343,74 @@ static void on_auth(redisAsyncContext *ac, void *r, void *priv)
 		logf_(v->s, 0, "shared tier: redis %s refused AUTH (%.200s): check "
 			       "shared_password_file or $TIERFS_SHARED_PASSWORD; reads go to the store",
 		      v->name, reply->str);
+	}
+}
+
+/*
+ * A fetch lock (fs/shared.c) says "the value is coming", and its PX was sized for the
+ * holder's fetch. But the fetch may wait behind the mount's readahead, and the SET behind the
+ * mount's earlier SETs, in putq or in the socket's buffers: with three mounts at full speed on
+ * two cores, 2-20 of a run's 64 locks expired before their value was in Redis, and a mount
+ * that came after the PX took the lock and fetched the block again. So a lock won is held:
+ * its PX renewed every half PX, on the GET connection (the PUT one is behind the values),
+ * from the win until its DEL leaves, which the holder sends after its SET on the same
+ * connection, or at once when it has no value to write. A holder that dies renews nothing,
+ * and its locks expire one PX later, as before; a hold whose DEL never comes (a bug) ends
+ * after HOLD_MAX_PX. Waiters still give up after their own bound (fs/shared.c). The
+ * PEXPIREs' replies are not wanted (NULL callbacks: not counted, not timed).
+ */
+static void renew(void *arg)
+{
+	struct srv *v = arg;
+	redisAsyncContext *ac = v->c[CONN_GET].ac;
+	uint64_t now = io_now_ns(v->s->io), period = UINT64_MAX;
+
+	for (struct hold **pp = &v->holds; *pp;) {
+		struct hold *h = *pp;
+
+		if (now >= h->until_ns) {
+			*pp = h->next;
+			free(h);
+			continue;
+		}
+		if (ac)
+			redisAsyncCommand(ac, NULL, NULL, "PEXPIRE %s %s", h->lock, h->px);
+		if (h->px_ns / 2 < period)
+			period = h->px_ns / 2;
+		pp = &h->next;
+	}
+	v->renewing = v->holds && io_defer(v->s->io, period, renew, v) == 0;
+}
+
+/* @lock (PX @px ms) was won on @v: hold it. Out of memory, it is left to expire. */
+static void hold_start(struct srv *v, const char *lock, const char *px)
+{
+	size_t ll = strlen(lock) + 1;
+	struct hold *h = malloc(sizeof(*h) + ll);
+
+	if (!h)
+		return;
+	h->px_ns = strtoull(px, NULL, 10) * 1000000ULL;
+	h->until_ns = io_now_ns(v->s->io) + HOLD_MAX_PX * h->px_ns;
+	snprintf(h->px, sizeof(h->px), "%s", px);
+	memcpy(h->lock, lock, ll);
+	h->next = v->holds;
+	v->holds = h;
+	if (!v->renewing)
+		v->renewing = io_defer(v->s->io, h->px_ns / 2, renew, v) == 0;
+}
+
+/* @lock's DEL has left (answered, or dropped with its connection): it is no longer held. */
+static void hold_end(struct srv *v, const char *lock)
+{
+	for (struct hold **pp = &v->holds; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->lock, lock) == 0) {
+			struct hold *h = *pp;
+
+			*pp = h->next;
+			free(h);
+			return;
+		}
 	}
 }
 
@@ -458,13 +533,8 @@ static redisAsyncContext *conn(struct srv *v, int which)
 static void req_put(struct req *q)
 {
 	if (--q->refs == 0) {
-		if (q->in_locked) { /* its value is written, or lost: its lock is left alone */
-			struct req **pp = &q->v->locked;
-
-			while (*pp != q)
-				pp = &(*pp)->lnext;
-			*pp = q->lnext;
-		}
+		if (q->unlock)
+			hold_end(q->v, q->lock);
 		free(q->value);
 		free(q);
 	}
@@ -575,14 +645,19 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	if (q->op == OP_GETLOCK) {
 		/* the SET NX's reply, after the GET's nil (or after a value already answered:
 		 * the lock taken on a hit is left to expire) */
-		if (!reply)
+		if (!reply) {
 			answer(q, lost, NULL);
-		else if (reply->type == REDIS_REPLY_STATUS)
+		} else if (reply->type == REDIS_REPLY_STATUS) {
+			/* the lock is ours, if this is still the answer; one taken on a hit, or
+			 * after the GET timed out, is not held (renewed) */
+			if (!q->answered)
+				hold_start(q->v, q->argv[q->argc + 1], q->argv[q->argc + 5]);
 			answer(q, -ENOENT, NULL);
-		else if (reply->type == REDIS_REPLY_NIL)
+		} else if (reply->type == REDIS_REPLY_NIL) {
 			answer(q, -EBUSY, NULL);
-		else
+		} else {
 			answer(q, -ENOENT, NULL); /* the lock refused: fetch, nobody waits for us */
+		}
 	} else if (q->op == OP_PUT && q->unlock) {
 		/* nothing to count: a lock not deleted expires */
 	} else if (q->op == OP_PUT) {
@@ -675,49 +750,6 @@ static void on_timeout(void *p)
 static void send_req(struct req *q, redisAsyncContext *ac);
 
 /*
- * A fetch lock (fs/shared.c) says "the value is coming". Its PX covers the holder's fetch, and
- * the holder DELs it after its SET; but the SET may then wait behind this mount's earlier SETs,
- * in putq or in the socket's buffers, for longer than the PX (three mounts at full speed on two
- * cores: 2-20 of a run's 64 locks expired before their value was in Redis), and a mount that
- * came after the PX took the lock and fetched the block again. So the holder renews the PX of
- * each lock whose value is on its way, from the put's submission to its reply: at once, then
- * every half PX, on the GET connection (the PUT one is behind the values). A holder that dies,
- * or whose put is dropped or its connection lost, renews nothing, and its locks expire one PX
- * later, as before. The replies are not wanted (NULL callbacks: not counted, not timed).
- */
-static void refresh_lock(struct srv *v, const struct req *q)
-{
-	redisAsyncContext *ac = v->c[CONN_GET].ac;
-
-	if (ac)
-		redisAsyncCommand(ac, NULL, NULL, "PEXPIRE %s %s", q->lock, q->lock_ms);
-}
-
-static void renew(void *arg)
-{
-	struct srv *v = arg;
-	uint64_t period = UINT64_MAX;
-
-	for (const struct req *q = v->locked; q; q = q->lnext) {
-		refresh_lock(v, q);
-		if (q->lock_ns / 2 < period)
-			period = q->lock_ns / 2;
-	}
-	v->renewing = v->locked && io_defer(v->s->io, period, renew, v) == 0;
-}
-
-/* Put @q (OP_PUT with a lock, queued) on @v's locked list, its PX renewed from now. */
-static void track_lock(struct srv *v, struct req *q)
-{
-	q->lnext = v->locked;
-	v->locked = q;
-	q->in_locked = true;
-	refresh_lock(v, q);
-	if (!v->renewing)
-		v->renewing = io_defer(v->s->io, q->lock_ns / 2, renew, v) == 0;
-}
-
-/*
  * Write queued SETs to the PUT connection, a slice at a time, while its socket takes them.
  * hiredis appends a command to one output buffer (a realloc that copies all it holds when it
  * grows) and, after each partial write to the socket, moves what is left to the front: a
@@ -780,7 +812,8 @@ static void start(void *p)
 {
 	struct req *q = p;
 	struct bk_shared *s = q->s;
-	redisAsyncContext *ac = s->stopped ? NULL : conn(q->v, q->op == OP_PUT ? CONN_PUT : CONN_GET);
+	bool put_conn = q->op == OP_PUT && !q->now;
+	redisAsyncContext *ac = s->stopped ? NULL : conn(q->v, put_conn ? CONN_PUT : CONN_GET);
 
 	if (!ac) {
 		if (q->op == OP_PUT && !q->unlock) {
@@ -791,9 +824,7 @@ static void start(void *p)
 		req_put(q);
 		return;
 	}
-	if (q->op == OP_PUT) { /* in turn, after the SETs before it (see feed) */
-		if (q->lock)
-			track_lock(q->v, q);
+	if (put_conn) { /* in turn, after the SETs before it (see feed) */
 		if (q->v->putq_tail)
 			q->v->putq_tail->qnext = q;
 		else
@@ -933,9 +964,9 @@ static char *format_cmd(const char *const *argv, int n, const void *hdr, size_t 
 }
 
 int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t hlen,
-		  const void *data, size_t len, const char *lock, uint64_t lock_ms)
+		  const void *data, size_t len)
 {
-	size_t vl = hlen + len, ll = lock ? strlen(lock) + 1 : 0;
+	size_t vl = hlen + len;
 	const char *argv[2] = {"SET", key};
 	struct req *q;
 
@@ -944,7 +975,7 @@ int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t 
 		STAT_ADD(s, put_drops, 1);
 		return -ENOBUFS;
 	}
-	q = req_new(s, OP_PUT, key, ll + (lock ? 24 : 0));
+	q = req_new(s, OP_PUT, key, 0);
 	if (q)
 		q->value = format_cmd(argv, 2, hdr, hlen, data, len, true, &q->value_len);
 	if (!q || !q->value) {
@@ -952,22 +983,16 @@ int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t 
 		free(q);
 		return -ENOMEM;
 	}
-	if (lock) {
-		memcpy(q->buf, lock, ll);
-		snprintf(q->buf + ll, 24, "%llu", (unsigned long long)(lock_ms ? lock_ms : 1));
-		q->lock = q->buf;
-		q->lock_ms = q->buf + ll;
-		q->lock_ns = (lock_ms ? lock_ms : 1) * 1000000ULL;
-	}
 	q->put_len = vl;
 	q->answered = true; /* nobody to answer */
 	return submit(q);
 }
 
-int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock)
+int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock, bool after_put)
 {
 	const char *argv[2] = {"DEL", lock};
-	struct req *q = req_new(s, OP_PUT, key, 0);
+	size_t ll = strlen(lock) + 1;
+	struct req *q = req_new(s, OP_PUT, key, ll);
 
 	if (q)
 		q->value = format_cmd(argv, 2, NULL, 0, NULL, 0, false, &q->value_len);
@@ -975,6 +1000,9 @@ int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock)
 		free(q);
 		return -ENOMEM;
 	}
+	memcpy(q->buf, lock, ll);
+	q->lock = q->buf;
+	q->now = !after_put;
 	q->unlock = true;
 	q->answered = true;
 	return submit(q);
@@ -1139,8 +1167,16 @@ static void poll_stop(void *arg)
 
 	s->stopped = true;
 	for (unsigned i = 0; i < s->nsrv; i++) {
-		close_all(&s->srv[i]);
-		s->srv[i].renewing = false; /* the loop drops its timers */
+		struct srv *v = &s->srv[i];
+
+		close_all(v);
+		while (v->holds) { /* the loop drops its timers: renewing ends here */
+			struct hold *h = v->holds;
+
+			v->holds = h->next;
+			free(h);
+		}
+		v->renewing = false;
 	}
 }
 

@@ -121,16 +121,16 @@ int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
 		       uint64_t lock_ms, const struct bk_shared_into *into, bk_shared_get_fn done,
 		       void *arg);
 
-/* DEL @lock, on the server of @key, in the background after the puts queued before it.
- * @return 0 queued or -errno. */
-int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock);
+/* DEL @lock, on the server of @key, in the background: after the puts queued before it if
+ * @after_put (the caller's value is among them), else at once. A lock won by
+ * bk_shared_get_lock is renewed until then (see renew in shared.c), so a caller that won one
+ * must unlock it. @return 0 queued or -errno. */
+int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock, bool after_put);
 
 /* SET @key to @hdr followed by @data (both copied before returning), in the background,
- * nobody waiting. @lock, if not NULL, is the fetch lock the caller holds for @key: its PX is
- * renewed to @lock_ms until the SET is answered (see renew in shared.c). @return 0
- * queued, -ENOBUFS dropped (put_limit), -ENOMEM. */
+ * nobody waiting. @return 0 queued, -ENOBUFS dropped (put_limit), -ENOMEM. */
 int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t hlen,
-		  const void *data, size_t len, const char *lock, uint64_t lock_ms);
+		  const void *data, size_t len);
 
 /* Answer of a script: @err 0 and its array of @n integers, or -errno as for a GET. */
 typedef void (*bk_shared_eval_fn)(void *arg, int err, const long long *vals, int n);

@@ -18,11 +18,14 @@
  * mounts reading the same new objects at full speed: 2.25x the objects at the store). So a
  * GET of a fetch that will fill Redis carries "SET <prefix>lock:<key> 1 NX PX bound" in the
  * same round trip (backend/shared.c pipelines them). The winner fetches, SETs, then DELs the
- * lock after the SET on the same connection. A loser re-GETs (with the lock again, so that a
- * lock deleted without a value is taken over) on the I/O loop's timer, 2 ms doubling to 16 ms,
- * until it gets the value or the bound passes (wait_ns: 10 x shared_timeout, also the lock's
- * PX), then fetches from the store itself. A dead holder costs at most that. A fetch that
- * does not fill (lagging, shared_fill_lagging off) neither takes nor waits for a lock.
+ * lock after the SET on the same connection (at once if it has no value to write); meanwhile
+ * backend/shared.c renews the lock's PX, so a value that waits behind the mount's earlier SETs
+ * keeps its lock, and only a holder that died lets it expire. A loser re-GETs (with the lock
+ * again, so that a lock deleted without a value is taken over) on the I/O loop's timer, 2 ms
+ * doubling to 16 ms, until it gets the value or the bound passes (wait_ns: 10 x
+ * shared_timeout, also the lock's PX), then fetches from the store itself. A dead holder
+ * costs at most that. A fetch that does not fill (lagging, shared_fill_lagging off) neither
+ * takes nor waits for a lock.
  *
  * A value of the block's size is parsed straight into the block (backend/shared.h,
  * bk_shared_into: header to the fetch, data to the ring) and checked there; the ring does not
@@ -184,18 +187,19 @@ static void store_done(void *arg, int err)
 {
 	struct sfetch *f = arg;
 	struct fs_shared *sh = f->sh;
+	bool queued = false;
 
 	if (err == 0 && f->put) {
 		unsigned char hdr[SHV_HDR_LEN];
 
 		shv_header(hdr, f->k, sh->block_size, f->dst, f->len);
-		bk_shared_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len,
-			      f->locked ? f->lock : NULL, sh->wait_ns / 1000000);
+		queued = bk_shared_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len) == 0;
 	}
 	/* after the SET on the same connection: a loser that polls after the DEL finds the
-	 * value; if the SET was dropped (or the fetch failed), it takes the lock and fetches */
+	 * value; if the SET was dropped (or the fetch failed), the DEL goes at once, and the
+	 * loser takes the lock and fetches */
 	if (f->locked)
-		bk_shared_unlock(sh->bs, f->key, f->lock);
+		bk_shared_unlock(sh->bs, f->key, f->lock, queued);
 	finish(f, err);
 }
 
@@ -206,8 +210,11 @@ static void to_store(struct sfetch *f)
 	STAT_ADD(f->sh, store_fetches, 1);
 	e = backend_read(f->o->backend, f->o->path, f->o->etag, f->off, f->len, f->dst,
 			 f->lagging ? BK_BACKGROUND : BK_URGENT, store_done, f);
-	if (e < 0)
+	if (e < 0) {
+		if (f->locked)
+			bk_shared_unlock(f->sh->bs, f->key, f->lock, false);
 		finish(f, e);
+	}
 }
 
 /* ---- the fleet gate ---------------------------------------------------------------------------- */
