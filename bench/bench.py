@@ -544,6 +544,83 @@ def stat_delta(a, b, key):
 # the bench
 
 
+class RedisKeyEvents:
+    """Redis's key events during a fleet run (scenario 12), to tell where an extra fetch
+    came from: a value of the run (a "tierfs:" key) that allkeys-lru evicted, or a fetch lock
+    that expired while its block had no value yet (its holder's SET was still queued or
+    lost; a lock taken on a GET that found the value also expires, with the value there)."""
+
+    def __init__(self, port, prefix="tierfs:"):
+        import socket
+        import threading
+        self.prefix = prefix.encode()
+        self.evicted, self.expired, self.expired_no_value = 0, 0, 0
+        self.ask = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.askf = self.ask.makefile("rb")
+        self.call(b"CONFIG", b"SET", b"notify-keyspace-events", b"Exe")
+        self.sub = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.subf = self.sub.makefile("rb")
+        self.sub.sendall(self.resp(b"SUBSCRIBE", b"__keyevent@0__:evicted",
+                                   b"__keyevent@0__:expired"))
+        for _ in range(2):
+            self.reply(self.subf)  # the subscriptions' confirmations
+        self.sub.settimeout(None)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def resp(*args):
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a)
+                                                 for a in args)
+
+    @staticmethod
+    def reply(f):
+        line = f.readline()
+        if not line:
+            raise EOFError
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"*":
+            return [RedisKeyEvents.reply(f) for _ in range(int(rest))]
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else f.read(n + 2)[:-2]
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        return int(rest) if kind == b":" else rest
+
+    def call(self, *args):
+        self.ask.sendall(self.resp(*args))
+        return self.reply(self.askf)
+
+    def run(self):
+        lock = self.prefix + b"lock:"
+        try:
+            while True:
+                _, chan, key = self.reply(self.subf)
+                if chan.endswith(b"evicted") and key.startswith(self.prefix):
+                    self.evicted += 1
+                elif chan.endswith(b"expired") and key.startswith(lock):
+                    self.expired += 1
+                    if not self.call(b"EXISTS", self.prefix + key[len(lock):]):
+                        self.expired_no_value += 1
+        except (EOFError, OSError, ValueError):
+            pass
+
+    def stop(self):
+        """@return the counts; closes the connections."""
+        import socket
+        for s in (self.sub, self.ask):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.thread.join(10)
+        self.sub.close()
+        self.ask.close()
+        return {"evicted_values": self.evicted, "expired_locks": self.expired,
+                "expired_locks_without_value": self.expired_no_value}
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -1281,7 +1358,10 @@ class Bench:
                     proc, port = self.redis_start(f"redis-{run_i}-{n}{'-paced' if pace else ''}")
                     opts.update(shared=f"redis://127.0.0.1:{port}", **more)
                 ms = []
+                watch = None
                 try:
+                    if shared:
+                        watch = RedisKeyEvents(port)
                     ms = self.fleet_mounts(n, opts, "fleet")
                     for m in ms:
                         wait_until(lambda: all(m.path(r).exists() for r in hot), 30,
@@ -1301,6 +1381,7 @@ class Bench:
                 finally:
                     for m in ms:
                         self.close_mount(m, "scenario 12")
+                    events = watch.stop() if watch else None
                     if proc:
                         stop_proc(proc)
                 time.sleep(0.3)  # nginx logs a request when it ends
@@ -1314,7 +1395,8 @@ class Bench:
                                      for st in sts),
                      "shared_stats": [{k: v for k, v in st.items() if "shared" in k}
                                       for st in sts] if shared else None,
-                     "get_lat": self.get_latency(sts) if shared else None}
+                     "get_lat": self.get_latency(sts) if shared else None,
+                     "key_events": events}
                 res["fetch"].setdefault(key, []).append(e)
                 log(f"shared {key} run {run_i + 1}: server bytes {e['server_per_byte']:.2f}x "
                     f"the objects, read p99 {e['p99_ms']:.1f} ms, hits {e['hits']:.0f}, "
@@ -1322,7 +1404,11 @@ class Bench:
                         "; GETs answered within " + ", ".join(
                             f"{le * 1e3:g} ms {n:.0f}" for le, n in e["get_lat"]
                             if le in (0.01, 0.05, 0.2, 1.0, float("inf")))
-                        if shared else ""))
+                        if shared else "") + (
+                        f"; Redis evicted {events['evicted_values']} of the run's values; "
+                        f"{events['expired_locks']} fetch locks expired, "
+                        f"{events['expired_locks_without_value']} before their value"
+                        if events else ""))
             # 11: the fleet budget
             proc, port = self.redis_start(f"redis-{run_i}-rate")
             rate = parse_size(p["fleet_rate"])
