@@ -194,6 +194,8 @@ struct srv {
 	uint64_t rx_ns;          /* when one of its connections last had bytes to read */
 	struct hold *holds;      /* fetch locks this mount holds on it (see renew) */
 	bool renewing;           /* renew()'s timer is pending */
+	struct req *late;        /* OP_GETLOCKs answered by their timer, their lock's reply
+				  * still owed (see late_lock) */
 };
 
 /* A fetch lock won, renewed until its DEL leaves (see renew). */
@@ -246,7 +248,9 @@ struct req {
 	bool unlock;             /* OP_PUT: a DEL of a fetch lock, not a value */
 	const char *lock;        /* ... that lock: its hold ends with this request */
 	bool now;                /* ... sent at once on the GET connection, not after the SETs */
-	struct req *qnext;       /* OP_PUT: srv's putq */
+	struct req *qnext;       /* OP_PUT: srv's putq; OP_GETLOCK: srv's late */
+	bool late;               /* OP_GETLOCK: on srv's late list */
+	bool released;           /* ... and its lock's DEL is done: a late win is not held */
 	int argc;                /* OP_GETLOCK: the GET's; argv[argc..] is the SET NX's */
 	const char *argv[12];
 	size_t argvlen[12];
@@ -352,9 +356,14 @@ static void on_auth(redisAsyncContext *ac, void *r, void *priv)
  * mount's earlier SETs, in putq or in the socket's buffers: with three mounts at full speed on
  * two cores, 2-20 of a run's 64 locks expired before their value was in Redis, and a mount
  * that came after the PX took the lock and fetched the block again. So a lock won is held:
- * its PX renewed every half PX, on the GET connection (the PUT one is behind the values),
+ * its PX renewed every quarter PX, on the GET connection (the PUT one is behind the values),
  * from the win until its DEL leaves, which the holder sends after its SET on the same
- * connection, or at once when it has no value to write. A holder that dies renews nothing,
+ * connection, or at once when it has no value to write. A quarter, not a half: a renewal
+ * reaches Redis when Redis gets to it, behind the SETs it is taking in (through a test's
+ * relay on two busy cores, Redis once saw two renewals 218 ms apart, past the PX, while
+ * their timers ran 100-104 ms apart). A lock whose GET
+ * timed out is held too, once its SET NX's late reply says it is ours (late_lock). A holder
+ * that dies renews nothing,
  * and its locks expire one PX later, as before; a hold whose DEL never comes (a bug) ends
  * after HOLD_MAX_PX. Waiters still give up after their own bound (fs/shared.c). The
  * PEXPIREs' replies are not wanted (NULL callbacks: not counted, not timed).
@@ -375,8 +384,8 @@ static void renew(void *arg)
 		}
 		if (ac)
 			redisAsyncCommand(ac, NULL, NULL, "PEXPIRE %s %s", h->lock, h->px);
-		if (h->px_ns / 2 < period)
-			period = h->px_ns / 2;
+		if (h->px_ns / 4 < period)
+			period = h->px_ns / 4;
 		pp = &h->next;
 	}
 	v->renewing = v->holds && io_defer(v->s->io, period, renew, v) == 0;
@@ -397,10 +406,13 @@ static void hold_start(struct srv *v, const char *lock, const char *px)
 	h->next = v->holds;
 	v->holds = h;
 	if (!v->renewing)
-		v->renewing = io_defer(v->s->io, h->px_ns / 2, renew, v) == 0;
+		v->renewing = io_defer(v->s->io, h->px_ns / 4, renew, v) == 0;
 }
 
-/* @lock's DEL has left (answered, or dropped with its connection): it is no longer held. */
+/* @lock's DEL has left (answered, or dropped with its connection): it is no longer held. A
+ * lock whose GET timed out is DELed by its fetch all the same (the fetch takes it for its
+ * own); if its SET NX has not answered yet, a win that comes after this is not held: the
+ * DEL may have run before it, and nobody would end the hold. */
 static void hold_end(struct srv *v, const char *lock)
 {
 	for (struct hold **pp = &v->holds; *pp; pp = &(*pp)->next) {
@@ -412,6 +424,31 @@ static void hold_end(struct srv *v, const char *lock)
 			return;
 		}
 	}
+	for (struct req *q = v->late; q; q = q->qnext)
+		if (strcmp(q->argv[q->argc + 1], lock) == 0)
+			q->released = true;
+}
+
+/* @q (OP_GETLOCK) was answered by its timer; its fetch takes the lock for its own and will
+ * DEL it. If the SET NX's reply then says the lock is ours, it is held like one won in time
+ * (on_reply): a late answer, on a busy machine, is when the fetch's value is likeliest to
+ * wait behind others, past the lock's PX. */
+static void late_lock(struct req *q)
+{
+	q->late = true;
+	q->qnext = q->v->late;
+	q->v->late = q;
+}
+
+static void late_unlink(struct req *q)
+{
+	for (struct req **pp = &q->v->late; *pp; pp = &(*pp)->qnext) {
+		if (*pp == q) {
+			*pp = q->qnext;
+			break;
+		}
+	}
+	q->late = false;
 }
 
 static void req_put(struct req *q);
@@ -535,6 +572,8 @@ static void req_put(struct req *q)
 	if (--q->refs == 0) {
 		if (q->unlock)
 			hold_end(q->v, q->lock);
+		if (q->late)
+			late_unlink(q);
 		free(q->value);
 		free(q);
 	}
@@ -648,9 +687,10 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		if (!reply) {
 			answer(q, lost, NULL);
 		} else if (reply->type == REDIS_REPLY_STATUS) {
-			/* the lock is ours, if this is still the answer; one taken on a hit, or
-			 * after the GET timed out, is not held (renewed) */
-			if (!q->answered)
+			/* the lock is ours: held if this is the answer, or if the GET timed out
+			 * and its fetch has not DELed it yet (late_lock); one taken on a hit is
+			 * left to expire */
+			if (!q->answered || (q->late && !q->released))
 				hold_start(q->v, q->argv[q->argc + 1], q->argv[q->argc + 5]);
 			answer(q, -ENOENT, NULL);
 		} else if (reply->type == REDIS_REPLY_NIL) {
@@ -726,6 +766,8 @@ static void on_timeout(void *p)
 	if (!q->answered) {
 		STAT_ADD(q->s, timeouts, 1);
 		answer(q, -ETIMEDOUT, NULL);
+		if (q->op == OP_GETLOCK)
+			late_lock(q);
 		/* a strike only if the server said nothing since the request went out: one that
 		 * is sending replies (4 MiB values, to three mounts reading at full speed) is
 		 * busy, not hung, and pausing it sent every read to the store for a second. And

@@ -128,10 +128,13 @@ class SlowLink:
     """A TCP relay to a redis-server that passes the server's bytes at @rate bytes/s, and the
     client's at @up_rate (None: unthrottled): a Redis that answers in order and steadily, but
     slowly, as one streaming a window of 4 MiB values to a busy machine does; or one that takes
-    values in slowly. Each connection is paced on its own. stop() closes everything."""
+    values in slowly. Each connection is paced on its own. stall_next(s) holds the next bytes
+    the server sends (on any connection) for s seconds: one silence. stop() closes
+    everything."""
 
     def __init__(self, port, rate, up_rate=None):
         self.up, self.rate, self.up_rate = port, rate, up_rate
+        self.stall, self.stall_lock = 0.0, threading.Lock()
         self.ls = socket.create_server(("127.0.0.1", 0))
         self.port = self.ls.getsockname()[1]
         self.socks, self.stopped = [self.ls], threading.Event()
@@ -149,12 +152,21 @@ class SlowLink:
             u = socket.create_connection(("127.0.0.1", self.up))
             self.socks += [c, u]
             threading.Thread(target=self._pipe, args=(c, u, self.up_rate), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(u, c, self.rate), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, self.rate, True),
+                             daemon=True).start()
 
-    def _pipe(self, src, dst, rate):
+    def stall_next(self, seconds):
+        with self.stall_lock:
+            self.stall = seconds
+
+    def _pipe(self, src, dst, rate, down=False):
         t0, sent = time.monotonic(), 0
         try:
             while data := src.recv(64 << 10):
+                if down and self.stall:
+                    with self.stall_lock:
+                        stall, self.stall = self.stall, 0.0
+                    time.sleep(stall)
                 if rate:  # paced: the bytes so far never ahead of rate since the first
                     if sent == 0:
                         t0 = time.monotonic()
@@ -453,12 +465,28 @@ def test_lock_lives_while_its_value_waits_to_be_written(store, mount, redis):
     earlier SETs for longer (three mounts at full speed on two cores: 2-20 of 64 locks in a
     run expired before their value was in Redis), and a mount that came after the PX took the
     lock and fetched the block again. The holder now renews its locks while their values wait.
-    Here A's values cross to Redis at 8 MiB/s (1 MiB blocks: one SET every 125 ms) with a lock
-    PX of 200 ms (shared_timeout=20), and A reads 8 blocks at once: its last SETs land about
-    1 s later. B reads the same blocks meanwhile and must wait for A's values, fetching
+    Here A's values cross to Redis at 4 MiB/s (1 MiB blocks: one SET every 250 ms) with a lock
+    PX of 200 ms (shared_timeout=20), and A reads two objects' 8 blocks, two at a time: its
+    last SETs land about 2 s later. B reads the same blocks meanwhile and must wait for A's values, fetching
     nothing: on the old code B took the expired locks of A's later blocks and fetched them."""
+    lock_outlives_put(store, mount, redis, stall=0)
+
+
+@pytest.mark.watchdog(120)
+def test_lock_won_after_its_get_timed_out_is_held_too(store, mount, redis):
+    """As above, but Redis falls silent for 40 ms as A asks for its first blocks: their GETs
+    time out (shared_timeout=20), and A fetches them from the store, taking their locks for its
+    own (it DELs them after their SETs). The SET NX's late reply says the lock is A's, and A holds it until
+    that DEL, as one won in time. Before, such a lock was not held: it expired while its value
+    waited behind A's other SETs, and B took it over and fetched the block (the bench's
+    three-mount runs: 0-18 GET timeouts per run, and a lock that expired before its value
+    in some)."""
+    lock_outlives_put(store, mount, redis, stall=0.04)
+
+
+def lock_outlives_put(store, mount, redis, stall):
     r = redis()
-    link = SlowLink(r.port, None, up_rate=8 << 20)
+    link = SlowLink(r.port, None, up_rate=4 << 20)
     try:
         a = mount(store.nginx.url, [f"block_size={BS // MIB}M", f"hot_ttl={HOT_TTL}",
                                     "readahead=0", f"shared={link.url()}",
@@ -466,7 +494,8 @@ def test_lock_lives_while_its_value_waits_to_be_written(store, mount, redis):
         b = mount(store.nginx.url, opts(r), name="b")  # its own wait bound: 10 x 200 ms
         rels = ["new/n-04.bin", "new/n-05.bin"]
         sa = lu.stats(a.mnt)
-        # A reads the 8 blocks at once (threads), so their locks are taken together
+        link.stall_next(stall)
+        # A reads both objects at once (threads), so their locks are taken together
         got = {}
         ts = [threading.Thread(target=lambda rel=rel: got.update({rel: lu.sha256_read(
             a.path(rel))}), daemon=True) for rel in rels]
@@ -476,9 +505,13 @@ def test_lock_lives_while_its_value_waits_to_be_written(store, mount, redis):
             t.join(timeout=60)
         assert got == {rel: store.sha[rel] for rel in rels}
         t_a = time.monotonic()
-        queued = lu.stats(a.mnt).v("shared_put_queued_bytes", "shared")
-        assert queued >= 4 * MIB, f"A's values already written ({queued} bytes queued): " \
+        sa1 = lu.stats(a.mnt)
+        queued = sa1.v("shared_put_queued_bytes", "shared")
+        assert queued >= 2 * MIB, f"A's values already written ({queued} bytes queued): " \
             "the link did not hold them back, the test tests nothing"
+        timeouts = sa1.d(sa, "shared_timeouts_total", "shared")
+        if stall:
+            assert timeouts >= 1, "no GET of A timed out: the stall did not happen in time"
         store.nginx.wait_idle()
         mark = store.nginx.log_mark()
         s0 = lu.stats(b.mnt)
@@ -490,7 +523,8 @@ def test_lock_lives_while_its_value_waits_to_be_written(store, mount, redis):
         fetched = [q for rel in rels for q in range_gets(store, rel, mark)]
         assert not fetched and s1.d(s0, "shared_lock_wins_total", "shared") == 0, \
             (f"B fetched {len(fetched)} blocks from the store that A was writing to Redis "
-             f"({s1.d(s0, 'shared_lock_wins_total', 'shared')} locks taken over)")
+             f"({s1.d(s0, 'shared_lock_wins_total', 'shared')} locks taken over; "
+             f"{timeouts} of A's GETs timed out)")
         # and the values did take longer than the lock's first PX to be written
         assert waited > 0.2, f"B was done in {waited:.2f} s, within the lock's first PX"
         assert s1.d(s0, "shared_hits_total", "shared") == 8
