@@ -62,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <hiredis/async.h>
@@ -79,6 +80,16 @@
 #define PUT_SLICE  (256u << 10)        /* a SET goes to hiredis's output buffer this at a time */
 #define WRITE_BURST (8u << 20)         /* bytes feed() writes to one connection per call */
 #define HOLD_MAX_PX 60                 /* a fetch lock is renewed for this many PX at most */
+
+/*
+ * A fetch lock's value is its holder's token (random, per mount), and a mount renews and
+ * deletes only a lock that holds its own: a fetch whose GET timed out takes the lock for its
+ * own (fs/shared.c) without knowing whether its SET NX won, and its DEL, plain, deleted the
+ * lock of the mount really fetching the block, whose waiters then took it and fetched again
+ * (test_timed_out_fetch_leaves_anothers_lock).
+ */
+#define UNLOCK_LUA "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) end return 0"
+#define RENEW_LUA "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('pexpire',KEYS[1],ARGV[2]) end return 0"
 #define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
 #define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
 
@@ -214,6 +225,7 @@ struct bk_shared {
 	unsigned nsrv;
 	struct bk_chash ring;
 	char *password;
+	char token[33];          /* this mount's fetch locks' value: who holds a lock */
 	uint64_t timeout_ns, put_limit;
 	redisReplyObjectFunctions fns; /* hiredis's, but for createString (see into_string) */
 	void *(*dflt_string)(const redisReadTask *, char *, size_t);
@@ -366,7 +378,7 @@ static void on_auth(redisAsyncContext *ac, void *r, void *priv)
  * that dies renews nothing,
  * and its locks expire one PX later, as before; a hold whose DEL never comes (a bug) ends
  * after HOLD_MAX_PX. Waiters still give up after their own bound (fs/shared.c). The
- * PEXPIREs' replies are not wanted (NULL callbacks: not counted, not timed).
+ * renewals' replies are not wanted (NULL callbacks: not counted, not timed).
  */
 static void renew(void *arg)
 {
@@ -383,7 +395,8 @@ static void renew(void *arg)
 			continue;
 		}
 		if (ac)
-			redisAsyncCommand(ac, NULL, NULL, "PEXPIRE %s %s", h->lock, h->px);
+			redisAsyncCommand(ac, NULL, NULL, "EVAL %s 1 %s %s %s", RENEW_LUA, h->lock,
+					  v->s->token, h->px);
 		if (h->px_ns / 4 < period)
 			period = h->px_ns / 4;
 		pp = &h->next;
@@ -1032,12 +1045,12 @@ int bk_shared_put(struct bk_shared *s, const char *key, const void *hdr, size_t 
 
 int bk_shared_unlock(struct bk_shared *s, const char *key, const char *lock, bool after_put)
 {
-	const char *argv[2] = {"DEL", lock};
+	const char *argv[5] = {"EVAL", UNLOCK_LUA, "1", lock, s->token};
 	size_t ll = strlen(lock) + 1;
 	struct req *q = req_new(s, OP_PUT, key, ll);
 
 	if (q)
-		q->value = format_cmd(argv, 2, NULL, 0, NULL, 0, false, &q->value_len);
+		q->value = format_cmd(argv, 5, NULL, 0, NULL, 0, false, &q->value_len);
 	if (!q || !q->value) {
 		free(q);
 		return -ENOMEM;
@@ -1070,9 +1083,9 @@ int bk_shared_get_lock(struct bk_shared *s, const char *key, const char *lock,
 	q->argc = 2;
 	q->argv[0] = "GET";
 	q->argv[1] = q->buf;
-	q->argv[2] = "SET"; /* SET lock 1 NX PX ms */
+	q->argv[2] = "SET"; /* SET lock token NX PX ms */
 	q->argv[3] = q->buf + kl + 1;
-	q->argv[4] = "1";
+	q->argv[4] = s->token;
 	q->argv[5] = "NX";
 	q->argv[6] = "PX";
 	q->argv[7] = ms;
@@ -1242,6 +1255,18 @@ int bk_shared_new(struct backend *b, const struct bk_shared_cfg *cfg, struct bk_
 	s->io = b->io;
 	s->timeout_ns = cfg->timeout_ns;
 	s->put_limit = cfg->put_limit;
+	{
+		unsigned char rnd[16];
+
+		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+			snprintf(err, errlen, "shared tier: no random bytes for the lock token: %s",
+				 strerror(errno));
+			e = errno ? -errno : -EIO;
+			goto fail;
+		}
+		for (size_t i = 0; i < sizeof(rnd); i++)
+			snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
+	}
 	s->srv = calloc(MAX_SERVERS, sizeof(*s->srv));
 	if (!s->srv)
 		goto nomem;

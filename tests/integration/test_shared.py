@@ -10,6 +10,7 @@ redis-server processes on 127.0.0.1 (started and stopped here), a real nginx, re
   at nginx (its own clock) over a window, with a tolerance.
 """
 
+import errno
 import os
 import signal
 import socket
@@ -636,3 +637,53 @@ def test_fleet_budget_bounds_two_mounts(store, mount, redis, record_property):
     assert abs(measured - rate) <= 0.15 * rate
     assert all(g > 0 for g in grants)   # both hosts took tokens
     assert calls <= 4 * 64 * MIB / BS    # Redis saw chunks, not a storm of calls
+
+
+@pytest.mark.watchdog(120)
+def test_timed_out_fetch_leaves_anothers_lock(store, mount, redis):
+    """A fetch whose GET timed out takes the block's lock for its own, not knowing whether
+    its SET NX won, and DELs it when it is done. A plain DEL deleted the lock of the mount
+    really fetching the block, whose value was still on its way: the next mount to miss took
+    the lock and fetched the block again. Now a lock holds its mount's token, and a mount
+    deletes (and renews) only its own. Here B fetches block 0 and holds its lock while its
+    value crawls to Redis (64 KiB/s); A's GET of block 0 times out (Redis silent for 100 ms
+    on A's link, shared_timeout=20) and its own fetch fails (the store's relay is gone), so A
+    DELs the lock at once. B's lock must still be there."""
+    r = redis()
+    blink = SlowLink(r.port, None, up_rate=64 << 10)
+    alink = SlowLink(r.port, None)
+    slink = SlowLink(store.nginx.port, None)  # the way to the store (blocks are named by URL)
+    url = f"http://127.0.0.1:{slink.port}/"
+    try:
+        b = mount(url, [f"block_size={BS // MIB}M", f"hot_ttl={HOT_TTL}", "readahead=0",
+                        f"shared={blink.url()}", f"shared_prefix={PREFIX}",
+                        "shared_timeout=200"], name="b")
+        a = mount(url, [f"block_size={BS // MIB}M", f"hot_ttl={HOT_TTL}", "readahead=0",
+                        f"shared={alink.url()}", f"shared_prefix={PREFIX}", "shared_timeout=20",
+                        "retries=0"], name="a")
+        rel = "new/n-06.bin"
+        assert os.stat(a.path(rel)).st_size >= 2 * BS
+        with open(b.path(rel), "rb") as f:
+            assert os.pread(f.fileno(), BS, 0) == (store.root / rel).read_bytes()[:BS]
+        locks = [k for k in r.cmd("KEYS", PREFIX + "lock:*") if k.split(b":")[-2] == b"0"]
+        assert len(locks) == 1, "B holds no lock on block 0 while its value crawls to Redis"
+        assert lu.stats(b.mnt).v("shared_put_queued_bytes", "shared") > 0, \
+            "B's value already written: the test tests nothing"
+        with open(a.path(rel), "rb") as f:  # opened while the store answers
+            slink.stop()
+            sa = lu.stats(a.mnt)
+            alink.stall_next(0.1)
+            with pytest.raises(OSError) as e:
+                os.pread(f.fileno(), BS, 0)
+            assert e.value.errno == errno.EIO
+            assert lu.stats(a.mnt).d(sa, "shared_timeouts_total", "shared") >= 1, \
+                "A's GET did not time out: the test tests nothing"
+            # block 1 goes out on A's GET connection after block 0's DEL: once A is answered
+            # for it (no value; B's lock, or A's own, then a failed fetch), the DEL is done
+            with pytest.raises(OSError):
+                os.pread(f.fileno(), BS, BS)
+        assert r.cmd("EXISTS", locks[0]) == 1, \
+            "A deleted B's fetch lock, which B held while its value was on its way"
+    finally:
+        for link in (slink, alink, blink):
+            link.stop()
