@@ -81,6 +81,9 @@
 #define WRITE_BURST (8u << 20)         /* bytes feed() writes to one connection per call */
 #define HOLD_MAX_PX 60                 /* a fetch lock is renewed for this many PX at most */
 
+#define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
+#define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
+
 /*
  * A fetch lock's value is its holder's token (random, per mount), and a mount renews and
  * deletes only a lock that holds its own: a fetch whose GET timed out takes the lock for its
@@ -88,10 +91,10 @@
  * lock of the mount really fetching the block, whose waiters then took it and fetched again
  * (test_timed_out_fetch_leaves_anothers_lock).
  */
-#define UNLOCK_LUA "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) end return 0"
-#define RENEW_LUA "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('pexpire',KEYS[1],ARGV[2]) end return 0"
-#define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
-#define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
+#define UNLOCK_LUA "if redis.call('get',KEYS[1])==ARGV[1] then " \
+		   "return redis.call('del',KEYS[1]) end return 0"
+#define RENEW_LUA "if redis.call('get',KEYS[1])==ARGV[1] then " \
+		  "return redis.call('pexpire',KEYS[1],ARGV[2]) end return 0"
 
 const uint64_t bk_shared_lat_bounds_us[BK_SHARED_LAT_BUCKETS - 1] = {
 	1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000, 2000000};
@@ -373,11 +376,10 @@ static void on_auth(redisAsyncContext *ac, void *r, void *priv)
  * connection, or at once when it has no value to write. A quarter, not a half: a renewal
  * reaches Redis when Redis gets to it, behind the SETs it is taking in (through a test's
  * relay on two busy cores, Redis once saw two renewals 218 ms apart, past the PX, while
- * their timers ran 100-104 ms apart). A lock whose GET
- * timed out is held too, once its SET NX's late reply says it is ours (late_lock). A holder
- * that dies renews nothing,
- * and its locks expire one PX later, as before; a hold whose DEL never comes (a bug) ends
- * after HOLD_MAX_PX. Waiters still give up after their own bound (fs/shared.c). The
+ * their timers ran 100-104 ms apart). A lock whose GET timed out is held too, once its SET
+ * NX's late reply says it is ours (late_lock). A holder that dies renews nothing, and its
+ * locks expire one PX later, as before; a hold whose DEL never comes (a bug) ends after
+ * HOLD_MAX_PX. Waiters still give up after their own bound (fs/shared.c). The
  * renewals' replies are not wanted (NULL callbacks: not counted, not timed).
  */
 static void renew(void *arg)
