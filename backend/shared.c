@@ -80,7 +80,6 @@
 #define PUT_SLICE  (256u << 10)        /* a SET goes to hiredis's output buffer this at a time */
 #define WRITE_BURST (8u << 20)         /* bytes feed() writes to one connection per call */
 #define HOLD_MAX_PX 60                 /* a fetch lock is renewed for this many PX at most */
-
 #define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
 #define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
 
