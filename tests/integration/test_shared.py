@@ -468,8 +468,9 @@ def test_lock_lives_while_its_value_waits_to_be_written(store, mount, redis):
     lock and fetched the block again. The holder now renews its locks while their values wait.
     Here A's values cross to Redis at 4 MiB/s (1 MiB blocks: one SET every 250 ms) with a lock
     PX of 200 ms (shared_timeout=20), and A reads two objects' 8 blocks, two at a time: its
-    last SETs land about 2 s later. B reads the same blocks meanwhile and must wait for A's values, fetching
-    nothing: on the old code B took the expired locks of A's later blocks and fetched them."""
+    last SETs land about 2 s later. B reads the same blocks meanwhile and must wait for A's
+    values, fetching nothing: on the old code B took the expired locks of A's later blocks and
+    fetched them."""
     lock_outlives_put(store, mount, redis, stall=0)
 
 
@@ -477,11 +478,11 @@ def test_lock_lives_while_its_value_waits_to_be_written(store, mount, redis):
 def test_lock_won_after_its_get_timed_out_is_held_too(store, mount, redis):
     """As above, but Redis falls silent for 40 ms as A asks for its first blocks: their GETs
     time out (shared_timeout=20), and A fetches them from the store, taking their locks for its
-    own (it DELs them after their SETs). The SET NX's late reply says the lock is A's, and A holds it until
-    that DEL, as one won in time. Before, such a lock was not held: it expired while its value
-    waited behind A's other SETs, and B took it over and fetched the block (the bench's
-    three-mount runs: 0-18 GET timeouts per run, and a lock that expired before its value
-    in some)."""
+    own (it DELs them after their SETs). The SET NX's late reply says the lock is A's, and A
+    holds it until that DEL, as one won in time. Before, such a lock was not held: it expired
+    while its value waited behind A's other SETs, and B took it over and fetched the block
+    (the bench's three-mount runs: 0-18 GET timeouts per run, and a lock that expired before
+    its value in some)."""
     lock_outlives_put(store, mount, redis, stall=0.04)
 
 
