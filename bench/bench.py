@@ -669,6 +669,10 @@ class Bench:
             "shared_runs": 1 if q else 3,
             "shared_timeout": "",  # "": tierfs's default
             "shared_pace": "64M",  # 12b: each paced reader's bytes a second ("": no 12b)
+            # the rows of scenarios 12-13 to run: "alone" and "shared" (1, 2 and 3 mounts at full
+            # speed), "paced" (12b), "budget" (13); e.g. --set shared_rows=paced
+            "shared_rows": "alone,shared,paced,budget",
+            "shared_opts": "",  # more mount options for scenario 12's mounts, e.g. prefault=on
             # a command redis-server runs under, e.g. "chrt -f 1": Redis as on its own host,
             # served as soon as it can run (an experiment; "": as any other process)
             "redis_wrap": "",
@@ -1346,14 +1350,17 @@ class Bench:
         self.rewarm(hot + old[:3])
         res = {"fetch": {}, "fleet": [], "hot_bytes": total}
         # (mounts, shared, pace): full speed alone and shared, then 3 shared mounts paced
-        configs = [(n, shared, "") for n in (1, 2, 3) for shared in (False, True)]
-        if p["shared_pace"]:
+        rows = p["shared_rows"].split(",")
+        configs = [(n, shared, "") for n in (1, 2, 3) for shared in (False, True)
+                   if ("shared" if shared else "alone") in rows]
+        if p["shared_pace"] and "paced" in rows:
             configs.append((3, True, p["shared_pace"]))
         for run_i in range(p["shared_runs"]):
             for n, shared, pace in configs:
                 key = f"{n} {'shared' if shared else 'alone'}{' paced' if pace else ''}"
                 proc = None
-                opts = {"block_size": "4M", "hot_size": "512M", "hot_ttl": "100000000"}
+                opts = {"block_size": "4M", "hot_size": "512M", "hot_ttl": "100000000",
+                        **dict(o.split("=", 1) for o in p["shared_opts"].split(",") if o)}
                 if shared:
                     proc, port = self.redis_start(f"redis-{run_i}-{n}{'-paced' if pace else ''}")
                     opts.update(shared=f"redis://127.0.0.1:{port}", **more)
@@ -1410,6 +1417,8 @@ class Bench:
                         f"{events['expired_locks_without_value']} before their value"
                         if events else ""))
             # 11: the fleet budget
+            if "budget" not in rows:
+                continue
             proc, port = self.redis_start(f"redis-{run_i}-rate")
             rate = parse_size(p["fleet_rate"])
             opts = {"hot_size": "256M", "lagging_rate": "0", "shared": f"redis://127.0.0.1:{port}",
@@ -2734,6 +2743,8 @@ def shared_report(b, cols):
                 median([e["timeouts"] for e in runs]))
 
     for n in (1, 2, 3):
+        if f"{n} alone" not in f and f"{n} shared" not in f:
+            continue
         (ax, ap, _), (sx, sp, st) = one(f"{n} alone"), one(f"{n} shared")
         spb = median([e["server_per_byte"] for e in f.get(f"{n} shared") or []])
         rows.append((f"12. fleet: {n} mount{'s' if n > 1 else ''} read the same "
@@ -2755,6 +2766,8 @@ def shared_report(b, cols):
         targets.append(("fleet of 3 paced, shared: server bytes / object bytes", spb, 1.1,
                         "max"))
     acc = [e["accuracy"] for e in r["fleet"]]
+    if not acc:
+        return rows, targets
     a = median(acc)
     rows.append((f"13. fleet_lagging_rate={b.p['fleet_rate']} over 3 replaying mounts: bytes/s "
                  f"at the server / the rate (slope past the first second); Redis calls",
