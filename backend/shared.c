@@ -795,6 +795,11 @@ static void on_timeout(void *p)
 	struct req *q = p;
 	struct srv *v = q->v;
 	struct sconn *c = &v->c[CONN_GET];
+	uint64_t now = io_now_ns(q->s->io);
+
+	if (!q->answered && q->timed && !q->queued && now < q->sent_ns + q->timeout_ns &&
+	    io_defer(q->s->io, q->sent_ns + q->timeout_ns - now, on_timeout, q) == 0)
+		return; /* started in getq, written since: it gets its timeout from the write */
 
 	/* the I/O thread may have been busy past several timers (copying blocks, faulting their
 	 * memory in): bytes waiting in a socket say the server is alive, whatever poll_ready
@@ -1324,6 +1329,9 @@ static void poll_ready(void *arg, const struct curl_waitfd *fds, unsigned n)
 		if (fds[i].revents & CURL_WAIT_POLLIN) {
 			c->v->rx_ns = io_now_ns(s->io);
 			read_all(c, ac);
+			/* and until now: a value parsed into a block on a busy machine took up to
+			 * 54 ms, and a timer due meanwhile saw the server silent that long */
+			c->v->rx_ns = io_now_ns(s->io);
 		}
 		if (c->ac == ac && (fds[i].revents & CURL_WAIT_POLLOUT)) {
 			redisAsyncHandleWrite(ac);
