@@ -34,8 +34,12 @@
  * sent after the previous one timed out (a hung process: SIGSTOP, a swap storm), is
  * disconnected; one that refuses connections is down; either way requests to it fail at once
  * for RETRY_NS, then a new connection is tried. A reader therefore pays at most timeout_ns for
- * a server that hangs, a few times per RETRY_NS, and nothing for one that is down. Going down
- * and coming back are logged once each.
+ * a server that hangs (after what it waited in turn while the server still answered), a few
+ * times per RETRY_NS, and nothing for one that is down. Going down and coming back are logged
+ * once each.
+ *
+ * At most GET_DEPTH GETs are in flight on a server's GET connection; the others wait in its
+ * getq (see pump): Redis runs all it has read from a client before it writes a reply.
  *
  * A GET with the fetch lock (bk_shared_get_lock) is two commands written together, GET and
  * SET NX PX: the GET's value is answered at once; a nil waits for the SET's reply, which says
@@ -250,10 +254,11 @@ struct req {
 	unsigned refs;           /* the reply callbacks' and the timer's */
 	bool answered;
 	uint64_t timeout_ns;
-	uint64_t sent_ns;        /* when it was written to hiredis */
+	uint64_t sent_ns;        /* when it was written to hiredis (queued: asked; see pump) */
 	unsigned extends;        /* timeouts it waited past, the server sending meanwhile */
 	unsigned gen;            /* the connection it went out on (sconn.gen) */
-	uint64_t replies_seen;   /* that connection's replies when it went out or last waited */
+	uint64_t replies_seen;   /* that connection's replies when it was asked, went out, or last
+				  * waited */
 	bk_shared_get_fn get_done;
 	const struct bk_shared_into *into; /* OP_GET(LOCK): where a value of its size goes */
 	bk_shared_eval_fn eval_done;
@@ -845,13 +850,14 @@ static void on_timeout(void *p)
 			getq_unlink(q);
 		else if (q->op == OP_GETLOCK)
 			late_lock(q);
-		/* a strike only if the server said nothing since the request went out: one that
-		 * is sending replies (4 MiB values, to three mounts reading at full speed) is
-		 * busy, not hung, and pausing it sent every read to the store for a second. And
-		 * one strike per silence: requests sent before the last strike (a readahead
-		 * window's GETs, written together) time out together, and counted one each, one
-		 * pause of a timeout (a busy machine, three mounts and Redis on two cores) took the
-		 * server down for a second; a hung one still goes down, after three timeouts */
+		/* a strike only if the server said nothing since the request went out (or, one
+		 * never written, since it was asked): one that is sending replies (4 MiB values,
+		 * to three mounts reading at full speed) is busy, not hung, and pausing it sent
+		 * every read to the store for a second. And one strike per silence: requests sent
+		 * before the last strike (a readahead window's GETs) time out together, and
+		 * counted one each, one pause of a timeout (a busy machine, three mounts and Redis
+		 * on two cores) took the server down for a second; a hung one still goes down,
+		 * after three timeouts */
 		if (v->rx_ns < q->sent_ns && q->sent_ns >= v->strike_ns) {
 			v->strike_ns = io_now_ns(q->s->io);
 			if (++v->strikes >= MAX_STRIKES && c->ac) {
@@ -953,7 +959,7 @@ static void start(void *p)
 		return;
 	}
 	if ((q->op == OP_GET || q->op == OP_GETLOCK) && (q->v->getting >= GET_DEPTH || q->v->getq)) {
-		/* in turn, after the GETs before it (see pump); timed from now, as if written */
+		/* in turn, after the GETs before it (see pump); timed from now */
 		struct sconn *c = &q->v->c[CONN_GET];
 
 		q->queued = q->timed = true;
@@ -982,9 +988,11 @@ static void start(void *p)
  * then went to the store together: the paced three-mount bench row's 12-29 timeouts a run,
  * in sixes. Two in flight keep the connection busy (one value crosses while Redis runs the
  * next), and a GET's time is Redis's for it, not for the window before it. A GET waiting
- * here is timed from when it was asked, as if written: its timer's waits follow the same
- * rules (on_timeout), so a hung server still costs a read one timeout, and a queued GET
- * that times out was never written (no lock taken, no reply owed).
+ * here is timed from when it was asked, by the same rules as one written (on_timeout): it
+ * waits on while replies before it keep coming, and times out when the server says nothing
+ * for a timeout (no lock taken, no reply owed: it was never written). Once written, it gets
+ * a whole timeout from the write: counted from when it was asked, GETs written from the
+ * queue timed out 36 us to 13 ms after their write in the full-speed bench row.
  */
 static void pump(struct srv *v)
 {
@@ -1329,9 +1337,6 @@ static void poll_ready(void *arg, const struct curl_waitfd *fds, unsigned n)
 		if (fds[i].revents & CURL_WAIT_POLLIN) {
 			c->v->rx_ns = io_now_ns(s->io);
 			read_all(c, ac);
-			/* and until now: a value parsed into a block on a busy machine took up to
-			 * 54 ms, and a timer due meanwhile saw the server silent that long */
-			c->v->rx_ns = io_now_ns(s->io);
 		}
 		if (c->ac == ac && (fds[i].revents & CURL_WAIT_POLLOUT)) {
 			redisAsyncHandleWrite(ac);
