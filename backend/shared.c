@@ -194,6 +194,11 @@ struct sconn {
 	uint64_t replies;        /* replies read, over all its connections (never reset) */
 };
 
+/* A FIFO of requests, linked through qnext (see reqq_push, reqq_pop, reqq_remove). */
+struct reqq {
+	struct req *head, *tail;
+};
+
 /* One server. I/O thread only, but for name, host, port. */
 struct srv {
 	struct bk_shared *s;
@@ -206,7 +211,7 @@ struct srv {
 	uint64_t retry_ns;       /* not connected: no new connection before this */
 	unsigned strikes;        /* timeouts in a row, the server silent meanwhile */
 	uint64_t strike_ns;      /* when the last strike was counted */
-	struct req *putq, *putq_tail; /* SETs not yet given to hiredis (see feed) */
+	struct reqq putq;        /* SETs not yet given to hiredis (see feed) */
 	struct req *feeding;     /* the SET going to hiredis a slice at a time, or NULL */
 	size_t fed;              /* how much of feeding->value hiredis has */
 	uint64_t rx_ns;          /* when one of its connections last had bytes to read */
@@ -214,7 +219,7 @@ struct srv {
 	bool renewing;           /* renew()'s timer is pending */
 	struct req *late;        /* OP_GETLOCKs answered by their timer, their lock's reply
 				  * still owed (see late_lock) */
-	struct req *getq, *getq_tail; /* GETs waiting for one of GET_DEPTH places (see pump) */
+	struct reqq getq;        /* GETs waiting for one of GET_DEPTH places (see pump) */
 	unsigned getting;        /* GETs written whose reply is still owed */
 };
 
@@ -282,6 +287,44 @@ struct req {
 	size_t argvlen[12];
 	char buf[];              /* the arguments' bytes */
 };
+
+static void reqq_push(struct reqq *l, struct req *q)
+{
+	q->qnext = NULL;
+	if (l->tail)
+		l->tail->qnext = q;
+	else
+		l->head = q;
+	l->tail = q;
+}
+
+static struct req *reqq_pop(struct reqq *l)
+{
+	struct req *q = l->head;
+
+	if (q) {
+		l->head = q->qnext;
+		if (!l->head)
+			l->tail = NULL;
+		q->qnext = NULL;
+	}
+	return q;
+}
+
+static void reqq_remove(struct reqq *l, struct req *q)
+{
+	struct req *prev = NULL;
+
+	for (struct req **pp = &l->head; *pp; prev = *pp, pp = &(*pp)->qnext) {
+		if (*pp == q) {
+			*pp = q->qnext;
+			if (l->tail == q)
+				l->tail = prev;
+			q->qnext = NULL;
+			return;
+		}
+	}
+}
 
 static void logf_(struct bk_shared *s, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -487,17 +530,15 @@ static void req_put(struct req *q);
 /* The SETs @v's queue still holds are dropped (the connection went). */
 static void drop_putq(struct srv *v)
 {
-	while (v->putq) {
-		struct req *q = v->putq;
+	struct req *q;
 
-		v->putq = q->qnext;
+	while ((q = reqq_pop(&v->putq))) {
 		if (!q->unlock) {
 			STAT_SUB(v->s, put_queued, q->put_len);
 			STAT_ADD(v->s, put_drops, 1);
 		}
 		req_put(q);
 	}
-	v->putq_tail = NULL;
 }
 
 static void answer(struct req *q, int err, const redisReply *reply);
@@ -505,16 +546,13 @@ static void answer(struct req *q, int err, const redisReply *reply);
 /* The GETs waiting in @v's getq are answered @err, unwritten (the connection went). */
 static void drop_getq(struct srv *v, int err)
 {
-	while (v->getq) {
-		struct req *q = v->getq;
+	struct req *q;
 
-		v->getq = q->qnext;
-		q->qnext = NULL;
+	while ((q = reqq_pop(&v->getq))) {
 		q->queued = false;
 		answer(q, err, NULL);
 		req_put(q);
 	}
-	v->getq_tail = NULL;
 }
 
 /* Close both connections of @v; what they still owed is answered NULL (on_reply). */
@@ -779,18 +817,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 /* @q leaves @q->v's getq unwritten (its timer answered it); the queue's reference goes. */
 static void getq_unlink(struct req *q)
 {
-	struct srv *v = q->v;
-	struct req *prev = NULL;
-
-	for (struct req **pp = &v->getq; *pp; prev = *pp, pp = &(*pp)->qnext) {
-		if (*pp == q) {
-			*pp = q->qnext;
-			if (v->getq_tail == q)
-				v->getq_tail = prev;
-			break;
-		}
-	}
-	q->qnext = NULL;
+	reqq_remove(&q->v->getq, q);
 	q->queued = false;
 	req_put(q);
 }
@@ -912,14 +939,8 @@ static void feed(struct srv *v)
 				free(q->value);
 				q->value = NULL;
 			}
-		} else if (sdslen(ac->c.obuf) < PUT_SLICE && v->putq) {
-			struct req *q = v->putq;
-
-			v->putq = q->qnext;
-			if (!v->putq)
-				v->putq_tail = NULL;
-			q->qnext = NULL;
-			send_req(q, ac);
+		} else if (sdslen(ac->c.obuf) < PUT_SLICE && v->putq.head) {
+			send_req(reqq_pop(&v->putq), ac);
 			continue;
 		}
 		before = sdslen(ac->c.obuf);
@@ -950,15 +971,12 @@ static void start(void *p)
 		return;
 	}
 	if (put_conn) { /* in turn, after the SETs before it (see feed) */
-		if (q->v->putq_tail)
-			q->v->putq_tail->qnext = q;
-		else
-			q->v->putq = q;
-		q->v->putq_tail = q;
+		reqq_push(&q->v->putq, q);
 		feed(q->v);
 		return;
 	}
-	if ((q->op == OP_GET || q->op == OP_GETLOCK) && (q->v->getting >= GET_DEPTH || q->v->getq)) {
+	if ((q->op == OP_GET || q->op == OP_GETLOCK) &&
+	    (q->v->getting >= GET_DEPTH || q->v->getq.head)) {
 		/* in turn, after the GETs before it (see pump); timed from now */
 		struct sconn *c = &q->v->c[CONN_GET];
 
@@ -966,11 +984,7 @@ static void start(void *p)
 		q->sent_ns = io_now_ns(s->io);
 		q->gen = c->gen;
 		q->replies_seen = c->replies;
-		if (q->v->getq_tail)
-			q->v->getq_tail->qnext = q;
-		else
-			q->v->getq = q;
-		q->v->getq_tail = q;
+		reqq_push(&q->v->getq, q);
 		q->refs++;
 		if (io_defer(s->io, q->timeout_ns, on_timeout, q) < 0)
 			q->refs--; /* stopping: the stop hook answers it */
@@ -998,17 +1012,14 @@ static void pump(struct srv *v)
 {
 	redisAsyncContext *ac = v->c[CONN_GET].ac;
 
-	while (v->getq && v->getting < GET_DEPTH) {
-		struct req *q = v->getq;
+	while (v->getq.head && v->getting < GET_DEPTH) {
+		struct req *q;
 
 		if (!ac || (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING))) {
 			drop_getq(v, v->s->stopped ? -ESHUTDOWN : -ECONNRESET);
 			return;
 		}
-		v->getq = q->qnext;
-		if (!v->getq)
-			v->getq_tail = NULL;
-		q->qnext = NULL;
+		q = reqq_pop(&v->getq);
 		q->queued = false;
 		send_req(q, ac);
 	}

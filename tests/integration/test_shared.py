@@ -362,21 +362,13 @@ def test_one_stall_is_one_strike(store, mount, redis):
     wait_puts(a, 4)
     # B's first read asks Redis for all four blocks at once: its own and three of readahead
     b = mount(store.nginx.url, opts(r, "readahead=4"), name="b", foreground=True)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(lu.sha256_read(b.path(rel))),
-                              daemon=True)
-    os.kill(r.proc.pid, signal.SIGSTOP)
-    try:
-        reader.start()
-        harness.wait_until(lambda: lu.stats(b.mnt).v("shared_timeouts_total", "shared") >= 3,
-                           20, "the window's GETs to time out")
+
+    def one_strike():
         s = lu.stats(b.mnt)
         assert s.v("shared_servers_down", "shared") == 0, \
             f"{s.v('shared_timeouts_total', 'shared')} GETs timed out together and paused Redis"
-    finally:
-        os.kill(r.proc.pid, signal.SIGCONT)
-    reader.join(timeout=60)
-    assert got == [store.sha[rel]]
+
+    read_while_stopped(r, b, store, rel, 3, one_strike)
     assert "unavailable" not in b.log.read_text()
     # the answers that came after their timeout are in the histogram, past shared_timeout:
     # what an operator reads to choose it. Two of the four GETs were written (GET_DEPTH); the
@@ -385,6 +377,27 @@ def test_one_stall_is_one_strike(store, mount, redis):
                        "the late answers to be counted")
     h = dict(get_latency(lu.stats(b.mnt)))
     assert h[float("inf")] - h[0.2] >= 2, h
+
+
+def read_while_stopped(r, m, store, rel, timeouts, check=None):
+    """Read @rel through mount @m while Redis @r is stopped (SIGSTOP), until @timeouts of
+    @m's GETs have timed out; then @check(), still stopped; then Redis goes on, and the read
+    must end with the right bytes (from the store)."""
+    got = []
+    reader = threading.Thread(target=lambda: got.append(lu.sha256_read(m.path(rel))),
+                              daemon=True)
+    os.kill(r.proc.pid, signal.SIGSTOP)
+    try:
+        reader.start()
+        harness.wait_until(
+            lambda: lu.stats(m.mnt).v("shared_timeouts_total", "shared") >= timeouts, 20,
+            f"{timeouts} GETs to time out")
+        if check:
+            check()
+    finally:
+        os.kill(r.proc.pid, signal.SIGCONT)
+    reader.join(timeout=60)
+    assert got == [store.sha[rel]]
 
 
 def value_gets(r):
@@ -400,8 +413,9 @@ def test_window_gets_written_two_at_a_time(store, mount, redis):
     together were all run before the first byte of the first value left (8-28 ms each on the
     loaded VM), past the timeout of all of them, and the whole window went to the store (the
     paced three-mount bench row: 12-29 timeouts a run, in sixes). Now two GETs are in flight
-    on a connection; the others wait their turn, timed as if written. Here Redis is stopped
-    while a window of four is asked: it is given two, and the other two time out unwritten."""
+    on a connection; the others wait their turn, timed from when they were asked. Here Redis
+    is stopped while a window of four is asked: it is given two, and the other two time out
+    unwritten."""
     r = redis()
     a = mount(store.nginx.url, opts(r), name="a")
     rel = "new/n-07.bin"
@@ -411,18 +425,7 @@ def test_window_gets_written_two_at_a_time(store, mount, redis):
     r.cmd("CONFIG", "SET", "slowlog-max-len", "10000")
     r.cmd("CONFIG", "SET", "slowlog-log-slower-than", "0")
     r.cmd("SLOWLOG", "RESET")
-    got = []
-    reader = threading.Thread(target=lambda: got.append(lu.sha256_read(b.path(rel))),
-                              daemon=True)
-    os.kill(r.proc.pid, signal.SIGSTOP)
-    try:
-        reader.start()
-        harness.wait_until(lambda: lu.stats(b.mnt).v("shared_timeouts_total", "shared") >= 4,
-                           20, "the window's four GETs to time out")
-    finally:
-        os.kill(r.proc.pid, signal.SIGCONT)
-    reader.join(timeout=60)
-    assert got == [store.sha[rel]]
+    read_while_stopped(r, b, store, rel, 4)
     harness.wait_until(lambda: get_latency(lu.stats(b.mnt))[-1][1] >= 2, 20,
                        "the written GETs' late answers")
     n = value_gets(r)
