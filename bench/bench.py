@@ -43,7 +43,8 @@ Scenarios (interleaved runs A B C A B C ..., medians and min-max):
       it, stats of known names and O_DIRECT reads of cached blocks, p50/p99 (bound 100 ms)
  11 random reads of old data (issue 14), `--only lagrand`: 4 KiB O_DIRECT random reads of a
     cold lagging object, 4 threads, default lagging_rate and block_size: IOPS against what
-    whole-block fetches allow at that rate (rate / block_size), and KiB fetched per read
+    whole-block fetches allow at that rate (rate / block_size), and KiB fetched per read;
+    11b the same reads of that object as a hot one 4x the hot tier (parts too)
   disk (--only disk): the disk tier (cache_dir). A disk hit (memory tiers empty, page cache
     dropped) against preading the same bytes from a local file on the same disk; recovery of
     a large cache at mount (filled by bench/diskfill through disk.c), mount to first answer;
@@ -1531,35 +1532,50 @@ class Bench:
         lagging_rate and block_size: IOPS, latency, and the bytes fetched per read (from
         .tierfs/stats). The baseline is what fetching whole blocks allows at that rate,
         lagging_rate / block_size reads a second, which is where tierfs was before it fetched
-        parts of blocks (16 IOPS measured against a ceiling of 12.5)."""
+        parts of blocks (16 IOPS measured against a ceiling of 12.5).
+        11b: the same reads of the same object read as hot (lagging=off) through a hot tier a
+        quarter of its size (hot_size 64M): whole blocks of it would evict each other, so
+        these reads fetch parts too."""
         p = self.p
         rate, bs = parse_size(p["lagrand_rate"]), 4 * MiB
-        opts = {"hot_ttl": "3600", "lagging_rate": p["lagrand_rate"]}
         rel = [r for r in self.files if r.startswith("old/")][0]
+        res = self.rand_reads("lagrand", rel, "lagging",
+                              {"hot_ttl": "3600", "lagging_rate": p["lagrand_rate"]})
+        res.update(whole_block_iops=rate / bs, rate=p["lagrand_rate"])
+        log(f"lagging random 4K: {res['iops']:.0f} IOPS (p50/p99 "
+            f"{res['lat_us']['p50'] / 1000:.1f}/{res['lat_us']['p99'] / 1000:.1f} ms), "
+            f"{res['fetched'] / MiB:.0f} MiB fetched in {res['parts']:.0f} parts = "
+            f"{res['kib_per_read'] or 0:.0f} KiB per read; whole blocks would allow "
+            f"{rate / bs:.1f} IOPS")
+        h = self.rand_reads("lagrand-hot", rel, "hot", {"lagging": "off", "hot_size": "64M"})
+        h["size"] = self.files[rel]
+        log(f"hot random 4K, object {h['size'] / MiB:.0f} MiB through a 64 MiB hot tier: "
+            f"{h['iops']:.0f} IOPS (p50/p99 {h['lat_us']['p50'] / 1000:.1f}/"
+            f"{h['lat_us']['p99'] / 1000:.1f} ms), {h['kib_per_read'] or 0:.0f} KiB per read")
+        res["hot"] = h
+        self.raw["runs"]["lagrand"] = res
+        return res
+
+    def rand_reads(self, name, rel, tier, opts):
+        """4 KiB random O_DIRECT reads of @rel (4 threads, lagrand_seconds) on a fresh mount
+        with @opts: preader's figures and what @tier fetched meanwhile, from the stats."""
         self.rewarm([rel])
-        m = Tierfs("tierfs", self.mnt("tierfs-lagrand"), self.http_url, opts,
-                   self.run_dir / "tierfs-lagrand.log").start()
-        key = 'tierfs_cache_fetched_bytes_total{tier="lagging"}'
+        m = Tierfs("tierfs", self.mnt("tierfs-" + name), self.http_url, opts,
+                   self.run_dir / f"tierfs-{name}.log").start()
         try:
             f = m.path(rel)
             wait_until(f.exists, 30, "the data set to list")
             st0 = m.stats()
             r = preader(["rand", "--direct", "--threads", "4", "--duration",
-                         str(p["lagrand_seconds"]), str(f)])
+                         str(self.p["lagrand_seconds"]), str(f)])
             st1 = m.stats()
-            fetched = stat_delta(st0, st1, key)
-            parts = stat_delta(st0, st1, 'tierfs_cache_part_fetches_total{tier="lagging"}')
+            fetched = stat_delta(st0, st1, f'tierfs_cache_fetched_bytes_total{{tier="{tier}"}}')
+            parts = stat_delta(st0, st1, f'tierfs_cache_part_fetches_total{{tier="{tier}"}}')
         finally:
             self.close_mount(m, "scenario 11")
-        res = {"iops": r["iops"], "ops": r["ops"], "lat_us": r["lat_us"], "fetched": fetched,
-               "parts": parts, "kib_per_read": fetched / r["ops"] / 1024 if r["ops"] else None,
-               "whole_block_iops": rate / bs, "rate": p["lagrand_rate"], "opts": opts}
-        log(f"lagging random 4K: {r['iops']:.0f} IOPS (p50/p99 {r['lat_us']['p50'] / 1000:.1f}/"
-            f"{r['lat_us']['p99'] / 1000:.1f} ms), {fetched / MiB:.0f} MiB fetched in "
-            f"{parts:.0f} parts = {res['kib_per_read'] or 0:.0f} KiB per read; whole blocks "
-            f"would allow {rate / bs:.1f} IOPS")
-        self.raw["runs"]["lagrand"] = res
-        return res
+        return {"iops": r["iops"], "ops": r["ops"], "lat_us": r["lat_us"], "fetched": fetched,
+                "parts": parts, "kib_per_read": fetched / r["ops"] / 1024 if r["ops"] else None,
+                "opts": opts}
 
     # -- scenario 10 ------------------------------------------------------------------------
 
@@ -2509,7 +2525,7 @@ def build_report(b, seq, multi, iso, rate):
 
 
 def lagrand_report(b, cols):
-    """Row and targets of scenario 11 (none if it did not run)."""
+    """Rows and targets of scenario 11 (none if it did not run)."""
     r = b.raw["runs"].get("lagrand")
     if not r:
         return [], []
@@ -2518,14 +2534,25 @@ def lagrand_report(b, cols):
     targets = [("lagging random 4K: KiB fetched per read", kib, 64, "max"),
                ("lagging random 4K IOPS / whole-block ceiling", ratio, 10, "min")]
     ok = all(v is not None and target_ok(v, lim, k) for _, v, lim, k in targets)
-    row = (f"11. 4 KiB random O_DIRECT reads of a cold lagging object, 4 threads, "
-           f"lagging_rate {r['rate']}, block_size 4M: IOPS (p50/p99 ms), KiB fetched per read",
-           f"{r['iops']:.0f} IOPS ({r['lat_us']['p50'] / 1000:.1f}/"
-           f"{r['lat_us']['p99'] / 1000:.1f}); {fmt_num(kib)} KiB",
-           {k: ("n/a", None) for k in cols},
-           f">= 10x the whole-block ceiling ({r['whole_block_iops']:.1f} IOPS: rate / block), "
-           f"<= 64 KiB per read", ok)
-    return [row], targets
+    rows = [(f"11. 4 KiB random O_DIRECT reads of a cold lagging object, 4 threads, "
+             f"lagging_rate {r['rate']}, block_size 4M: IOPS (p50/p99 ms), KiB fetched per read",
+             f"{r['iops']:.0f} IOPS ({r['lat_us']['p50'] / 1000:.1f}/"
+             f"{r['lat_us']['p99'] / 1000:.1f}); {fmt_num(kib)} KiB",
+             {k: ("n/a", None) for k in cols},
+             f">= 10x the whole-block ceiling ({r['whole_block_iops']:.1f} IOPS: rate / block), "
+             f"<= 64 KiB per read", ok)]
+    h = r.get("hot")
+    if h:
+        hk = h["kib_per_read"]
+        t = ("hot random 4K, object 4x the tier: KiB fetched per read", hk, 64, "max")
+        targets.append(t)
+        rows.append((f"11b. the same reads of the same {h['size'] / MiB:.0f} MiB object read as "
+                     f"hot (lagging=off) through a 64 MiB hot tier",
+                     f"{h['iops']:.0f} IOPS ({h['lat_us']['p50'] / 1000:.1f}/"
+                     f"{h['lat_us']['p99'] / 1000:.1f}); {fmt_num(hk)} KiB",
+                     {k: ("n/a", None) for k in cols}, "<= 64 KiB per read",
+                     hk is not None and target_ok(hk, 64, "max")))
+    return rows, targets
 
 
 def broker_report(b, cols):

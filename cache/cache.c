@@ -13,11 +13,12 @@
  * The tiers are a list, c->tier[] (struct tier: name, ring, size, TTL, limiter, admission
  * rule), walked in order for lookups; adding one means adding its entry in tiers_of().
  *
- * A random read of a lagging object (one that does not continue its stream) fetches parts of
- * blocks instead: for each block it touches, the 64 KiB-aligned range around what it reads, up
- * to 256 KiB, stored in the lagging ring under a key of its own (see part_of). A piece then
- * carries the offset its bytes start at in the block; everything else (single-flight, pins,
- * cancel, the limiter's charge) works per part as it does per block.
+ * A random read of a lagging object (one that does not continue its stream), or of a hot one
+ * larger than cfg.hot_parts_above, fetches parts of blocks instead: for each block it touches,
+ * the 64 KiB-aligned range around what it reads, up to 256 KiB, stored in its tier's ring
+ * under a key of its own (see part_of). A piece then carries the offset its bytes start at in
+ * the block; everything else (single-flight, pins, cancel, the limiter's charge) works per
+ * part as it does per block.
  *
  * A flight is one fetch of one block. It reserves its bytes in the ring of the tier chosen by
  * the object's age (cache_route; ring_reserve pins them; readers cannot see them until commit) and the
@@ -319,10 +320,10 @@ static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint
 }
 
 /*
- * Parts. A random read of a lagging object fetches only the aligned part of each block it
- * touches: the CACHE_PART_UNIT-aligned range around what it reads, up to CACHE_PART_MAX; a
- * read that needs more of a block takes the whole block. A part is stored in the lagging ring
- * under a key of its own: the block index with PART_TAG set, the part's first unit and its
+ * Parts. A random read of a lagging object (or of a hot one over cfg.hot_parts_above) fetches
+ * only the aligned part of each block it touches: the CACHE_PART_UNIT-aligned range around
+ * what it reads, up to CACHE_PART_MAX; a read that needs more of a block takes the whole
+ * block. A part is stored in its tier's ring under a key of its own: the block index with PART_TAG set, the part's first unit and its
  * length in units, so single-flight holds per part, a part is only ever served for reads it
  * covers, and the whole block's key never finds it (a sequential reader fetches the block).
  */
@@ -360,28 +361,16 @@ static bool part_of(const struct cache *c, const struct cache_obj *o, uint64_t b
 	return true;
 }
 
-/* Is @k a part's key? Parts stay in the lagging ring: the lower tiers keep whole blocks. */
+/* Is @k a part's key? Parts stay in the memory tiers: the lower tiers keep whole blocks. */
 static bool is_part(struct cache_key k)
 {
 	return (k.blk & PART_TAG) != 0;
 }
 
-/* Look part @pt up in the lagging tier. Fills the piece with a pin. */
-static bool part_lookup(struct cache *c, const struct part *pt, uint64_t now, struct piece *p)
-{
-	if (ring_lookup(c->tier[CACHE_LAG].ring, pt->key, now, &p->ref) != 0)
-		return false;
-	p->pin = PIN_RING;
-	p->tier = CACHE_LAG;
-	p->data = p->ref.data;
-	p->start = pt->start;
-	p->len = p->ref.len;
-	STAT_ADD(c, CACHE_LAG, hits, 1);
-	return true;
-}
-
-/* Look a block up in each tier in list order. Fills the piece with a pin. */
-static bool lookup(struct cache *c, struct cache_key k, uint64_t now, struct piece *p)
+/* Look key @k up in each tier in list order; its bytes start at @start in the block (0, or
+ * a part's offset). Fills the piece with a pin. */
+static bool lookup_at(struct cache *c, struct cache_key k, uint32_t start, uint64_t now,
+		      struct piece *p)
 {
 	for (int t = 0; t < CACHE_NTIERS; t++) {
 		if (!c->tier[t].ring)
@@ -390,13 +379,25 @@ static bool lookup(struct cache *c, struct cache_key k, uint64_t now, struct pie
 			p->pin = PIN_RING;
 			p->tier = (uint8_t)t;
 			p->data = p->ref.data;
-			p->start = 0;
+			p->start = start;
 			p->len = p->ref.len;
 			STAT_ADD(c, t, hits, 1);
 			return true;
 		}
 	}
 	return false;
+}
+
+/* Look a block up in each tier. */
+static bool lookup(struct cache *c, struct cache_key k, uint64_t now, struct piece *p)
+{
+	return lookup_at(c, k, 0, now, p);
+}
+
+/* Look part @pt up in each tier. */
+static bool part_lookup(struct cache *c, const struct part *pt, uint64_t now, struct piece *p)
+{
+	return lookup_at(c, pt->key, pt->start, now, p);
 }
 
 static void mem_wake(struct cache *c);
@@ -1099,7 +1100,7 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 	uint64_t first, last, now, ra_from = 1, ra_to = 0;
 	uint32_t n, missing = 0;
 	enum cache_tier tier;
-	bool parts = false; /* a random read of a lagging object: fetch parts of blocks */
+	bool parts = false; /* a random read of an object too big for whole blocks: fetch parts */
 
 	if (off >= o->size || len == 0) {
 		reply(req, NULL, 0, 0);
@@ -1132,7 +1133,10 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 				       &ra_to);
 		else if (!seq)
 			__atomic_store_n(&s->ra_win, 0, __ATOMIC_RELAXED); /* a seek */
-		parts = !seq && tier == CACHE_LAG;
+		/* whole blocks of a hot object larger than hot_parts_above would evict each
+		 * other before they are read again (README, "Random reads") */
+		parts = !seq && (tier == CACHE_LAG ||
+				 (c->cfg.hot_parts_above && o->size > c->cfg.hot_parts_above));
 	}
 
 	if (n > STACK_PIECES) {

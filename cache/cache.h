@@ -44,6 +44,9 @@ struct cache_cfg {
 	uint64_t readahead_batch; /* bytes; readahead starts this much at a time, or half the
 				   * window when that is less (the backend merges each batch into
 				   * one request); 0: 16 MiB */
+	uint64_t hot_parts_above; /* bytes: a random read of a hot object larger than this
+				   * fetches parts of blocks, as one of a lagging object does
+				   * (whole blocks of it would evict each other); 0: whole blocks */
 	bool prefault;           /* fault the tiers' memory in at cache_new, not on first use */
 	uint64_t bounce_limit;   /* bytes of bounce buffers at once, both tiers; 0 = unlimited */
 };

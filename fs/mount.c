@@ -163,6 +163,9 @@ int fs_main(struct fs_opts *o)
 		.lagging_burst = o->lagging_burst,
 		.lagging_ops = o->lagging_ops,
 		.readahead = (uint32_t)o->readahead,
+		/* random reads of a hot object that the local tiers cannot hold as whole blocks
+		 * fetch parts; with shared=, whole blocks also serve the fleet: keep them */
+		.hot_parts_above = o->shared ? 0 : o->hot_size + (o->cache_dir ? o->disk_size : 0),
 		.prefault = o->prefault,
 		.bounce_limit = CACHE_BOUNCE_LIMIT,
 	};

@@ -19,6 +19,7 @@ own clock); every wait for a condition polls it against a deadline.
 """
 
 import errno
+import mmap
 import os
 import signal
 import stat
@@ -708,6 +709,49 @@ def test_lagging_off_reads_everything_hot_and_unthrottled(mount, store):
     assert s1.v("limiter_rate_bytes", "lagging") == 0
     assert took < 8, f"16 MiB took {took:.1f} s with lagging=off"
     assert {lu.xattr(m.path(r), "cached") for r in rels} == {"hot=0-7"}
+
+
+def _direct_pread(path, off, n):
+    """@n bytes at @off read with O_DIRECT, so that the read reaches tierfs as it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    buf = mmap.mmap(-1, n)  # page aligned
+    try:
+        got = os.preadv(fd, [buf], off)
+        return bytes(buf[:got])
+    finally:
+        buf.close()
+        os.close(fd)
+
+
+def test_random_reads_of_a_hot_object_larger_than_the_tier_fetch_parts(mount, store):
+    """A hot object larger than the hot tier (lagging=off puts the 8 MiB old segments there,
+    hot_size=4M): a random 4 KiB read fetches the 64 KiB around it, one range GET, and a read
+    inside that part is served without a fetch. An object that fits (1 MiB) keeps whole
+    blocks. Every byte is compared with the store's."""
+    nginx = store.nginx
+    m = mount(nginx.url, ["block_size=512K", "hot_size=4M", f"hot_ttl={HOT_TTL}",
+                          "lagging=off"])
+    big, small = store.old[0], store.new[0]
+    src_big, src_small = (store.root / big).read_bytes(), (store.root / small).read_bytes()
+    off = 3 * MIB + 5 * 65536 + 4096
+    mark = nginx.timed_mark()
+    s0 = lu.stats(m.mnt)
+    assert _direct_pread(m.path(big), off, 4096) == src_big[off:off + 4096]
+    assert _direct_pread(m.path(big), off + 8192, 4096) == src_big[off + 8192:off + 12288]
+    s1 = lu.stats(m.mnt)
+    gets = nginx.wait_logged([big], 65536, since=mark)
+    assert [g.range for g in gets] == [f"bytes={3 * MIB + 5 * 65536}-{3 * MIB + 6 * 65536 - 1}"]
+    assert s1.d(s0, "cache_part_fetches_total", "hot") == 1
+    assert s1.d(s0, "cache_fetched_bytes_total", "hot") == 65536
+
+    off = 512 * 1024 + 8192
+    mark = nginx.timed_mark()
+    assert _direct_pread(m.path(small), off, 4096) == src_small[off:off + 4096]
+    s2 = lu.stats(m.mnt)
+    gets = nginx.wait_logged([small], 512 * 1024, since=mark)
+    assert [g.range for g in gets] == [f"bytes={512 * 1024}-{MIB - 1}"]
+    assert s2.d(s1, "cache_part_fetches_total", "hot") == 0
+    assert s2.d(s1, "cache_fetched_bytes_total", "hot") == 512 * 1024
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3864,6 +3864,64 @@ static void test_parts_hot_and_cancel(void **state)
 	shut(c);
 }
 
+/* A hot object larger than hot_parts_above (too big for its blocks to stay) has its random
+ * reads fetch parts, kept in the hot tier and never charged to a limiter; one that fits keeps
+ * whole blocks, and so do its sequential readers. */
+static void test_parts_hot_large(void **state)
+{
+	const uint32_t bs = 1u << 20, U = CACHE_PART_UNIT;
+	struct cache_cfg cfg = base_cfg();
+	struct fobj fb, fs;
+	struct cache_obj big = mkobj(&fb, 94, 32ull * bs, WALL0 - 5);
+	struct cache_obj small = mkobj(&fs, 95, 16ull * bs, WALL0 - 5);
+	struct cache_stream s = {0}, q = {0};
+	struct rep r = {0};
+	struct cache_stats st;
+	struct cache *c;
+
+	(void)state;
+	cfg.block_size = bs;
+	cfg.hot_size = 16ull * bs;
+	cfg.lagging_size = 16ull * bs;
+	cfg.lagging_rate = 8ull * bs;
+	cfg.hot_parts_above = 16ull * bs;
+	c = mk(&cfg);
+
+	/* the big object: a part, not lagging */
+	assert_false(rd(c, &big, &s, 20ull * bs + 3 * U + 5, 4096, &r));
+	assert_int_equal(W.nf, 1);
+	assert_last_fetch(20ull * bs + 3 * U, U);
+	assert_false(W.f[0].lagging);
+	complete_all(0);
+	check_ok(&r);
+	/* a hit inside it; outside it, another part */
+	assert_true(rd(c, &big, &s, 20ull * bs + 3 * U + 9000, 4096, &r));
+	check_ok(&r);
+	assert_int_equal(W.nf, 1);
+	assert_false(rd(c, &big, &s, 7ull * bs + 100, 10, &r));
+	assert_last_fetch(7ull * bs, U);
+	complete_all(0);
+	check_ok(&r);
+	/* a sequential reader of it takes whole blocks */
+	assert_false(rd(c, &big, &q, 0, 4096, &r));
+	assert_last_fetch(0, bs);
+	complete_all(0);
+	check_ok(&r);
+
+	/* an object of hot_parts_above bytes: whole blocks for a random read too */
+	assert_false(rd(c, &small, &s, 9ull * bs + 5 * U, 4096, &r));
+	assert_last_fetch(9ull * bs, bs);
+	complete_all(0);
+	check_ok(&r);
+
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].parts, 2);
+	assert_int_equal(st.tier[CACHE_LAG].parts, 0);
+	assert_int_equal(st.tier[CACHE_LAG].misses, 0);
+	rep_done(&r);
+	shut(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -3915,6 +3973,7 @@ int main(void)
 	    cmocka_unit_test(test_readahead_inflight_bound),
 	    cmocka_unit_test(test_parts),
 	    cmocka_unit_test(test_parts_hot_and_cancel),
+	    cmocka_unit_test(test_parts_hot_large),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, group_teardown);
