@@ -323,9 +323,10 @@ static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint
  * Parts. A random read of a lagging object (or of a hot one over cfg.hot_parts_above) fetches
  * only the aligned part of each block it touches: the CACHE_PART_UNIT-aligned range around
  * what it reads, up to CACHE_PART_MAX; a read that needs more of a block takes the whole
- * block. A part is stored in its tier's ring under a key of its own: the block index with PART_TAG set, the part's first unit and its
- * length in units, so single-flight holds per part, a part is only ever served for reads it
- * covers, and the whole block's key never finds it (a sequential reader fetches the block).
+ * block. A part is stored in its tier's ring under a key of its own: the block index with
+ * PART_TAG set, the part's first unit and its length in units, so single-flight holds per
+ * part, a part is only ever served for reads it covers, and the whole block's key never finds
+ * it (a sequential reader fetches the block).
  */
 #define PART_TAG (1ull << 63)
 #define PART_BLK_MAX (1ull << 47) /* block indexes a part key can carry */
