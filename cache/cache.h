@@ -155,8 +155,9 @@ struct cache_stream {
 	uint64_t ra_grow;  /* the window doubles when a read reaches this block */
 };
 
-/* Random reads of lagging objects fetch parts of blocks: the aligned CACHE_PART_UNIT ranges
- * around what they read, up to CACHE_PART_MAX; beyond that, the whole block (cache.c). */
+/* Random reads of lagging objects (and of hot ones over cfg.hot_parts_above) fetch parts of
+ * blocks: the aligned CACHE_PART_UNIT ranges around what they read, up to CACHE_PART_MAX;
+ * beyond that, the whole block (cache.c). */
 #define CACHE_PART_UNIT (64u * 1024)
 #define CACHE_PART_MAX  (256u * 1024)
 
@@ -168,7 +169,7 @@ struct cache_tier_stats {
 	uint64_t fetches;         /* fetches started (readahead included) */
 	uint64_t fetch_errors;    /* fetches that failed */
 	uint64_t readaheads;      /* fetches started by readahead */
-	uint64_t parts;           /* fetches of part of a block (random reads of old objects) */
+	uint64_t parts;           /* fetches of part of a block (random reads, cache.c) */
 	uint64_t joins;           /* block waits that joined a fetch already under way */
 	uint64_t inflight;        /* fetches running now */
 	uint64_t throttle_waits;  /* fetches that had to wait for the limiter */

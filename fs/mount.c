@@ -163,9 +163,6 @@ int fs_main(struct fs_opts *o)
 		.lagging_burst = o->lagging_burst,
 		.lagging_ops = o->lagging_ops,
 		.readahead = (uint32_t)o->readahead,
-		/* random reads of a hot object that the local tiers cannot hold as whole blocks
-		 * fetch parts; with shared=, whole blocks also serve the fleet: keep them */
-		.hot_parts_above = o->shared ? 0 : o->hot_size + (o->cache_dir ? o->disk_size : 0),
 		.prefault = o->prefault,
 		.bounce_limit = CACHE_BOUNCE_LIMIT,
 	};
@@ -203,6 +200,14 @@ int fs_main(struct fs_opts *o)
 	}
 	if (o->cache_dir && open_disk(&m) < 0)
 		goto out;
+	/* random reads of a hot object that the local tiers cannot hold as whole blocks fetch
+	 * parts (the disk tier counts if it opened); with shared=, whole blocks also serve the
+	 * fleet: keep them */
+	if (!o->shared) {
+		uint64_t d = m.disk ? o->disk_size : 0;
+
+		cc.hot_parts_above = o->hot_size > UINT64_MAX - d ? UINT64_MAX : o->hot_size + d;
+	}
 	struct cache_env env = fs_cache_env(&m);
 	r = cache_new(&cc, &env, &m.c);
 	if (r < 0) {

@@ -234,6 +234,19 @@ def sha256_read(path, chunk=MIB):
     return h.hexdigest()
 
 
+def pread_direct(path, off, n):
+    """@n bytes at @off of @path, read with O_DIRECT on a fresh descriptor: the read reaches
+    tierfs as it is, and as the first read of its handle (a random one unless @off is 0)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    buf = mmap.mmap(-1, n)  # page aligned
+    try:
+        got = os.preadv(fd, [buf], off)
+        return bytes(buf[:got])
+    finally:
+        buf.close()
+        os.close(fd)
+
+
 def read_direct(path, buf):
     """Read @path to its end with O_DIRECT into the page-aligned @buf (an mmap); return the
     bytes. The page cache is bypassed, so every byte is asked of tierfs."""

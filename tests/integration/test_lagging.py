@@ -19,7 +19,6 @@ own clock); every wait for a condition polls it against a deadline.
 """
 
 import errno
-import mmap
 import os
 import signal
 import stat
@@ -711,18 +710,6 @@ def test_lagging_off_reads_everything_hot_and_unthrottled(mount, store):
     assert {lu.xattr(m.path(r), "cached") for r in rels} == {"hot=0-7"}
 
 
-def _direct_pread(path, off, n):
-    """@n bytes at @off read with O_DIRECT, so that the read reaches tierfs as it is."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    buf = mmap.mmap(-1, n)  # page aligned
-    try:
-        got = os.preadv(fd, [buf], off)
-        return bytes(buf[:got])
-    finally:
-        buf.close()
-        os.close(fd)
-
-
 def test_random_reads_of_a_hot_object_larger_than_the_tier_fetch_parts(mount, store):
     """A hot object larger than the hot tier (lagging=off puts the 8 MiB old segments there,
     hot_size=4M): a random 4 KiB read fetches the 64 KiB around it, one range GET, and a read
@@ -736,8 +723,8 @@ def test_random_reads_of_a_hot_object_larger_than_the_tier_fetch_parts(mount, st
     off = 3 * MIB + 5 * 65536 + 4096
     mark = nginx.timed_mark()
     s0 = lu.stats(m.mnt)
-    assert _direct_pread(m.path(big), off, 4096) == src_big[off:off + 4096]
-    assert _direct_pread(m.path(big), off + 8192, 4096) == src_big[off + 8192:off + 12288]
+    assert lu.pread_direct(m.path(big), off, 4096) == src_big[off:off + 4096]
+    assert lu.pread_direct(m.path(big), off + 8192, 4096) == src_big[off + 8192:off + 12288]
     s1 = lu.stats(m.mnt)
     gets = nginx.wait_logged([big], 65536, since=mark)
     assert [g.range for g in gets] == [f"bytes={3 * MIB + 5 * 65536}-{3 * MIB + 6 * 65536 - 1}"]
@@ -746,12 +733,39 @@ def test_random_reads_of_a_hot_object_larger_than_the_tier_fetch_parts(mount, st
 
     off = 512 * 1024 + 8192
     mark = nginx.timed_mark()
-    assert _direct_pread(m.path(small), off, 4096) == src_small[off:off + 4096]
+    assert lu.pread_direct(m.path(small), off, 4096) == src_small[off:off + 4096]
     s2 = lu.stats(m.mnt)
     gets = nginx.wait_logged([small], 512 * 1024, since=mark)
     assert [g.range for g in gets] == [f"bytes={512 * 1024}-{MIB - 1}"]
     assert s2.d(s1, "cache_part_fetches_total", "hot") == 0
     assert s2.d(s1, "cache_fetched_bytes_total", "hot") == 512 * 1024
+
+
+@pytest.mark.parametrize("disk", ["opens", "fails"])
+def test_a_disk_tier_lets_hot_objects_keep_whole_blocks(mount, store, tmp_path, disk):
+    """With a disk tier, a hot object up to hot_size + disk_size keeps whole blocks (they
+    are read again from disk): the 8 MiB segment through hot_size=4M, disk_size=8M takes its
+    whole block. A cache_dir that cannot be opened (its parent missing) mounts without a disk
+    tier, and then the same read takes a part."""
+    nginx = store.nginx
+    cdir = tmp_path / ("cache" if disk == "opens" else "no/such/parent/cache")
+    m = mount(nginx.url, ["block_size=512K", "hot_size=4M", f"hot_ttl={HOT_TTL}",
+                          "lagging=off", f"cache_dir={cdir}", "disk_size=8M"])
+    big = store.old[1]
+    src = (store.root / big).read_bytes()
+    off = 5 * MIB + 3 * 65536 + 4096
+    mark = nginx.timed_mark()
+    s0 = lu.stats(m.mnt)
+    assert lu.pread_direct(m.path(big), off, 4096) == src[off:off + 4096]
+    s1 = lu.stats(m.mnt)
+    if disk == "opens":
+        gets = nginx.wait_logged([big], 512 * 1024, since=mark)
+        assert [g.range for g in gets] == [f"bytes={5 * MIB}-{5 * MIB + 512 * 1024 - 1}"]
+        assert s1.d(s0, "cache_part_fetches_total", "hot") == 0
+    else:
+        gets = nginx.wait_logged([big], 65536, since=mark)
+        assert [g.range for g in gets] == [f"bytes={5 * MIB + 3 * 65536}-{5 * MIB + 4 * 65536 - 1}"]
+        assert s1.d(s0, "cache_part_fetches_total", "hot") == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -310,6 +310,24 @@ def test_second_mount_served_from_redis(store, mount, redis):
     assert range_gets(store, rel, mark) == []
 
 
+def test_hot_objects_larger_than_the_tier_keep_whole_blocks_for_the_fleet(store, mount, redis):
+    """With shared=, a random read of a hot object larger than hot_size still fetches the
+    whole block (alone, it would fetch a 64 KiB part), and puts it in Redis for the fleet."""
+    r = redis()
+    m = mount(store.nginx.url, opts(r, "hot_size=8M", "lagging=off"))
+    rel = "old/o-03.bin"  # 16 MiB, read as hot with lagging=off
+    src = (store.root / rel).read_bytes()
+    off = 5 * MIB + 3 * 65536 + 4096
+    mark = store.nginx.log_mark()
+    s0 = lu.stats(m.mnt)
+    assert lu.pread_direct(m.path(rel), off, 4096) == src[off:off + 4096]
+    store.nginx.wait_idle()
+    assert [g.range for g in range_gets(store, rel, mark)] == [f"bytes={5 * MIB}-{6 * MIB - 1}"]
+    assert lu.stats(m.mnt).d(s0, "cache_part_fetches_total", "hot") == 0
+    wait_puts(m, 1)
+    assert len(block_keys(r)) == 1
+
+
 def test_wrong_values_never_served(store, mount, redis):
     r = redis()
     a = mount(store.nginx.url, opts(r), name="a")

@@ -3732,7 +3732,8 @@ static void test_readahead_inflight_bound(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Parts: random reads of lagging objects fetch what they read, not whole blocks
+ * Parts: random reads of lagging objects (and of hot ones too big for the tiers) fetch what
+ * they read, not whole blocks
  * ------------------------------------------------------------------------------------------ */
 
 /* The last fetch started: at @off, @len bytes. */
