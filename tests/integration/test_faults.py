@@ -517,6 +517,30 @@ def test_broken_answer_never_cached(mount, proxy, store, kind):
     assert proxy.count(REL, FIRST) == n + 1
 
 
+PART_KINDS = ["content-range-shifted", "fewer-than-content-length", "more-than-asked-declared",
+              "reset-mid-body"]
+
+
+@pytest.mark.parametrize("rel", ["old/wide2.bin", "hot/wide2.bin"])
+@pytest.mark.parametrize("kind", PART_KINDS)
+def test_broken_answer_to_a_part(mount, proxy, store, rel, kind):
+    """A random 4 KiB read of a lagging object, or of a hot one larger than the hot tier (4 MiB
+    through hot_size=2M), fetches the 64 KiB part of its 256 KiB block. One broken answer to
+    that part (@kind) is retried and never served: the right bytes after 2 GETs of the part's
+    range, and the good part is cached (a read inside it sends no GET)."""
+    m = mount_http(mount, proxy, "block_size=256K", "hot_size=2M")
+    warm_open(m, rel)
+    first = 5 * 4 * B + 2 * B
+    want = f"bytes={first}-{first + B - 1}"
+    proxy.add_rule(range_get(rel, first), BROKEN[kind](), times=1)
+    for off in (first + 4096, first + 8192):
+        got, e, _ = Bounded(lambda: pread_at(m.path(rel), off, 4096, True), "part").result()
+        assert e is None, f"{rel} at {off}: {ename(e)}"
+        assert got == store.data[rel][off:off + 4096], f"{rel} at {off}: WRONG BYTES"
+    gets = proxy.gets(rel, ranged=True)
+    assert [r.range for r in gets] == [want, want], [(r.range, r.status, r.fault) for r in gets]
+
+
 def test_junk_after_content_length(mount, proxy, store):
     """The store sends 100 junk bytes after each body (Content-Length right) and keeps the
     connection: curl reads the junk as the next answer ("Received HTTP/0.9 when not allowed"),
