@@ -336,8 +336,8 @@ static void stats_text(struct mount *m, struct text *t)
 	tier_metric(t, &cs, "cache_readaheads_total", "counter",
 		    "Block fetches started by readahead.", F(readaheads));
 	tier_metric(t, &cs, "cache_part_fetches_total", "counter",
-		    "Fetches of part of a block (64-256 KiB), for random reads of lagging objects and of "
-		    "hot ones larger than the tiers.",
+		    "Fetches of part of a block (64-256 KiB), for random reads of lagging "
+		    "objects and of hot ones larger than the tiers.",
 		    F(parts));
 	tier_metric(t, &cs, "cache_singleflight_joins_total", "counter",
 		    "Block waits that joined a fetch already under way.", F(joins));
