@@ -1542,18 +1542,13 @@ class Bench:
         res = self.rand_reads("lagrand", rel, "lagging",
                               {"hot_ttl": "3600", "lagging_rate": p["lagrand_rate"]})
         res.update(whole_block_iops=rate / bs, rate=p["lagrand_rate"])
-        log(f"lagging random 4K: {res['iops']:.0f} IOPS (p50/p99 "
-            f"{res['lat_us']['p50'] / 1000:.1f}/{res['lat_us']['p99'] / 1000:.1f} ms), "
-            f"{res['fetched'] / MiB:.0f} MiB fetched in {res['parts']:.0f} parts = "
-            f"{res['kib_per_read'] or 0:.0f} KiB per read; whole blocks would allow "
-            f"{rate / bs:.1f} IOPS")
+        log(f"lagging random 4K: {rand_cell(res)}, {res['fetched'] / MiB:.0f} MiB fetched in "
+            f"{res['parts']:.0f} parts; whole blocks would allow {rate / bs:.1f} IOPS")
         self.raw["runs"]["lagrand"] = res  # row 11 stands if 11b fails
         h = self.rand_reads("lagrand-hot", rel, "hot", {"lagging": "off", "hot_size": "64M"})
         h.update(size=self.files[rel], hot_size=64 * MiB)
         log(f"hot random 4K, object {h['size'] / MiB:.0f} MiB through a "
-            f"{h['hot_size'] / MiB:.0f} MiB hot tier: "
-            f"{h['iops']:.0f} IOPS (p50/p99 {h['lat_us']['p50'] / 1000:.1f}/"
-            f"{h['lat_us']['p99'] / 1000:.1f} ms), {h['kib_per_read'] or 0:.0f} KiB per read")
+            f"{h['hot_size'] / MiB:.0f} MiB hot tier: {rand_cell(h)}")
         res["hot"] = h
         return res
 
@@ -2525,6 +2520,12 @@ def build_report(b, seq, multi, iso, rate):
     return cols, rows + br + mr + lr + dr, targets + bt + mt + lt + dt
 
 
+def rand_cell(r):
+    """A rand_reads result as a table cell: IOPS (p50/p99 ms); KiB fetched per read."""
+    return (f"{r['iops']:.0f} IOPS ({r['lat_us']['p50'] / 1000:.1f}/"
+            f"{r['lat_us']['p99'] / 1000:.1f}); {fmt_num(r['kib_per_read'])} KiB")
+
+
 def lagrand_report(b, cols):
     """Rows and targets of scenario 11 (none if it did not run)."""
     r = b.raw["runs"].get("lagrand")
@@ -2537,8 +2538,7 @@ def lagrand_report(b, cols):
     ok = all(v is not None and target_ok(v, lim, k) for _, v, lim, k in targets)
     rows = [(f"11. 4 KiB random O_DIRECT reads of a cold lagging object, 4 threads, "
              f"lagging_rate {r['rate']}, block_size 4M: IOPS (p50/p99 ms), KiB fetched per read",
-             f"{r['iops']:.0f} IOPS ({r['lat_us']['p50'] / 1000:.1f}/"
-             f"{r['lat_us']['p99'] / 1000:.1f}); {fmt_num(kib)} KiB",
+             rand_cell(r),
              {k: ("n/a", None) for k in cols},
              f">= 10x the whole-block ceiling ({r['whole_block_iops']:.1f} IOPS: rate / block), "
              f"<= 64 KiB per read", ok)]
@@ -2550,8 +2550,7 @@ def lagrand_report(b, cols):
         rows.append((f"11b. the same reads of the same {h['size'] / MiB:.0f} MiB object read as "
                      f"hot (lagging=off) through a {h['hot_size'] / MiB:.0f} MiB hot tier "
                      f"({x:g}x the tier; <= 1x would keep whole blocks)",
-                     f"{h['iops']:.0f} IOPS ({h['lat_us']['p50'] / 1000:.1f}/"
-                     f"{h['lat_us']['p99'] / 1000:.1f}); {fmt_num(hk)} KiB",
+                     rand_cell(h),
                      {k: ("n/a", None) for k in cols}, "<= 64 KiB per read",
                      hk is not None and target_ok(hk, 64, "max")))
     return rows, targets

@@ -278,6 +278,15 @@ def block_keys(r, prefix=PREFIX):
     return sorted(k for k in r.cmd("KEYS", prefix + "tfs1:*"))
 
 
+def redis_holding(store, mount, redis, rel):
+    """A Redis holding the four blocks of @rel, put there by mount "a" reading it: (r, a)."""
+    r = redis()
+    a = mount(store.nginx.url, opts(r), name="a")
+    read_check(a, store, rel)
+    wait_puts(a, 4)
+    return r, a
+
+
 def test_second_mount_served_from_redis(store, mount, redis):
     r = redis()
     a = mount(store.nginx.url, opts(r), name="a")
@@ -373,11 +382,8 @@ def test_one_stall_is_one_strike(store, mount, redis):
     one per GET, one stall of a busy Redis (three mounts and Redis on two cores: bench row 12)
     paused it for a second and sent every read to the store. A hung server still goes down
     after three timeouts in a row (test_redis_hung_killed_restarted)."""
-    r = redis()
-    a = mount(store.nginx.url, opts(r), name="a")
     rel = "new/n-03.bin"
-    read_check(a, store, rel)
-    wait_puts(a, 4)
+    r, a = redis_holding(store, mount, redis, rel)
     # B's first read asks Redis for all four blocks at once: its own and three of readahead
     b = mount(store.nginx.url, opts(r, "readahead=4"), name="b", foreground=True)
 
@@ -434,11 +440,8 @@ def test_window_gets_written_two_at_a_time(store, mount, redis):
     on a connection; the others wait their turn, timed from when they were asked. Here Redis
     is stopped while a window of four is asked: it is given two, and the other two time out
     unwritten."""
-    r = redis()
-    a = mount(store.nginx.url, opts(r), name="a")
     rel = "new/n-07.bin"
-    read_check(a, store, rel)
-    wait_puts(a, 4)
+    r, a = redis_holding(store, mount, redis, rel)
     b = mount(store.nginx.url, opts(r, "readahead=3"), name="b", foreground=True)
     r.cmd("CONFIG", "SET", "slowlog-max-len", "10000")
     r.cmd("CONFIG", "SET", "slowlog-log-slower-than", "0")
@@ -455,11 +458,8 @@ def test_late_value_never_lands_in_a_block(store, mount, redis):
     is unanswered: one that comes after its timeout, when the block has been fetched from the
     store, is dropped. Here the late values are wrong (a flipped byte, the right size): had
     one been written into the block, the re-read from the mount's memory would show it."""
-    r = redis()
-    a = mount(store.nginx.url, opts(r), name="a")
     rel = "new/n-02.bin"
-    read_check(a, store, rel)
-    wait_puts(a, 4)
+    r, a = redis_holding(store, mount, redis, rel)
     for k in block_keys(r):
         v = bytearray(r.cmd("GET", k))
         v[48 + 4096] ^= 0x01

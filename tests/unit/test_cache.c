@@ -3744,10 +3744,21 @@ static void assert_last_fetch(uint64_t off, uint32_t len)
 	assert_int_equal(W.f[W.nf - 1].len, len);
 }
 
+/* The parts tests' tiers: 1 MiB blocks (16 parts of 64 KiB each), 16 of them per tier. */
+static struct cache_cfg parts_cfg(void)
+{
+	struct cache_cfg cfg = base_cfg();
+
+	cfg.block_size = 1u << 20;
+	cfg.hot_size = 16ull << 20;
+	cfg.lagging_size = 16ull << 20;
+	return cfg;
+}
+
 static void test_parts(void **state)
 {
 	const uint32_t bs = 1u << 20, U = CACHE_PART_UNIT;
-	struct cache_cfg cfg = base_cfg();
+	struct cache_cfg cfg = parts_cfg();
 	struct fobj fo;
 	struct cache_obj old = mkobj(&fo, 91, 8ull * bs + 100 * KIB, OLD);
 	struct cache_stream s = {0}, seq = {0};
@@ -3757,9 +3768,6 @@ static void test_parts(void **state)
 	char res[16];
 
 	(void)state;
-	cfg.block_size = bs;
-	cfg.hot_size = 16ull * bs;
-	cfg.lagging_size = 16ull * bs;
 	cfg.lagging_rate = 8ull * bs;
 	cfg.lagging_burst = 8ull * bs;
 	c = mk(&cfg);
@@ -3836,7 +3844,7 @@ static void test_parts(void **state)
 static void test_parts_hot_and_cancel(void **state)
 {
 	const uint32_t bs = 1u << 20;
-	struct cache_cfg cfg = base_cfg();
+	struct cache_cfg cfg = parts_cfg();
 	struct fobj fy, fo;
 	struct cache_obj young = mkobj(&fy, 92, 4ull * bs, WALL0 - 5);
 	struct cache_obj old = mkobj(&fo, 93, 4ull * bs, OLD);
@@ -3845,9 +3853,6 @@ static void test_parts_hot_and_cancel(void **state)
 	struct cache *c;
 
 	(void)state;
-	cfg.block_size = bs;
-	cfg.hot_size = 16ull * bs;
-	cfg.lagging_size = 16ull * bs;
 	c = mk(&cfg);
 	assert_false(rd(c, &young, &s, 2ull * bs + 4096, 4096, &r));
 	assert_last_fetch(2ull * bs, bs);
@@ -3871,7 +3876,7 @@ static void test_parts_hot_and_cancel(void **state)
 static void test_parts_hot_large(void **state)
 {
 	const uint32_t bs = 1u << 20, U = CACHE_PART_UNIT;
-	struct cache_cfg cfg = base_cfg();
+	struct cache_cfg cfg = parts_cfg();
 	struct fobj fb, fs;
 	struct cache_obj big = mkobj(&fb, 94, 32ull * bs, WALL0 - 5);
 	struct cache_obj small = mkobj(&fs, 95, 16ull * bs, WALL0 - 5);
@@ -3881,9 +3886,6 @@ static void test_parts_hot_large(void **state)
 	struct cache *c;
 
 	(void)state;
-	cfg.block_size = bs;
-	cfg.hot_size = 16ull * bs;
-	cfg.lagging_size = 16ull * bs;
 	cfg.lagging_rate = 8ull * bs;
 	cfg.hot_parts_above = 16ull * bs;
 	c = mk(&cfg);
