@@ -59,7 +59,7 @@
  * allocated with it and hidden here. The schemes share io_read (a range GET, If-Match) and
  * io_head (size, mtime, ETag) at the end of this file.
  *
- * One poller (io_set_poller: the shared tier's Redis client, shared.c) may add sockets of its
+ * One poller (io_set_poller: the shared tier's Redis client, redis.c) may add sockets of its
  * own to the same curl_multi_poll, so Redis replies are read on this thread too and no other
  * thread or event loop is needed; its timeouts are io_defer timers.
  *
@@ -1073,7 +1073,7 @@ static void shutdown_all(struct io *io)
 	} while (stopping);
 }
 
-#define POLLER_FDS 32 /* shared.c: two connections for each of up to 16 Redis servers */
+#define POLLER_FDS 32 /* redis.c: two connections for each of up to 16 Redis servers */
 
 static void *loop(void *arg)
 {

@@ -1321,7 +1321,7 @@ class Bench:
     def get_latency(sts):
         """The GET latency histogram summed over mounts' stats @sts: [(bound s, GETs
         answered within it, late answers included)], cumulative, the last bound inf."""
-        pre = 'tierfs_shared_get_seconds_bucket{tier="shared",le="'
+        pre = 'tierfs_fleet_get_seconds_bucket{tier="shared",le="'
         h = {}
         for st in sts:
             for k, v in st.items():
@@ -3016,12 +3016,12 @@ def main():
     ap.add_argument("--tierfs", required=True)
     ap.add_argument("--nullfs", required=True)
     ap.add_argument("--preader", required=True)
-    ap.add_argument("--diskfill", help="bench/diskfill (default: next to --tierfs)")
+    ap.add_argument("--diskfill", help="bench/diskfill (default: bench/diskfill beside --tierfs)")
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     TIERFS, NULLFS, PREADER = Path(args.tierfs), Path(args.nullfs), Path(args.preader)
-    DISKFILL = Path(args.diskfill) if args.diskfill else TIERFS.parent / "diskfill"
+    DISKFILL = Path(args.diskfill) if args.diskfill else TIERFS.parent / "bench" / "diskfill"
     if args.chart_only:
         raw = json.loads((Path(args.out) / "results.json").read_text())
         b = argparse.Namespace(out=Path(args.out), run_dir=Path(args.work),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How long a shared-tier GET takes on this machine, alone and behind SETs of blocks: the
 measurement behind shared_timeout's default (fs/opts.c) and the second Redis connection per
-server for SETs (backend/shared.c).
+server for SETs (backend/redis.c).
 
 Starts its own redis-server on a free port (no persistence, allkeys-lru, as README says a
 fleet runs it), writes a value of one block plus the 48-byte header, and measures the time
@@ -9,7 +9,7 @@ from sending a GET to having its whole reply:
 
   alone          one connection, nothing else in flight
   behind N SETs  the same connection: N SETs of blocks written just before the GET, as one
-                 connection for everything queued them (the first pass of backend/shared.c)
+                 connection for everything queued them (the first pass of backend/redis.c)
   own conn       the GET on its own connection while another connection keeps writing SETs
                  of blocks without pause (redis-benchmark), as with a connection for SETs
 

@@ -41,7 +41,7 @@
 #include <fuse_log.h>
 
 #include "fs_i.h"
-#include "shared.h"
+#include "redis.h"
 
 #define XATTR_PREFIX "user.tierfs."
 
@@ -173,11 +173,11 @@ static void shared_metric(struct text *t, const char *name, const char *type, co
 
 static void shared_text(struct mount *m, struct text *t)
 {
-	struct fs_shared_stats s;
-	struct bk_shared_stats r;
+	struct fs_fleet_stats s;
+	struct bk_redis_stats r;
 	uint64_t cum = 0;
 
-	fs_shared_get_stats(m->sh, &s, &r);
+	fs_fleet_get_stats(m->fleet, &s, &r);
 	shared_metric(t, "shared_hits_total", "counter",
 		      "Blocks served from the shared tier, their value checked.", s.hits);
 	shared_metric(t, "shared_served_bytes_total", "counter",
@@ -221,20 +221,20 @@ static void shared_text(struct mount *m, struct text *t)
 	shared_metric(t, "shared_lock_gave_up_total", "counter",
 		      "Waits that went to the store after the bound (10 x shared_timeout).",
 		      s.lock_gave_up);
-	put(t, "# HELP tierfs_shared_get_seconds Time from a GET written to Redis to its answer (a "
+	put(t, "# HELP tierfs_fleet_get_seconds Time from a GET written to Redis to its answer (a "
 	       "value or none), late answers included: compare with shared_timeout.\n"
-	       "# TYPE tierfs_shared_get_seconds histogram\n");
-	for (int i = 0; i < BK_SHARED_LAT_BUCKETS; i++) {
+	       "# TYPE tierfs_fleet_get_seconds histogram\n");
+	for (int i = 0; i < BK_REDIS_LAT_BUCKETS; i++) {
 		cum += r.get_lat[i];
-		if (i < BK_SHARED_LAT_BUCKETS - 1)
-			put(t, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"%g\"} %llu\n",
-			    (double)bk_shared_lat_bounds_us[i] / 1e6, (unsigned long long)cum);
+		if (i < BK_REDIS_LAT_BUCKETS - 1)
+			put(t, "tierfs_fleet_get_seconds_bucket{tier=\"shared\",le=\"%g\"} %llu\n",
+			    (double)bk_redis_lat_bounds_us[i] / 1e6, (unsigned long long)cum);
 		else
-			put(t, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"+Inf\"} %llu\n",
+			put(t, "tierfs_fleet_get_seconds_bucket{tier=\"shared\",le=\"+Inf\"} %llu\n",
 			    (unsigned long long)cum);
 	}
-	put(t, "tierfs_shared_get_seconds_sum{tier=\"shared\"} %.6f\n"
-	       "tierfs_shared_get_seconds_count{tier=\"shared\"} %llu\n",
+	put(t, "tierfs_fleet_get_seconds_sum{tier=\"shared\"} %.6f\n"
+	       "tierfs_fleet_get_seconds_count{tier=\"shared\"} %llu\n",
 	    (double)r.get_lat_sum_us / 1e6, (unsigned long long)cum);
 	shared_metric(t, "shared_servers", "gauge", "Redis servers configured.", r.servers);
 	shared_metric(t, "shared_servers_down", "gauge", "Redis servers thought down now.",
@@ -394,7 +394,7 @@ static void stats_text(struct mount *m, struct text *t)
 	mount_metric(t, "log_suppressed_total", "counter",
 		     "Log lines held back: repeats of an (object, cause) within a minute, or "
 		     "beyond the mount's line budget.",
-		     __atomic_load_n(&m->log_suppressed, __ATOMIC_RELAXED));
+		     __atomic_load_n(&m->log.suppressed, __ATOMIC_RELAXED));
 	mount_metric(t, "reads_total", "counter", "Read requests answered.",
 		     __atomic_load_n(&m->reads, __ATOMIC_RELAXED));
 	mount_metric(t, "read_errors_total", "counter", "Read requests answered with an error.",
@@ -422,7 +422,7 @@ static void stats_text(struct mount *m, struct text *t)
 	mount_metric(t, "backend_request_window", "gauge",
 		     "Requests allowed at once now (AIMD; max_conns when the store is happy).",
 		     bs.window);
-	if (m->sh)
+	if (m->fleet)
 		shared_text(m, t);
 }
 
@@ -693,7 +693,7 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 		return -EROFS;
 	if (!may_steer(uid, pid)) {
 		snprintf(who, sizeof(who), "uid %lu", (unsigned long)uid);
-		fs_log_once(m, FUSE_LOG_WARNING, who, "not the operator",
+		fs_log_once(&m->log, FUSE_LOG_WARNING, who, "not the operator",
 			    "setxattr %.64s refused: uid %lu is not the mount's owner and lacks "
 			    "CAP_SYS_ADMIN",
 			    name, (unsigned long)uid);
@@ -726,7 +726,7 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 	if (r < 0) {
 		/* err echoes the value: fs_log_once keeps printable ASCII and bounds the line */
 		snprintf(who, sizeof(who), "uid %lu", (unsigned long)uid);
-		fs_log_once(m, FUSE_LOG_WARNING, who, "bad value", "setxattr %s refused: %.200s", name,
+		fs_log_once(&m->log, FUSE_LOG_WARNING, who, "bad value", "setxattr %s refused: %.200s", name,
 			    err[0] ? err : strerror(-r));
 		return r == -ENOENT ? -ENOTSUP : -EINVAL;
 	}

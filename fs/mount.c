@@ -2,7 +2,7 @@
  * mount.c - a mount's life: settings to configurations, setup, the session loop, teardown.
  *
  *   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
- *           ──► fs_shared_new (shared=: the Redis tier below the cache, shared.c)
+ *           ──► fs_fleet_new (shared=: the Redis tier below the cache, fleet.c)
  *           ──► disk_cfg    ──► disk_open (cache_dir: the disk tier, rebuilt by a scan)
  *           ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, fetches, references,
  *                                          the disk tier as the lower tier)
@@ -150,7 +150,7 @@ int fs_main(struct fs_opts *o)
 		.timeout_s = (unsigned)o->timeout,
 		.retries = (unsigned)o->retries,
 		.log = fs_backend_log,
-		.log_arg = &m,
+		.log_arg = &m.log,
 	};
 	struct cache_cfg cc = {
 		.block_size = (uint32_t)o->block_size,
@@ -172,8 +172,8 @@ int fs_main(struct fs_opts *o)
 	int r, status = 1;
 	bool mounted = false, handlers = false;
 
-	pthread_mutex_init(&m.log_lock, NULL);
-	fs_log_init(&m);
+	fs_log_init(&m.log);
+	pthread_mutex_init(&m.inval_lock, NULL);
 	pthread_mutex_init(&m.opts_lock, NULL);
 	pthread_cond_init(&m.inval_done, NULL);
 	pthread_mutex_init(&m.handles_lock, NULL);
@@ -185,7 +185,7 @@ int fs_main(struct fs_opts *o)
 	}
 	/* the shared tier's sockets join the I/O loop: attach before it starts */
 	if (o->shared) {
-		r = fs_shared_new(&m, o, &m.sh, err, sizeof(err));
+		r = fs_fleet_new(&m, o, &m.fleet, err, sizeof(err));
 		if (r < 0) {
 			fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
 			goto out;
@@ -228,7 +228,7 @@ int fs_main(struct fs_opts *o)
 		.dir_mode = (mode_t)o->dir_mode,
 		.block_size = (uint32_t)o->block_size,
 		.log = ns_log,
-		.log_arg = &m,
+		.log_arg = &m.log,
 		.now_ns = env.mono_ns, /* one clock for the cache and the namespace */
 		.clock_arg = env.arg,
 	};
@@ -275,7 +275,7 @@ int fs_main(struct fs_opts *o)
 	}
 	if (fuse_daemonize(o->foreground) < 0)
 		goto out;
-	__atomic_store_n(&m.live, true, __ATOMIC_RELAXED);
+	__atomic_store_n(&m.log.live, true, __ATOMIC_RELAXED);
 	r = backend_start(m.b);
 	if (r < 0) {
 		fuse_log(FUSE_LOG_ERR, "tierfs: cannot start the I/O thread: %s\n", strerror(-r));
@@ -317,7 +317,7 @@ out:
 	cache_free(m.c);
 	disk_close(m.disk); /* after the cache: no put can come; the queue is written */
 	ns_free(m.ns);
-	fs_shared_free(m.sh);
+	fs_fleet_free(m.fleet);
 	backend_free(m.b);
 	if (m.se)
 		fuse_session_destroy(m.se);
@@ -326,7 +326,8 @@ out:
 	fuse_opt_free_args(&args);
 	free(fsname);
 	free(store);
-	pthread_mutex_destroy(&m.log_lock);
+	fs_log_done(&m.log);
+	pthread_mutex_destroy(&m.inval_lock);
 	pthread_mutex_destroy(&m.opts_lock);
 	pthread_cond_destroy(&m.inval_done);
 	pthread_mutex_destroy(&m.handles_lock);

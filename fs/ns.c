@@ -83,13 +83,14 @@
  */
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "fs_i.h"
+#include "ns.h"
 
 #define ROOT_INO 1
 

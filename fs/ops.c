@@ -101,8 +101,8 @@ static int env_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst
 	struct mount *m = arg;
 	struct fobj *o = ctx;
 
-	if (m->sh)
-		return fs_shared_fetch(m->sh, o, off, len, dst, lagging, done, done_arg);
+	if (m->fleet)
+		return fs_fleet_fetch(m->fleet, o, off, len, dst, lagging, done, done_arg);
 	return backend_read(o->backend, o->path, o->etag, off, len, dst,
 			    lagging ? BK_BACKGROUND : BK_URGENT, done, done_arg);
 }
@@ -172,159 +172,6 @@ struct cache_env fs_cache_env(struct mount *m)
 	};
 }
 
-/* ---- logging --------------------------------------------------------------------------------- */
-
-/*
- * Errors are logged once per (object, cause) per FS_LOG_INTERVAL_S, whatever the number of
- * readers, blocks and retries behind them, and all lines together are held to a bucket of
- * FS_LOG_BURST per interval, so neither a flapping store nor a local user can flood syslog.
- * What is held back is counted (tierfs_log_suppressed_total); a key's next line says how many
- * of its own were.
- */
-
-static uint64_t log_hash(uint64_t h, const char *s, bool skip_digits)
-{
-	/* FNV-1a */
-	for (; s && *s; s++) {
-		if (skip_digits && *s >= '0' && *s <= '9')
-			continue;
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-	}
-	return h;
-}
-
-static uint64_t log_key(const char *obj, const char *cause, bool skip_digits)
-{
-	uint64_t h = log_hash(0xcbf29ce484222325ULL, obj, false);
-
-	h = log_hash(h * 0x100000001b3ULL, cause, skip_digits);
-	return h ? h : 1;
-}
-
-/* Decide under log_lock whether the line of @key goes out. @return the count of its lines
- * held back since its last one (to say so), or -1 to hold this one back too. */
-static int64_t log_admit(struct mount *m, uint64_t key)
-{
-	const uint64_t interval = (uint64_t)FS_LOG_INTERVAL_S * 1000000000ULL;
-	uint64_t now = env_mono(NULL);
-	struct fs_log_slot *slot = NULL, *oldest = &m->log_seen[0];
-	int64_t held = -1;
-
-	pthread_mutex_lock(&m->log_lock);
-	m->log_tokens += (double)(now - m->log_refill_ns) * FS_LOG_BURST / (double)interval;
-	if (m->log_tokens > FS_LOG_BURST)
-		m->log_tokens = FS_LOG_BURST;
-	m->log_refill_ns = now;
-	for (size_t i = 0; i < FS_LOG_SLOTS && !slot; i++) {
-		if (m->log_seen[i].key == key)
-			slot = &m->log_seen[i];
-		else if (m->log_seen[i].last_ns < oldest->last_ns)
-			oldest = &m->log_seen[i];
-	}
-	if (slot && now - slot->last_ns < interval) {
-		slot->held++;
-	} else if (m->log_tokens < 1) {
-		if (slot)
-			slot->held++;
-	} else {
-		if (!slot) {
-			slot = oldest; /* forgets the key seen longest ago */
-			*slot = (struct fs_log_slot){.key = key};
-		}
-		held = (int64_t)slot->held;
-		slot->held = 0;
-		slot->last_ns = now;
-		m->log_tokens -= 1;
-	}
-	pthread_mutex_unlock(&m->log_lock);
-	if (held < 0)
-		__atomic_fetch_add(&m->log_suppressed, 1, __ATOMIC_RELAXED);
-	return held;
-}
-
-void fs_log_init(struct mount *m)
-{
-	m->log_tokens = FS_LOG_BURST;
-	m->log_refill_ns = env_mono(NULL);
-}
-
-/* Keep printable ASCII, cut at FS_LOG_LINE_MAX with "...". */
-static void log_clean(char *line, size_t need)
-{
-	for (char *p = line; *p; p++)
-		if (*p < 0x20 || *p > 0x7e)
-			*p = '?';
-	if (need >= FS_LOG_LINE_MAX)
-		memcpy(line + FS_LOG_LINE_MAX - 4, "...", 4);
-}
-
-static bool log_keyed(struct mount *m, enum fuse_log_level level, uint64_t key, const char *fmt,
-		      va_list ap)
-{
-	char line[FS_LOG_LINE_MAX], more[64] = "";
-	int64_t held = log_admit(m, key);
-	int n;
-
-	if (held < 0)
-		return false;
-	n = vsnprintf(line, sizeof(line), fmt, ap);
-	if (n < 0)
-		return false;
-	log_clean(line, (size_t)n);
-	if (held > 0)
-		snprintf(more, sizeof(more), " (and %lld more like it)", (long long)held);
-	fuse_log(level, "tierfs: %s%s\n", line, more);
-	return true;
-}
-
-bool fs_log_once(struct mount *m, enum fuse_log_level level, const char *obj, const char *cause,
-		 const char *fmt, ...)
-{
-	va_list ap;
-	bool r;
-
-	va_start(ap, fmt);
-	r = log_keyed(m, level, log_key(obj, cause, false), fmt, ap);
-	va_end(ap);
-	return r;
-}
-
-static bool log_fmt(struct mount *m, enum fuse_log_level level, uint64_t key, const char *fmt,
-		    ...) __attribute__((format(printf, 4, 5)));
-static bool log_fmt(struct mount *m, enum fuse_log_level level, uint64_t key, const char *fmt,
-		    ...)
-{
-	va_list ap;
-	bool r;
-
-	va_start(ap, fmt);
-	r = log_keyed(m, level, key, fmt, ap);
-	va_end(ap);
-	return r;
-}
-
-/*
- * A line from the backend: "GET URL (range): why" or "read PATH: why". Its object is the text
- * before the first ": ", its cause the rest without digits, so the failures of every block of
- * one object ("short body: 17 of 65536 bytes", "Content-Range 0-9, asked 65536-131071") count
- * as one cause.
- */
-void fs_backend_log(void *arg, int level, const char *line)
-{
-	static const enum fuse_log_level map[] = {FUSE_LOG_ERR, FUSE_LOG_WARNING, FUSE_LOG_INFO,
-						  FUSE_LOG_DEBUG};
-	struct mount *m = arg;
-	const char *sep = strstr(line, ": ");
-	char obj[FS_LOG_LINE_MAX];
-
-	/* before the mount exists, failures reach the user as fs_main's one line */
-	if (!__atomic_load_n(&m->live, __ATOMIC_RELAXED))
-		return;
-	snprintf(obj, sizeof(obj), "%.*s", sep ? (int)(sep - line) : (int)strlen(line), line);
-	log_fmt(m, map[level < 0 ? 0 : level > 3 ? 3 : level],
-		log_key(obj, sep ? sep + 2 : "", true), "%s", line);
-}
-
 /*
  * A read answered with an error. The store's failures were logged by the backend already,
  * with what a reader's errno cannot say (the URL, the status, the two ETags), once per object
@@ -336,8 +183,8 @@ static void log_read_error(struct mount *m, const struct fobj *o, int err)
 {
 	if (err != -ENOENT && err != -ENOMEM && err != -EINVAL)
 		return;
-	log_fmt(m, FUSE_LOG_ERR, log_key(o->path, strerror(-err), false), "read %s: %s", o->path,
-		strerror(-err));
+	fs_log_once(&m->log, FUSE_LOG_ERR, o->path, strerror(-err), "read %s: %s", o->path,
+		    strerror(-err));
 }
 
 /* The errno a FUSE reply carries for @r (< 0). Requests still waiting when the mount ends are
@@ -710,28 +557,28 @@ static int helper(struct mount *m, void *(*fn)(void *), void *arg)
 	pthread_t t;
 	int r;
 
-	pthread_mutex_lock(&m->log_lock);
+	pthread_mutex_lock(&m->inval_lock);
 	m->invals++;
-	pthread_mutex_unlock(&m->log_lock);
+	pthread_mutex_unlock(&m->inval_lock);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	r = pthread_create(&t, &attr, fn, arg);
 	pthread_attr_destroy(&attr);
 	if (r != 0) {
-		pthread_mutex_lock(&m->log_lock);
+		pthread_mutex_lock(&m->inval_lock);
 		if (--m->invals == 0)
 			pthread_cond_broadcast(&m->inval_done);
-		pthread_mutex_unlock(&m->log_lock);
+		pthread_mutex_unlock(&m->inval_lock);
 	}
 	return -r;
 }
 
 static void helper_done(struct mount *m)
 {
-	pthread_mutex_lock(&m->log_lock);
+	pthread_mutex_lock(&m->inval_lock);
 	if (--m->invals == 0)
 		pthread_cond_broadcast(&m->inval_done);
-	pthread_mutex_unlock(&m->log_lock);
+	pthread_mutex_unlock(&m->inval_lock);
 }
 
 /* An interrupted read whose reader was alive and not dying at the time. */
@@ -886,7 +733,7 @@ static void drop_behind(struct mount *m, fuse_ino_t ino, struct fh *fh, uint64_t
 	uint64_t lo, hi;
 	bool below = false, above = false;
 
-	pthread_mutex_lock(&m->log_lock);
+	pthread_mutex_lock(&m->inval_lock);
 	if (fh->seen_hi == fh->seen_lo) {
 		fh->seen_lo = off;
 		fh->seen_hi = off + size;
@@ -902,7 +749,7 @@ static void drop_behind(struct mount *m, fuse_ino_t ino, struct fh *fh, uint64_t
 		fh->seen_lo = below ? keep_lo : lo;
 		fh->seen_hi = above ? keep_hi : hi;
 	}
-	pthread_mutex_unlock(&m->log_lock);
+	pthread_mutex_unlock(&m->inval_lock);
 	if (below)
 		inval_pages(m, ino, (off_t)lo, (off_t)(keep_lo - lo));
 	if (above)
@@ -1129,10 +976,10 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	/* the last of a lagging handle's pages (no other reference to this file remains, maps
 	 * included, so nobody is reading through it) */
 	if (fh->drop_behind) {
-		pthread_mutex_lock(&m->log_lock);
+		pthread_mutex_lock(&m->inval_lock);
 		lo = fh->seen_lo;
 		hi = fh->seen_hi;
-		pthread_mutex_unlock(&m->log_lock);
+		pthread_mutex_unlock(&m->inval_lock);
 		if (hi > lo)
 			inval_pages(m, ino, (off_t)lo, (off_t)(hi - lo));
 	}
@@ -1415,10 +1262,10 @@ const struct fuse_lowlevel_ops fs_ops = {
 
 void fs_ops_quiesce(struct mount *m)
 {
-	pthread_mutex_lock(&m->log_lock);
+	pthread_mutex_lock(&m->inval_lock);
 	while (m->invals)
-		pthread_cond_wait(&m->inval_done, &m->log_lock);
-	pthread_mutex_unlock(&m->log_lock);
+		pthread_cond_wait(&m->inval_done, &m->inval_lock);
+	pthread_mutex_unlock(&m->inval_lock);
 }
 
 void fs_ops_drain(struct mount *m)

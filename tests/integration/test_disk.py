@@ -12,7 +12,7 @@ the range GETs that reach the store.
 - Faults never fail a read: a read-only cache_dir (the mount runs without a disk tier), a
   full one (ENOSPC on a small tmpfs: writes turn off), one deleted under the mount, and EIO
   on reads and on writes. This kernel has no device-mapper (no dm-error or dm-flakey), so
-  EIO comes from an LD_PRELOAD shim (eioshim.c, built next to tierfs) whose control file
+  EIO comes from an LD_PRELOAD shim (eioshim.c, built in tests/ beside tierfs) whose control file
   the test writes while the mount runs.
 
 Each test has its own store and cache directory. Waits poll for a condition with a deadline.
@@ -425,7 +425,7 @@ def test_other_format_version_wiped_with_one_line(mount, store, tmp_path):
 
 
 def shim_env(tmp_path, name, ctl):
-    shim = Path(harness.tierfs_bin()).parent / "eioshim.so"
+    shim = Path(harness.tierfs_bin()).parent / "tests" / "eioshim.so"
     assert shim.is_file(), f"{shim}: build it (meson builds it with the tests)"
     ctl.write_text("")
     asan = harness.sanitizer_env(tmp_path / f"san-{name}")["ASAN_OPTIONS"]

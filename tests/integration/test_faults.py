@@ -938,7 +938,7 @@ def test_device_read_aborted_by_the_unmount_is_a_clean_exit(mount, store, tmp_pa
     tierfs exits 0. Seen once in CI, in test_lazy_unmount_with_reads_in_flight under ASan
     ("tierfs exited 1: fuse: reading device: Software caused connection abort"); abortshim.so
     makes that outcome certain by turning the device's ENODEV into ECONNABORTED."""
-    shim = Path(harness.tierfs_bin()).parent / "abortshim.so"
+    shim = Path(harness.tierfs_bin()).parent / "tests" / "abortshim.so"
     assert shim.is_file(), f"{shim}: build it (meson builds it with the tests)"
     asan = harness.sanitizer_env(tmp_path / "san-shim")["ASAN_OPTIONS"]
     env = {"LD_PRELOAD": str(shim), "ASAN_OPTIONS": asan + ":verify_asan_link_order=0"}

@@ -96,7 +96,7 @@ def _render(page):
 
 
 def test_man_page_lists_every_help_option():
-    page = _build_dir() / "tierfs.8"
+    page = _build_dir() / "mount-helpers" / "tierfs.8"
     assert page.is_file(), f"{page} was not built"
     text = _render(page)
     assert "tierfs, mount.tierfs - mount an object store" in text, text[:400]

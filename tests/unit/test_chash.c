@@ -1,5 +1,5 @@
 /*
- * test_chash.c - backend/shared.c's consistent-hash ring: shares are near even, a server added
+ * test_chash.c - backend/redis.c's consistent-hash ring: shares are near even, a server added
  * takes about its share and nothing else moves, a server removed gives away only its keys, and
  * a ring built from the same names in another order places every key the same.
  */
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "shared.h"
+#include "redis.h"
 
 #define NKEYS 100000
 

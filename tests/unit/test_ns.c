@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "scheme.h"
-#include "fs_i.h"
+#include "ns.h"
 
 #define SEC 1000000000ULL
 #define MAXOBJ 96

@@ -1,0 +1,1509 @@
+/*
+ * redis.c - the shared tier's Redis client: hiredis's asynchronous API on the backend's I/O
+ * thread, a consistent-hash ring over the servers, and timeouts that no reader waits past.
+ *
+ *   any thread                          I/O thread (io.c's loop)
+ *   bk_redis_get ─► req ─io_defer(0)─► start: ring picks a server ─► redisAsyncCommandArgv
+ *   bk_redis_put ─► req (value copied)     │  (connect on first use)       │
+ *   bk_redis_eval                          └─ io_defer(timeout) ─► on_timeout ─┐
+ *                                     curl_multi_poll(extra fds) ─► on_reply ───┴─► done, once
+ *
+ * hiredis runs with an event adapter of our own (the ev hooks only record whether a
+ * connection's socket wants reading or writing); io.c's poller hook hands those sockets to the
+ * same curl_multi_poll that waits for curl's, and calls redisAsyncHandleRead/Write when they
+ * are ready. So there is no second thread or event loop, and every hiredis call is made on the
+ * I/O thread: requests from other threads hop there by io_defer.
+ *
+ * Each server gets two connections: one for GETs and EVALs (a reader or a grant waits on
+ * them), one for SETs (nobody waits). On one connection Redis answers in order, and a GET
+ * written after a SET of a 4 MiB block waits for the whole SET to cross the socket and be read:
+ * measured on this 2-core VM (bench/shared_latency.py, 4 MiB blocks, rounds interleaved), a
+ * GET took 2.9 ms (p50) alone, 16 ms behind one SET and 67 ms behind four on its connection,
+ * but 8 ms on its own connection while another one wrote SETs without pause. Redis is one
+ * thread, so SETs still cost a GET their turns of its loop, but no longer their bytes.
+ *
+ * A request is answered exactly once: by its reply, or by its timer when the reply is late
+ * (then the reply, if it ever comes, is dropped). It is freed when all have let go of it
+ * (refs). A timer that finds the server sent bytes within the last timeout (its socket is
+ * checked too: the I/O thread may have been busy) waits one more timeout, three times at most:
+ * a server streaming 4 MiB replies to mounts at full speed is busy, not hung, and abandoning
+ * its GETs sent blocks the fleet held to the store. And a request behind others on its
+ * connection waits one more timeout each time a reply before it came within the last one:
+ * Redis answers in order, so its turn is coming (at most as many times as replies were owed
+ * before it). A server that misses three requests in a row without sending anything, each
+ * sent after the previous one timed out (a hung process: SIGSTOP, a swap storm), is
+ * disconnected; one that refuses connections is down; either way requests to it fail at once
+ * for RETRY_NS, then a new connection is tried. A reader therefore pays at most timeout_ns for
+ * a server that hangs (after what it waited in turn while the server still answered), a few
+ * times per RETRY_NS, and nothing for one that is down. Going down and coming back are logged
+ * once each.
+ *
+ * At most GET_DEPTH GETs are in flight on a server's GET connection; the others wait in its
+ * getq (see pump): Redis runs all it has read from a client before it writes a reply.
+ *
+ * A GET with the fetch lock (bk_redis_get_lock) is two commands written together, GET and
+ * SET NX PX: the GET's value is answered at once; a nil waits for the SET's reply, which says
+ * whose the lock is.
+ *
+ * Puts are fire and forget. They are formatted here (one copy of the value) and handed to
+ * hiredis one at a time, in slices of PUT_SLICE written out as the socket takes them (see
+ * feed()); the rest wait in the server's queue. Their bytes are counted from submission to
+ * Redis's answer, and a put that would take more than put_limit in flight is dropped: a slow
+ * Redis costs memory up to put_limit, never more. Puts to a server thought down are dropped
+ * too.
+ *
+ * The ring: BK_CHASH_VNODES points per server, at hashes of "host:port#i"; a key belongs to
+ * the first point at or after its own hash. A server added takes the arcs its points cut off,
+ * about 1/(n+1) of the keys, and no key moves between the old servers.
+ *
+ * Locking: the ring, the servers' names and the configuration are read-only after
+ * bk_redis_new; everything else (connections, requests, server state) is the I/O thread's.
+ * Stats are relaxed atomics.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
+
+#include "io.h"
+#include "scheme.h"
+#include "redis.h"
+
+#define RETRY_NS   (1000 * 1000000ULL) /* a server down is tried again after this */
+#define MAX_STRIKES 3                  /* timeouts in a row that disconnect a server */
+#define READ_BURST (8u << 20)          /* bytes read from one connection per poll, at most */
+#define READ_CHUNK (1u << 20)          /* bytes read at a time (see read_all) */
+#define PUT_SLICE  (256u << 10)        /* a SET goes to hiredis's output buffer this at a time */
+#define WRITE_BURST (8u << 20)         /* bytes feed() writes to one connection per call */
+#define HOLD_MAX_PX 60                 /* a fetch lock is renewed for this many PX at most */
+#define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
+#define GET_DEPTH  2                   /* GETs in flight on a server's GET connection (getq) */
+#define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
+
+/*
+ * A fetch lock's value is its holder's token (random, per mount), and a mount renews and
+ * deletes only a lock that holds its own: a fetch whose GET timed out takes the lock for its
+ * own (fs/fleet.c) without knowing whether its SET NX won, and its DEL, plain, deleted the
+ * lock of the mount really fetching the block, whose waiters then took it and fetched again
+ * (test_timed_out_fetch_leaves_anothers_lock).
+ */
+#define UNLOCK_LUA "if redis.call('get',KEYS[1])==ARGV[1] then " \
+		   "return redis.call('del',KEYS[1]) end return 0"
+#define RENEW_LUA "if redis.call('get',KEYS[1])==ARGV[1] then " \
+		  "return redis.call('pexpire',KEYS[1],ARGV[2]) end return 0"
+
+const uint64_t bk_redis_lat_bounds_us[BK_REDIS_LAT_BUCKETS - 1] = {
+	1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000, 1000000, 2000000};
+
+#define STAT_ADD(s, f, v) __atomic_fetch_add(&(s)->st.f, (v), __ATOMIC_RELAXED)
+#define STAT_SUB(s, f, v) __atomic_fetch_sub(&(s)->st.f, (v), __ATOMIC_RELAXED)
+
+/* ---- the ring ------------------------------------------------------------------------------ */
+
+/* FNV-1a, then splitmix64's finaliser: FNV alone clusters short, similar strings. */
+static uint64_t hash64(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ c[i]) * 0x100000001b3ULL;
+	h ^= h >> 30;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 27;
+	h *= 0x94d049bb133111ebULL;
+	return h ^ (h >> 31);
+}
+
+static int point_cmp(const void *a, const void *b)
+{
+	const struct bk_chash_point *x = a, *y = b;
+
+	if (x->h != y->h)
+		return x->h < y->h ? -1 : 1;
+	return x->srv < y->srv ? -1 : x->srv > y->srv; /* a collision resolves the same everywhere */
+}
+
+int bk_chash_build(struct bk_chash *ch, const char *const *names, unsigned n, unsigned vnodes)
+{
+	char buf[300];
+
+	if (n == 0 || vnodes == 0)
+		return -EINVAL;
+	ch->pts = calloc((size_t)n * vnodes, sizeof(*ch->pts));
+	if (!ch->pts)
+		return -ENOMEM;
+	ch->npts = n * vnodes;
+	for (unsigned s = 0; s < n; s++) {
+		for (unsigned i = 0; i < vnodes; i++) {
+			int l = snprintf(buf, sizeof(buf), "%s#%u", names[s], i);
+
+			ch->pts[s * vnodes + i] = (struct bk_chash_point){
+				.h = hash64(buf, l > 0 && (size_t)l < sizeof(buf) ? (size_t)l : 0),
+				.srv = s,
+			};
+		}
+	}
+	qsort(ch->pts, ch->npts, sizeof(*ch->pts), point_cmp);
+	return 0;
+}
+
+void bk_chash_done(struct bk_chash *ch)
+{
+	free(ch->pts);
+	ch->pts = NULL;
+	ch->npts = 0;
+}
+
+unsigned bk_chash_pick(const struct bk_chash *ch, const void *key, size_t len)
+{
+	uint64_t h = hash64(key, len);
+	unsigned lo = 0, hi = ch->npts;
+
+	while (lo < hi) { /* first point with h >= key's */
+		unsigned mid = lo + (hi - lo) / 2;
+
+		if (ch->pts[mid].h < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return ch->pts[lo == ch->npts ? 0 : lo].srv;
+}
+
+/* ---- the client ------------------------------------------------------------------------------ */
+
+struct bk_redis;
+
+enum { CONN_GET, CONN_PUT, NCONN }; /* the connection a request goes on: see the essay */
+
+/* One connection to a server. I/O thread only. */
+struct sconn {
+	struct srv *v;
+	redisAsyncContext *ac;   /* NULL: not connected */
+	bool rd, wr;             /* hiredis wants to read / write its socket */
+	unsigned gen;            /* connections made so far: which one ac is */
+	uint64_t replies;        /* replies read, over all its connections (never reset) */
+};
+
+/* A FIFO of requests, linked through qnext (see reqq_push, reqq_pop, reqq_remove). */
+struct reqq {
+	struct req *head, *tail;
+};
+
+/* One server. I/O thread only, but for name, host, port. */
+struct srv {
+	struct bk_redis *s;
+	char name[280];          /* "host:port" */
+	char host[256];
+	int port;
+	struct sconn c[NCONN];
+	bool down;               /* thought down (logged once when it went) */
+	bool auth_logged;        /* an AUTH refusal was logged */
+	uint64_t retry_ns;       /* not connected: no new connection before this */
+	unsigned strikes;        /* timeouts in a row, the server silent meanwhile */
+	uint64_t strike_ns;      /* when the last strike was counted */
+	struct reqq putq;        /* SETs not yet given to hiredis (see feed) */
+	struct req *feeding;     /* the SET going to hiredis a slice at a time, or NULL */
+	size_t fed;              /* how much of feeding->value hiredis has */
+	uint64_t rx_ns;          /* when one of its connections last had bytes to read */
+	struct hold *holds;      /* fetch locks this mount holds on it (see renew) */
+	bool renewing;           /* renew()'s timer is pending */
+	struct req *late;        /* OP_GETLOCKs answered by their timer, their lock's reply
+				  * still owed (see late_lock) */
+	struct reqq getq;        /* GETs waiting for one of GET_DEPTH places (see pump) */
+	unsigned getting;        /* GETs written whose reply is still owed */
+};
+
+/* A fetch lock won, renewed until its DEL leaves (see renew). */
+struct hold {
+	struct hold *next;
+	uint64_t px_ns;
+	uint64_t until_ns;       /* renewed no longer than this */
+	char px[24];
+	char lock[];
+};
+
+struct bk_redis {
+	struct backend *b;
+	struct io *io;
+	struct srv *srv;
+	unsigned nsrv;
+	struct bk_chash ring;
+	char *password;
+	char token[33];          /* this mount's fetch locks' value: who holds a lock */
+	uint64_t timeout_ns, put_limit;
+	redisReplyObjectFunctions fns; /* hiredis's, but for createString (see into_string) */
+	void *(*dflt_string)(const redisReadTask *, char *, size_t);
+	bool stopped;            /* the loop stopped (io's poller stop); I/O thread */
+	struct sconn *polled[MAX_SERVERS * NCONN]; /* which connection each polled fd is; I/O
+						       * thread */
+	struct bk_redis_stats st;
+};
+
+enum op { OP_GET, OP_GETLOCK, OP_PUT, OP_EVAL };
+
+/* One command. Freed when refs reaches 0; I/O thread only once started. */
+struct req {
+	struct bk_redis *s;
+	struct srv *v;
+	enum op op;              /* OP_PUT goes on v->c[CONN_PUT], the others on CONN_GET */
+	unsigned refs;           /* the reply callbacks' and the timer's */
+	bool answered;
+	uint64_t timeout_ns;
+	uint64_t sent_ns;        /* when it was written to hiredis (queued: asked; see pump) */
+	unsigned extends;        /* timeouts it waited past, the server sending meanwhile */
+	unsigned gen;            /* the connection it went out on (sconn.gen) */
+	uint64_t replies_seen;   /* that connection's replies when it was asked, went out, or last
+				  * waited */
+	bk_redis_get_fn get_done;
+	const struct bk_redis_into *into; /* OP_GET(LOCK): where a value of its size goes */
+	bk_redis_eval_fn eval_done;
+	void *arg;
+	size_t put_len;          /* OP_PUT: bytes counted in st.put_queued */
+	char *value;             /* OP_PUT: the whole command, formatted (see format_cmd), freed
+				  * once hiredis has copied all of it (see feed) */
+	size_t value_len;
+	bool unlock;             /* OP_PUT: a DEL of a fetch lock, not a value */
+	const char *lock;        /* ... that lock: its hold ends with this request */
+	bool now;                /* ... sent at once on the GET connection, not after the SETs */
+	struct req *qnext;       /* OP_PUT: srv's putq; OP_GET(LOCK): srv's getq, then (OP_GETLOCK)
+				  * srv's late */
+	bool queued;             /* OP_GET(LOCK): in srv's getq, not written yet; its timer runs */
+	bool inflight;           /* ... written, counted in srv's getting until its reply */
+	bool timed;              /* ... its timer started when it was queued */
+	bool late;               /* OP_GETLOCK: on srv's late list */
+	bool released;           /* ... and its lock's DEL is done: a late win is not held */
+	int argc;                /* OP_GETLOCK: the GET's; argv[argc..] is the SET NX's */
+	const char *argv[12];
+	size_t argvlen[12];
+	char buf[];              /* the arguments' bytes */
+};
+
+static void reqq_push(struct reqq *l, struct req *q)
+{
+	q->qnext = NULL;
+	if (l->tail)
+		l->tail->qnext = q;
+	else
+		l->head = q;
+	l->tail = q;
+}
+
+static struct req *reqq_pop(struct reqq *l)
+{
+	struct req *q = l->head;
+
+	if (q) {
+		l->head = q->qnext;
+		if (!l->head)
+			l->tail = NULL;
+		q->qnext = NULL;
+	}
+	return q;
+}
+
+static void reqq_remove(struct reqq *l, struct req *q)
+{
+	struct req *prev = NULL;
+
+	for (struct req **pp = &l->head; *pp; prev = *pp, pp = &(*pp)->qnext) {
+		if (*pp == q) {
+			*pp = q->qnext;
+			if (l->tail == q)
+				l->tail = prev;
+			q->qnext = NULL;
+			return;
+		}
+	}
+}
+
+static void logf_(struct bk_redis *s, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void logf_(struct bk_redis *s, int level, const char *fmt, ...)
+{
+	char line[400];
+	va_list ap;
+
+	if (!s->b->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	s->b->log(s->b->log_arg, level, line);
+}
+
+static void mark_down(struct srv *v, const char *why)
+{
+	v->retry_ns = io_now_ns(v->s->io) + RETRY_NS;
+	if (v->down)
+		return;
+	v->down = true;
+	STAT_ADD(v->s, servers_down, 1);
+	logf_(v->s, 1, "shared tier: redis %s is unavailable (%s): its blocks are read from the "
+		       "store until it answers again", v->name, why);
+}
+
+static void mark_up(struct srv *v)
+{
+	v->strikes = 0;
+	if (!v->down)
+		return;
+	v->down = false;
+	STAT_SUB(v->s, servers_down, 1);
+	logf_(v->s, 2, "shared tier: redis %s answers again", v->name);
+}
+
+/* The event adapter: hiredis says what it waits for; the poller passes it to curl_multi_poll. */
+static void ev_add_read(void *p) { ((struct sconn *)p)->rd = true; }
+static void ev_del_read(void *p) { ((struct sconn *)p)->rd = false; }
+static void ev_add_write(void *p) { ((struct sconn *)p)->wr = true; }
+static void ev_del_write(void *p) { ((struct sconn *)p)->wr = false; }
+static void ev_cleanup(void *p)
+{
+	struct sconn *c = p;
+
+	c->rd = c->wr = false;
+}
+
+static void drop_putq(struct srv *v);
+static void drop_getq(struct srv *v, int err);
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+	struct sconn *c = ac->data;
+
+	if (status == REDIS_OK)
+		return; /* up once something is answered */
+	if (c->ac == ac) {
+		c->ac = NULL; /* hiredis frees it after this callback */
+		if (c == &c->v->c[CONN_PUT])
+			drop_putq(c->v);
+		else
+			drop_getq(c->v, -ECONNREFUSED);
+	}
+	mark_down(c->v, ac->errstr[0] ? ac->errstr : "cannot connect");
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct sconn *c = ac->data;
+
+	if (c->ac != ac)
+		return; /* an older connection, closed already */
+	c->ac = NULL;
+	if (c == &c->v->c[CONN_PUT])
+		drop_putq(c->v);
+	else
+		drop_getq(c->v, c->v->s->stopped ? -ESHUTDOWN : -ECONNRESET);
+	if (status != REDIS_OK)
+		mark_down(c->v, ac->errstr[0] ? ac->errstr : "connection lost");
+}
+
+static void on_auth(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	struct sconn *c = ac->data;
+	struct srv *v = c->v;
+
+	/* once per server, not per connection or per reconnect: the commands that follow fail
+	 * (NOAUTH) and are counted as errors, and their reads go to the store */
+	if (reply && reply->type == REDIS_REPLY_ERROR && !v->auth_logged) {
+		v->auth_logged = true;
+		logf_(v->s, 0, "shared tier: redis %s refused AUTH (%.200s): check "
+			       "shared_password_file or $TIERFS_SHARED_PASSWORD; reads go to the store",
+		      v->name, reply->str);
+	}
+}
+
+/*
+ * A fetch lock (fs/fleet.c) says "the value is coming", and its PX was sized for the
+ * holder's fetch. But the fetch may wait behind the mount's readahead, and the SET behind the
+ * mount's earlier SETs, in putq or in the socket's buffers: with three mounts at full speed on
+ * two cores, 2-20 of a run's 64 locks expired before their value was in Redis, and a mount
+ * that came after the PX took the lock and fetched the block again. So a lock won is held:
+ * its PX renewed every quarter PX, on the GET connection (the PUT one is behind the values),
+ * from the win until its DEL leaves, which the holder sends after its SET on the same
+ * connection, or at once when it has no value to write. A quarter, not a half: a renewal
+ * reaches Redis when Redis gets to it, behind the SETs it is taking in (through a test's
+ * relay on two busy cores, Redis once saw two renewals 218 ms apart, past the PX, while
+ * their timers ran 100-104 ms apart). A lock whose GET timed out is held too, once its SET
+ * NX's late reply says it is ours (late_lock). A holder that dies renews nothing, and its
+ * locks expire one PX later, as before; a hold whose DEL never comes (a bug) ends after
+ * HOLD_MAX_PX. Waiters still give up after their own bound (fs/fleet.c). The
+ * renewals' replies are not wanted (NULL callbacks: not counted, not timed).
+ */
+static void renew(void *arg)
+{
+	struct srv *v = arg;
+	redisAsyncContext *ac = v->c[CONN_GET].ac;
+	uint64_t now = io_now_ns(v->s->io), period = UINT64_MAX;
+
+	for (struct hold **pp = &v->holds; *pp;) {
+		struct hold *h = *pp;
+
+		if (now >= h->until_ns) {
+			*pp = h->next;
+			free(h);
+			continue;
+		}
+		if (ac)
+			redisAsyncCommand(ac, NULL, NULL, "EVAL %s 1 %s %s %s", RENEW_LUA, h->lock,
+					  v->s->token, h->px);
+		if (h->px_ns / 4 < period)
+			period = h->px_ns / 4;
+		pp = &h->next;
+	}
+	v->renewing = v->holds && io_defer(v->s->io, period, renew, v) == 0;
+}
+
+/* @lock (PX @px ms) was won on @v: hold it. Out of memory, it is left to expire. */
+static void hold_start(struct srv *v, const char *lock, const char *px)
+{
+	size_t ll = strlen(lock) + 1;
+	struct hold *h = malloc(sizeof(*h) + ll);
+
+	if (!h)
+		return;
+	h->px_ns = strtoull(px, NULL, 10) * 1000000ULL;
+	h->until_ns = io_now_ns(v->s->io) + HOLD_MAX_PX * h->px_ns;
+	snprintf(h->px, sizeof(h->px), "%s", px);
+	memcpy(h->lock, lock, ll);
+	h->next = v->holds;
+	v->holds = h;
+	if (!v->renewing)
+		v->renewing = io_defer(v->s->io, h->px_ns / 4, renew, v) == 0;
+}
+
+/* @lock's DEL has left (answered, or dropped with its connection): it is no longer held. A
+ * lock whose GET timed out is DELed by its fetch all the same (the fetch takes it for its
+ * own); if its SET NX has not answered yet, a win that comes after this is not held: the
+ * DEL may have run before it, and nobody would end the hold. */
+static void hold_end(struct srv *v, const char *lock)
+{
+	for (struct hold **pp = &v->holds; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->lock, lock) == 0) {
+			struct hold *h = *pp;
+
+			*pp = h->next;
+			free(h);
+			return;
+		}
+	}
+	for (struct req *q = v->late; q; q = q->qnext)
+		if (strcmp(q->argv[q->argc + 1], lock) == 0)
+			q->released = true;
+}
+
+/* @q (OP_GETLOCK) was answered by its timer; its fetch takes the lock for its own and will
+ * DEL it. If the SET NX's reply then says the lock is ours, it is held like one won in time
+ * (on_reply): a late answer, on a busy machine, is when the fetch's value is likeliest to
+ * wait behind others, past the lock's PX. */
+static void late_lock(struct req *q)
+{
+	q->late = true;
+	q->qnext = q->v->late;
+	q->v->late = q;
+}
+
+static void late_unlink(struct req *q)
+{
+	for (struct req **pp = &q->v->late; *pp; pp = &(*pp)->qnext) {
+		if (*pp == q) {
+			*pp = q->qnext;
+			break;
+		}
+	}
+	q->late = false;
+}
+
+static void req_put(struct req *q);
+
+/* The SETs @v's queue still holds are dropped (the connection went). */
+static void drop_putq(struct srv *v)
+{
+	struct req *q;
+
+	while ((q = reqq_pop(&v->putq))) {
+		if (!q->unlock) {
+			STAT_SUB(v->s, put_queued, q->put_len);
+			STAT_ADD(v->s, put_drops, 1);
+		}
+		req_put(q);
+	}
+}
+
+static void answer(struct req *q, int err, const redisReply *reply);
+
+/* The GETs waiting in @v's getq are answered @err, unwritten (the connection went). */
+static void drop_getq(struct srv *v, int err)
+{
+	struct req *q;
+
+	while ((q = reqq_pop(&v->getq))) {
+		q->queued = false;
+		answer(q, err, NULL);
+		req_put(q);
+	}
+}
+
+/* Close both connections of @v; what they still owed is answered NULL (on_reply). */
+static void close_all(struct srv *v)
+{
+	drop_putq(v);
+	drop_getq(v, v->s->stopped ? -ESHUTDOWN : -ECONNRESET);
+	for (int i = 0; i < NCONN; i++) {
+		redisAsyncContext *ac = v->c[i].ac;
+
+		v->c[i].ac = NULL;
+		if (ac)
+			redisAsyncFree(ac);
+	}
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *priv);
+static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv);
+
+/*
+ * hiredis's createString, for every string its parser completes on our connections: a GET's
+ * value of the size its bk_redis_into expects is copied from the read buffer straight to
+ * where the caller wants it, and the reply carries only its length (str NULL); anything else
+ * is hiredis's own reply. The reply being parsed is the one owed to the first callback on the
+ * connection's list (hiredis takes it off only after the reply is complete), and everything
+ * runs on the I/O thread, so a GET already answered by its timer (whose caller has moved on
+ * to the store, which writes the same buffer) is seen as answered here, and left alone.
+ */
+static void *into_string(const redisReadTask *task, char *str, size_t len)
+{
+	const redisReadTask *root = task;
+	redisAsyncContext *ac;
+	redisCallback *cb;
+	struct req *q;
+	redisReply *r;
+
+	while (root->parent)
+		root = root->parent;
+	ac = root->privdata; /* set by conn() before the connection's first read */
+	cb = ac->replies.head;
+	q = cb ? cb->privdata : NULL;
+	if (task->parent || task->type != REDIS_REPLY_STRING || !q ||
+	    !(cb->fn == on_getlock_value || (cb->fn == on_reply && q->op == OP_GET)) ||
+	    !q->into || q->answered || len != q->into->hlen + q->into->dlen)
+		return ((struct sconn *)ac->data)->v->s->dflt_string(task, str, len);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL; /* hiredis's out-of-memory error, as its own would be */
+	memcpy(q->into->hdr, str, q->into->hlen);
+	memcpy(q->into->data, str + q->into->hlen, q->into->dlen);
+	r->type = REDIS_REPLY_STRING;
+	r->len = len;
+	return r;
+}
+
+/* Connection @which to @v, made now if there is none and @v is not in its retry pause. */
+static redisAsyncContext *conn(struct srv *v, int which)
+{
+	struct sconn *c = &v->c[which];
+	redisAsyncContext *ac;
+
+	if (c->ac)
+		return c->ac;
+	if (io_now_ns(v->s->io) < v->retry_ns)
+		return NULL;
+	ac = redisAsyncConnect(v->host, v->port);
+	if (!ac)
+		return NULL;
+	if (ac->err) {
+		mark_down(v, ac->errstr);
+		redisAsyncFree(ac);
+		return NULL;
+	}
+	c->v = v;
+	ac->data = c;
+	ac->ev.data = c;
+	ac->ev.addRead = ev_add_read;
+	ac->ev.delRead = ev_del_read;
+	ac->ev.addWrite = ev_add_write;
+	ac->ev.delWrite = ev_del_write;
+	ac->ev.cleanup = ev_cleanup;
+	/* hiredis frees its read buffer whenever it is empty and larger than 16 KiB, so every
+	 * value was read into a buffer grown again from nothing, each growth a realloc copying
+	 * what it held (see read_all). Kept, it stays as large as the largest reply. */
+	ac->c.reader->maxbuf = 0;
+	if (!v->s->dflt_string) {
+		v->s->fns = *ac->c.reader->fn;
+		v->s->dflt_string = v->s->fns.createString;
+		v->s->fns.createString = into_string;
+	}
+	ac->c.reader->fn = &v->s->fns;
+	ac->c.reader->privdata = ac;
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	c->ac = ac;
+	c->gen++;
+	if (v->s->password)
+		redisAsyncCommand(ac, on_auth, NULL, "AUTH %s", v->s->password);
+	return ac;
+}
+
+static void req_put(struct req *q)
+{
+	if (--q->refs == 0) {
+		if (q->unlock)
+			hold_end(q->v, q->lock);
+		if (q->late)
+			late_unlink(q);
+		free(q->value);
+		free(q);
+	}
+}
+
+/* The one answer of a GET or EVAL (puts have nobody to answer). */
+static void answer(struct req *q, int err, const redisReply *reply)
+{
+	long long vals[8];
+	int n = 0;
+
+	if (q->answered)
+		return;
+	q->answered = true;
+	if (q->op == OP_GET || q->op == OP_GETLOCK) {
+		if (err == 0 && reply->type == REDIS_REPLY_STRING) {
+			STAT_ADD(q->s, found, 1);
+			STAT_ADD(q->s, bytes_in, (uint64_t)reply->len);
+			/* str is NULL when into_string put the value in q->into */
+			q->get_done(q->arg, 0, reply->str, (size_t)reply->len);
+			return;
+		}
+		if (err == 0 && reply->type == REDIS_REPLY_NIL) {
+			STAT_ADD(q->s, missing, 1);
+			err = -ENOENT;
+		} else if (err == -ENOENT || err == -EBUSY) {
+			STAT_ADD(q->s, missing, 1); /* OP_GETLOCK's nil, told with the lock's answer */
+		} else if (err == 0) {
+			err = -EIO;
+		}
+		if (err != -ENOENT && err != -EBUSY && err != -ETIMEDOUT)
+			STAT_ADD(q->s, errors, 1);
+		q->get_done(q->arg, err, NULL, 0);
+	} else if (q->op == OP_EVAL) {
+		if (err == 0 && reply->type == REDIS_REPLY_ARRAY) {
+			for (size_t i = 0; i < reply->elements && n < 8; i++) {
+				if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+					err = -EIO;
+					break;
+				}
+				vals[n++] = reply->element[i]->integer;
+			}
+		} else if (err == 0) {
+			err = -EIO;
+		}
+		if (err == 0)
+			STAT_ADD(q->s, evals, 1);
+		else if (err != -ETIMEDOUT)
+			STAT_ADD(q->s, errors, 1);
+		q->eval_done(q->arg, err, err ? NULL : vals, err ? 0 : n);
+	}
+}
+
+/* A reply callback's first step: a reply (NULL: the connection went) counts for its
+ * connection and says the server is up. @return the errno for a NULL reply. */
+static int replied(redisAsyncContext *ac, struct req *q, const redisReply *reply)
+{
+	if (reply) {
+		((struct sconn *)ac->data)->replies++;
+		mark_up(q->v);
+	}
+	return q->s->stopped ? -ESHUTDOWN : -ECONNRESET;
+}
+
+/* A GET's reply came (@q's answer, or late): the time it took, in the histogram. */
+static void get_latency(struct req *q)
+{
+	uint64_t us = (io_now_ns(q->s->io) - q->sent_ns) / 1000;
+	int i = 0;
+
+	while (i < BK_REDIS_LAT_BUCKETS - 1 && us > bk_redis_lat_bounds_us[i])
+		i++;
+	STAT_ADD(q->s, get_lat[i], 1);
+	STAT_ADD(q->s, get_lat_sum_us, us);
+}
+
+/* OP_GETLOCK's first reply (the GET): a value is answered now; a nil waits for the lock's. */
+static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	struct req *q = priv;
+	int lost = replied(ac, q, reply);
+
+	if (reply && reply->type != REDIS_REPLY_ERROR)
+		get_latency(q);
+	if (!reply)
+		answer(q, lost, NULL);
+	else if (reply->type == REDIS_REPLY_ERROR)
+		answer(q, -EIO, NULL);
+	else if (reply->type != REDIS_REPLY_NIL)
+		answer(q, 0, reply);
+	req_put(q);
+}
+
+static void pump(struct srv *v);
+
+static void on_reply(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	struct req *q = priv;
+	int lost = replied(ac, q, reply);
+
+	if (q->v->feeding == q) {
+		/* the connection went with the SET half written (reply NULL), or Redis answered
+		 * before it had all of it: the rest would be read as commands, so close it */
+		q->v->feeding = NULL;
+		if (reply)
+			redisAsyncDisconnect(ac);
+	}
+	if (q->op == OP_GETLOCK) {
+		/* the SET NX's reply, after the GET's nil (or after a value already answered:
+		 * the lock taken on a hit is left to expire) */
+		if (!reply) {
+			answer(q, lost, NULL);
+		} else if (reply->type == REDIS_REPLY_STATUS) {
+			/* the lock is ours: held if this is the answer, or if the GET timed out
+			 * and its fetch has not DELed it yet (late_lock); one taken on a hit is
+			 * left to expire */
+			if (!q->answered || (q->late && !q->released))
+				hold_start(q->v, q->argv[q->argc + 1], q->argv[q->argc + 5]);
+			answer(q, -ENOENT, NULL);
+		} else if (reply->type == REDIS_REPLY_NIL) {
+			answer(q, -EBUSY, NULL);
+		} else {
+			answer(q, -ENOENT, NULL); /* the lock refused: fetch, nobody waits for us */
+		}
+	} else if (q->op == OP_PUT && q->unlock) {
+		/* nothing to count: a lock not deleted expires */
+	} else if (q->op == OP_PUT) {
+		STAT_SUB(q->s, put_queued, q->put_len);
+		if (reply && reply->type == REDIS_REPLY_STATUS) {
+			STAT_ADD(q->s, puts, 1);
+			STAT_ADD(q->s, put_bytes, q->put_len);
+		} else {
+			STAT_ADD(q->s, put_errors, 1);
+		}
+	} else if (!reply) {
+		answer(q, lost, NULL);
+	} else if (reply->type == REDIS_REPLY_ERROR) {
+		answer(q, -EIO, NULL);
+	} else {
+		if (q->op == OP_GET)
+			get_latency(q);
+		answer(q, 0, reply);
+	}
+	if (q->inflight) { /* its place is free: the next GET waiting for one goes out */
+		q->inflight = false;
+		q->v->getting--;
+		pump(q->v);
+	}
+	req_put(q);
+}
+
+/* @q leaves @q->v's getq unwritten (its timer answered it); the queue's reference goes. */
+static void getq_unlink(struct req *q)
+{
+	reqq_remove(&q->v->getq, q);
+	q->queued = false;
+	req_put(q);
+}
+
+static void on_timeout(void *p)
+{
+	struct req *q = p;
+	struct srv *v = q->v;
+	struct sconn *c = &v->c[CONN_GET];
+	uint64_t now = io_now_ns(q->s->io);
+
+	if (!q->answered && q->timed && !q->queued && now < q->sent_ns + q->timeout_ns &&
+	    io_defer(q->s->io, q->sent_ns + q->timeout_ns - now, on_timeout, q) == 0)
+		return; /* started in getq, written since: it gets its timeout from the write */
+
+	/* the I/O thread may have been busy past several timers (copying blocks, faulting their
+	 * memory in): bytes waiting in a socket say the server is alive, whatever poll_ready
+	 * has seen yet. Either connection: Redis runs one thread, so a GET waits behind the
+	 * 4 MiB SETs the server is still taking in, and their answers on the SET connection
+	 * are its sign of life (three mounts at full speed on two cores: GETs took 35-50 ms
+	 * p50, 145-205 ms p99, with nothing on the GET connection meanwhile) */
+	for (int i = 0; !q->answered && c->ac && i < NCONN; i++) {
+		struct pollfd pf = {.fd = v->c[i].ac ? v->c[i].ac->c.fd : -1, .events = POLLIN};
+
+		if (pf.fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN))
+			v->rx_ns = io_now_ns(q->s->io);
+	}
+	if (!q->answered && c->ac && c->gen == q->gen && !q->s->stopped &&
+	    c->replies > q->replies_seen) {
+		/* a reply written before this one was read within the last timeout: Redis answers
+		 * in order, a readahead window's 4 MiB values one after another, and this one's
+		 * turn is coming; Redis has not yet made it wait. Wait one more timeout: there are
+		 * only as many of these as replies were owed before it when it went out. Timed
+		 * from when it was written instead, the seventh of twelve GETs written together
+		 * passed its timeout and three extensions while each value before it took less
+		 * than one (test_values_queued_behind_others_are_waited_for) */
+		q->replies_seen = c->replies;
+		STAT_ADD(q->s, extended, 1);
+		if (io_defer(q->s->io, q->timeout_ns, on_timeout, q) == 0)
+			return; /* the timer keeps its reference */
+	}
+	if (!q->answered && c->ac && !q->s->stopped && q->extends < MAX_EXTENDS &&
+	    v->rx_ns + q->timeout_ns > io_now_ns(q->s->io)) {
+		/* the server sent bytes within the last timeout: it is streaming the replies
+		 * queued before this one (4 MiB values to mounts reading at full speed), not hung.
+		 * Abandoning the call would send a block the fleet holds to the store; wait one
+		 * more timeout, at most MAX_EXTENDS times */
+		q->extends++;
+		STAT_ADD(q->s, extended, 1);
+		if (io_defer(q->s->io, q->timeout_ns, on_timeout, q) == 0)
+			return; /* the timer keeps its reference */
+	}
+	if (!q->answered) {
+		STAT_ADD(q->s, timeouts, 1);
+		answer(q, -ETIMEDOUT, NULL);
+		if (q->queued) /* never written: no lock taken, no reply owed */
+			getq_unlink(q);
+		else if (q->op == OP_GETLOCK)
+			late_lock(q);
+		/* a strike only if the server said nothing since the request went out (or, one
+		 * never written, since it was asked): one that is sending replies (4 MiB values,
+		 * to three mounts reading at full speed) is busy, not hung, and pausing it sent
+		 * every read to the store for a second. And one strike per silence: requests sent
+		 * before the last strike (a readahead window's GETs) time out together, and
+		 * counted one each, one pause of a timeout (a busy machine, three mounts and Redis
+		 * on two cores) took the server down for a second; a hung one still goes down,
+		 * after three timeouts */
+		if (v->rx_ns < q->sent_ns && q->sent_ns >= v->strike_ns) {
+			v->strike_ns = io_now_ns(q->s->io);
+			if (++v->strikes >= MAX_STRIKES && c->ac) {
+				/* a server that stopped answering: drop its queues (the replies
+				 * still owed come back NULL, to requests already answered) and
+				 * pause it */
+				mark_down(v, "not answering");
+				close_all(v);
+			}
+		}
+	}
+	req_put(q);
+}
+
+static void send_req(struct req *q, redisAsyncContext *ac);
+
+/*
+ * Write queued SETs to the PUT connection, a slice at a time, while its socket takes them.
+ * hiredis appends a command to one output buffer (a realloc that copies all it holds when it
+ * grows) and, after each partial write to the socket, moves what is left to the front: a
+ * 4 MiB SET handed over whole was copied several times over on the I/O thread (a profile of
+ * one mount reading at full speed: memmove 25% and the socket's copy 23% of its samples,
+ * bench/shared_single.py --perf). Here the buffer holds one slice, which a write takes whole,
+ * and the next goes in once it is out: each value is copied into the buffer once. Only one
+ * SET is ever in slices (v->feeding); the others, and the lock DELs, wait for it in putq, so
+ * no command lands inside another.
+ */
+static void feed(struct srv *v)
+{
+	struct sconn *c = &v->c[CONN_PUT];
+	redisAsyncContext *ac;
+	size_t burst = 0;
+
+	while ((ac = c->ac) && burst < WRITE_BURST) {
+		size_t before;
+
+		if (sdslen(ac->c.obuf) < PUT_SLICE && v->feeding) {
+			struct req *q = v->feeding;
+			size_t n = q->value_len - v->fed < PUT_SLICE ? q->value_len - v->fed
+								     : PUT_SLICE;
+			sds ob = sdscatlen(ac->c.obuf, q->value + v->fed, n);
+
+			if (!ob) { /* out of memory: the command cannot be finished */
+				redisAsyncDisconnect(ac);
+				return;
+			}
+			ac->c.obuf = ob;
+			ev_add_write(c);
+			v->fed += n;
+			if (v->fed == q->value_len) {
+				v->feeding = NULL;
+				free(q->value);
+				q->value = NULL;
+			}
+		} else if (sdslen(ac->c.obuf) < PUT_SLICE && v->putq.head) {
+			send_req(reqq_pop(&v->putq), ac);
+			continue;
+		}
+		before = sdslen(ac->c.obuf);
+		if (before == 0 || !(ac->c.flags & REDIS_CONNECTED))
+			return; /* nothing to write, or poll says when it can be */
+		redisAsyncHandleWrite(ac);
+		if (c->ac != ac || sdslen(ac->c.obuf) > 0)
+			return; /* the connection went, or the socket is full: poll says when */
+		burst += before;
+	}
+}
+
+/* On the I/O thread: send @q to its server. */
+static void start(void *p)
+{
+	struct req *q = p;
+	struct bk_redis *s = q->s;
+	bool put_conn = q->op == OP_PUT && !q->now;
+	redisAsyncContext *ac = s->stopped ? NULL : conn(q->v, put_conn ? CONN_PUT : CONN_GET);
+
+	if (!ac) {
+		if (q->op == OP_PUT && !q->unlock) {
+			STAT_SUB(s, put_queued, q->put_len);
+			STAT_ADD(s, put_drops, 1);
+		}
+		answer(q, s->stopped ? -ESHUTDOWN : -ECONNREFUSED, NULL);
+		req_put(q);
+		return;
+	}
+	if (put_conn) { /* in turn, after the SETs before it (see feed) */
+		reqq_push(&q->v->putq, q);
+		feed(q->v);
+		return;
+	}
+	if ((q->op == OP_GET || q->op == OP_GETLOCK) &&
+	    (q->v->getting >= GET_DEPTH || q->v->getq.head)) {
+		/* in turn, after the GETs before it (see pump); timed from now */
+		struct sconn *c = &q->v->c[CONN_GET];
+
+		q->queued = q->timed = true;
+		q->sent_ns = io_now_ns(s->io);
+		q->gen = c->gen;
+		q->replies_seen = c->replies;
+		reqq_push(&q->v->getq, q);
+		q->refs++;
+		if (io_defer(s->io, q->timeout_ns, on_timeout, q) < 0)
+			q->refs--; /* stopping: the stop hook answers it */
+		return;
+	}
+	send_req(q, ac);
+}
+
+/*
+ * Write the GETs waiting in @v's getq while fewer than GET_DEPTH are in flight. Redis runs
+ * every command it has read from a client before it writes any reply, and it copies each
+ * value into the client's reply buffers as it runs the GET: a readahead window's six GETs
+ * written together were all run, 8-28 ms each on the loaded 2-core VM (Redis's SLOWLOG),
+ * before the first byte of the first value left, past the 50 ms timeout of all six, which
+ * then went to the store together: the paced three-mount bench row's 12-29 timeouts a run,
+ * in sixes. Two in flight keep the connection busy (one value crosses while Redis runs the
+ * next), and a GET's time is Redis's for it, not for the window before it. A GET waiting
+ * here is timed from when it was asked, by the same rules as one written (on_timeout): it
+ * waits on while replies before it keep coming, and times out when the server says nothing
+ * for a timeout (no lock taken, no reply owed: it was never written). Once written, it gets
+ * a whole timeout from the write: counted from when it was asked, GETs written from the
+ * queue timed out 36 us to 13 ms after their write in the full-speed bench row.
+ */
+static void pump(struct srv *v)
+{
+	redisAsyncContext *ac = v->c[CONN_GET].ac;
+
+	while (v->getq.head && v->getting < GET_DEPTH) {
+		struct req *q;
+
+		if (!ac || (ac->c.flags & (REDIS_DISCONNECTING | REDIS_FREEING))) {
+			drop_getq(v, v->s->stopped ? -ESHUTDOWN : -ECONNRESET);
+			return;
+		}
+		q = reqq_pop(&v->getq);
+		q->queued = false;
+		send_req(q, ac);
+	}
+}
+
+static void send_req(struct req *q, redisAsyncContext *ac)
+{
+	struct bk_redis *s = q->s;
+
+	if (q->op == OP_GETLOCK) {
+		/* the GET and the SET NX go out together: one round trip */
+		q->refs++;
+		if (redisAsyncCommandArgv(ac, on_getlock_value, q, q->argc, q->argv,
+					  q->argvlen) != REDIS_OK) {
+			q->refs--;
+			answer(q, -EIO, NULL);
+			req_put(q);
+			return;
+		}
+	}
+	if ((q->op == OP_PUT ? redisAsyncFormattedCommand(ac, on_reply, q, q->value,
+							   q->value_len < PUT_SLICE ? q->value_len
+										    : PUT_SLICE)
+	     : q->op == OP_GETLOCK ? redisAsyncCommandArgv(ac, on_reply, q, 6, q->argv + q->argc,
+							    q->argvlen + q->argc)
+	     : redisAsyncCommandArgv(ac, on_reply, q, q->argc, q->argv, q->argvlen)) != REDIS_OK) {
+		if (q->op == OP_PUT && !q->unlock) {
+			STAT_SUB(s, put_queued, q->put_len);
+			STAT_ADD(s, put_errors, 1);
+		}
+		answer(q, -EIO, NULL);
+		req_put(q);
+		return;
+	}
+	if (q->op == OP_PUT && q->value_len > PUT_SLICE) { /* the rest in slices (feed) */
+		q->v->feeding = q;
+		q->v->fed = PUT_SLICE;
+		return;
+	}
+	if (q->op == OP_PUT) { /* hiredis copied it into its output buffer */
+		free(q->value);
+		q->value = NULL;
+		return;
+	}
+	if (q->op == OP_GET || q->op == OP_GETLOCK) {
+		q->inflight = true;
+		q->v->getting++;
+	}
+	q->sent_ns = io_now_ns(s->io);
+	q->gen = ((struct sconn *)ac->data)->gen;
+	q->replies_seen = ((struct sconn *)ac->data)->replies;
+	if (q->timed) { /* it waited in getq: its timer runs, and counts its waits from here */
+		q->extends = 0;
+		return;
+	}
+	q->refs++;
+	if (io_defer(s->io, q->timeout_ns, on_timeout, q) < 0)
+		q->refs--; /* stopping: the stop hook answers it */
+}
+
+static struct req *req_new(struct bk_redis *s, enum op op, const char *route, size_t extra)
+{
+	struct req *q = calloc(1, sizeof(*q) + extra);
+
+	if (!q)
+		return NULL;
+	q->s = s;
+	q->op = op;
+	q->refs = 1;
+	q->timeout_ns = s->timeout_ns;
+	q->v = &s->srv[s->nsrv == 1 ? 0 : bk_chash_pick(&s->ring, route, strlen(route))];
+	return q;
+}
+
+static int submit(struct req *q)
+{
+	int e = io_defer(q->s->io, 0, start, q);
+
+	if (e < 0) {
+		if (q->op == OP_PUT)
+			STAT_SUB(q->s, put_queued, q->put_len);
+		free(q->value);
+		free(q);
+	}
+	return e;
+}
+
+int bk_redis_get(struct bk_redis *s, const char *key, const struct bk_redis_into *into,
+		  bk_redis_get_fn done, void *arg)
+{
+	size_t kl = strlen(key);
+	struct req *q = req_new(s, OP_GET, key, kl + 1);
+
+	if (!q)
+		return -ENOMEM;
+	memcpy(q->buf, key, kl + 1);
+	q->get_done = done;
+	q->into = into;
+	q->arg = arg;
+	q->argc = 2;
+	q->argv[0] = "GET";
+	q->argvlen[0] = 3;
+	q->argv[1] = q->buf;
+	q->argvlen[1] = kl;
+	STAT_ADD(s, gets, 1);
+	return submit(q);
+}
+
+/* The RESP of a command whose arguments are @argv (@n of them) and, when @tail, one more made
+ * of @hdr (@hlen bytes) and @data (@dlen), in one malloc'd buffer: the value is copied once
+ * here, and once more by hiredis into its output buffer (see feed). Formatting with
+ * redisAsyncCommandArgv copied it three times (our buffer, hiredis's formatted command, its
+ * output buffer), all on the I/O thread. @return the buffer and *len, or NULL. */
+static char *format_cmd(const char *const *argv, int n, const void *hdr, size_t hlen,
+			const void *data, size_t dlen, bool tail, size_t *len)
+{
+	size_t need = 32 + hlen + dlen, off = 0;
+	char *buf;
+
+	for (int i = 0; i < n; i++)
+		need += 32 + strlen(argv[i]);
+	buf = malloc(need);
+	if (!buf)
+		return NULL;
+	off += (size_t)snprintf(buf + off, need - off, "*%d\r\n", n + (tail ? 1 : 0));
+	for (int i = 0; i < n; i++)
+		off += (size_t)snprintf(buf + off, need - off, "$%zu\r\n%s\r\n", strlen(argv[i]),
+					argv[i]);
+	if (tail) {
+		off += (size_t)snprintf(buf + off, need - off, "$%zu\r\n", hlen + dlen);
+		memcpy(buf + off, hdr, hlen);
+		memcpy(buf + off + hlen, data, dlen);
+		off += hlen + dlen;
+		memcpy(buf + off, "\r\n", 2);
+		off += 2;
+	}
+	*len = off;
+	return buf;
+}
+
+int bk_redis_put(struct bk_redis *s, const char *key, const void *hdr, size_t hlen,
+		  const void *data, size_t len)
+{
+	size_t vl = hlen + len;
+	const char *argv[2] = {"SET", key};
+	struct req *q;
+
+	if (__atomic_add_fetch(&s->st.put_queued, vl, __ATOMIC_RELAXED) > s->put_limit) {
+		STAT_SUB(s, put_queued, vl);
+		STAT_ADD(s, put_drops, 1);
+		return -ENOBUFS;
+	}
+	q = req_new(s, OP_PUT, key, 0);
+	if (q)
+		q->value = format_cmd(argv, 2, hdr, hlen, data, len, true, &q->value_len);
+	if (!q || !q->value) {
+		STAT_SUB(s, put_queued, vl);
+		free(q);
+		return -ENOMEM;
+	}
+	q->put_len = vl;
+	q->answered = true; /* nobody to answer */
+	return submit(q);
+}
+
+int bk_redis_unlock(struct bk_redis *s, const char *key, const char *lock, bool after_put)
+{
+	const char *argv[5] = {"EVAL", UNLOCK_LUA, "1", lock, s->token};
+	size_t ll = strlen(lock) + 1;
+	struct req *q = req_new(s, OP_PUT, key, ll);
+
+	if (q)
+		q->value = format_cmd(argv, 5, NULL, 0, NULL, 0, false, &q->value_len);
+	if (!q || !q->value) {
+		free(q);
+		return -ENOMEM;
+	}
+	memcpy(q->buf, lock, ll);
+	q->lock = q->buf;
+	q->now = !after_put;
+	q->unlock = true;
+	q->answered = true;
+	return submit(q);
+}
+
+int bk_redis_get_lock(struct bk_redis *s, const char *key, const char *lock,
+		       uint64_t lock_ms, const struct bk_redis_into *into, bk_redis_get_fn done,
+		       void *arg)
+{
+	size_t kl = strlen(key), ll = strlen(lock);
+	struct req *q = req_new(s, OP_GETLOCK, key, kl + 1 + ll + 1 + 24);
+	char *ms;
+
+	if (!q)
+		return -ENOMEM;
+	memcpy(q->buf, key, kl + 1);
+	memcpy(q->buf + kl + 1, lock, ll + 1);
+	ms = q->buf + kl + 1 + ll + 1;
+	snprintf(ms, 24, "%llu", (unsigned long long)(lock_ms ? lock_ms : 1));
+	q->get_done = done;
+	q->into = into;
+	q->arg = arg;
+	q->argc = 2;
+	q->argv[0] = "GET";
+	q->argv[1] = q->buf;
+	q->argv[2] = "SET"; /* SET lock token NX PX ms */
+	q->argv[3] = q->buf + kl + 1;
+	q->argv[4] = s->token;
+	q->argv[5] = "NX";
+	q->argv[6] = "PX";
+	q->argv[7] = ms;
+	for (int i = 0; i < 8; i++)
+		q->argvlen[i] = strlen(q->argv[i]);
+	STAT_ADD(s, gets, 1);
+	return submit(q);
+}
+
+int bk_redis_eval(struct bk_redis *s, const char *script, const char *key,
+		   const char *const *args, int nargs, uint64_t timeout_ns, bk_redis_eval_fn done,
+		   void *arg)
+{
+	size_t need = strlen(key) + 1;
+	struct req *q;
+	char *w;
+
+	if (nargs < 0 || nargs > 8)
+		return -EINVAL;
+	for (int i = 0; i < nargs; i++)
+		need += strlen(args[i]) + 1;
+	q = req_new(s, OP_EVAL, key, need);
+	if (!q)
+		return -ENOMEM;
+	q->eval_done = done;
+	q->arg = arg;
+	q->timeout_ns = timeout_ns;
+	q->argv[0] = "EVAL";
+	q->argv[1] = script;
+	q->argv[2] = "1";
+	w = q->buf;
+	for (int i = -1; i < nargs; i++) {
+		const char *a = i < 0 ? key : args[i];
+		size_t l = strlen(a);
+
+		memcpy(w, a, l + 1);
+		q->argv[4 + i] = w;
+		w += l + 1;
+	}
+	q->argc = 4 + nargs;
+	for (int i = 0; i < q->argc; i++)
+		q->argvlen[i] = strlen(q->argv[i]);
+	return submit(q);
+}
+
+/* ---- the poller (io.c) ------------------------------------------------------------------------ */
+
+static unsigned poll_fds(void *arg, struct curl_waitfd *fds, unsigned max)
+{
+	struct bk_redis *s = arg;
+	unsigned n = 0;
+
+	s->stopped = false; /* called only by the running loop: after a restart, serve again */
+	for (unsigned i = 0; i < s->nsrv && n < max; i++) {
+		for (int j = 0; j < NCONN && n < max; j++) {
+			struct sconn *c = &s->srv[i].c[j];
+
+			if (!c->ac || !(c->rd || c->wr))
+				continue;
+			fds[n] = (struct curl_waitfd){
+				.fd = c->ac->c.fd,
+				.events = (short)((c->rd ? CURL_WAIT_POLLIN : 0) |
+						  (c->wr ? CURL_WAIT_POLLOUT : 0)),
+			};
+			s->polled[n++] = c;
+		}
+	}
+	return n;
+}
+
+/*
+ * Read what @c's socket holds, up to READ_BURST, READ_CHUNK at a time straight into hiredis's
+ * read buffer, and let hiredis parse it. hiredis alone reads 16 KiB per call into its stack
+ * and appends that to the buffer: one call per poll made a 4 MiB value take 256 turns of the
+ * I/O loop, each behind the curl transfers of that turn (with three mounts reading at full
+ * speed, GETs of values Redis had sent timed out in the mount's own socket buffer), and a
+ * loop of such calls spent a read, an ioctl and a copy per 16 KiB (a mount reading values
+ * from Redis: hiredis's append 7% of its samples). redisAsyncHandleRead then finds the socket
+ * empty (or reads its last bytes), answers what is complete, and handles an end of stream or
+ * an error, which are left to it. Any read short of READ_CHUNK ends the loop: the socket is
+ * empty, or hiredis has the end or the error to handle.
+ */
+static void read_all(struct sconn *c, redisAsyncContext *ac)
+{
+	size_t done = 0;
+
+	while (done < READ_BURST) {
+		redisReader *r = ac->c.reader;
+		ssize_t n = -1;
+		sds b;
+
+		if (!r->err && (b = sdsMakeRoomFor(r->buf, READ_CHUNK)) != NULL) {
+			r->buf = b;
+			n = read(ac->c.fd, b + sdslen(b), READ_CHUNK);
+			if (n > 0) {
+				sdsIncrLen(b, (int)n);
+				r->len = sdslen(b);
+				done += (size_t)n;
+			}
+		}
+		redisAsyncHandleRead(ac); /* may free ac: then c->ac is no longer it */
+		if (n < (ssize_t)READ_CHUNK || c->ac != ac)
+			return;
+	}
+}
+
+static void poll_ready(void *arg, const struct curl_waitfd *fds, unsigned n)
+{
+	struct bk_redis *s = arg;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct sconn *c = s->polled[i];
+		redisAsyncContext *ac = c->ac;
+
+		/* the context may have gone while an earlier one was handled */
+		if (!ac || ac->c.fd != fds[i].fd)
+			continue;
+		if (fds[i].revents & CURL_WAIT_POLLIN) {
+			c->v->rx_ns = io_now_ns(s->io);
+			read_all(c, ac);
+		}
+		if (c->ac == ac && (fds[i].revents & CURL_WAIT_POLLOUT)) {
+			redisAsyncHandleWrite(ac);
+			if (c == &c->v->c[CONN_PUT])
+				feed(c->v);
+		}
+	}
+}
+
+/* The loop stops: close every connection; what was waiting is answered -ESHUTDOWN. */
+static void poll_stop(void *arg)
+{
+	struct bk_redis *s = arg;
+
+	s->stopped = true;
+	for (unsigned i = 0; i < s->nsrv; i++) {
+		struct srv *v = &s->srv[i];
+
+		close_all(v);
+		while (v->holds) { /* the loop drops its timers: renewing ends here */
+			struct hold *h = v->holds;
+
+			v->holds = h->next;
+			free(h);
+		}
+		v->renewing = false;
+	}
+}
+
+/* ---- setup ------------------------------------------------------------------------------------- */
+
+int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_redis **ret,
+		  char *err, size_t errlen)
+{
+	struct bk_redis *s;
+	const char *p = cfg->servers, *names[MAX_SERVERS];
+	int e = -EINVAL;
+
+	if (!b->io) {
+		snprintf(err, errlen, "shared tier: this store has no I/O loop");
+		return -EINVAL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->b = b;
+	s->io = b->io;
+	s->timeout_ns = cfg->timeout_ns;
+	s->put_limit = cfg->put_limit;
+	{
+		unsigned char rnd[16];
+
+		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+			snprintf(err, errlen, "shared tier: no random bytes for the lock token: %s",
+				 strerror(errno));
+			e = errno ? -errno : -EIO;
+			goto fail;
+		}
+		for (size_t i = 0; i < sizeof(rnd); i++)
+			snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
+	}
+	s->srv = calloc(MAX_SERVERS, sizeof(*s->srv));
+	if (!s->srv)
+		goto nomem;
+	if (strncmp(p, "redis://", 8) == 0)
+		p += 8;
+	while (*p) {
+		const char *end = strchr(p, ','), *colon;
+		size_t l = end ? (size_t)(end - p) : strlen(p);
+		struct srv *v;
+		char *tail;
+		long port;
+
+		if (s->nsrv == MAX_SERVERS) {
+			snprintf(err, errlen, "shared: at most %d servers", MAX_SERVERS);
+			goto fail;
+		}
+		v = &s->srv[s->nsrv];
+		colon = memrchr(p, ':', l);
+		if (!colon || colon == p || (size_t)(colon - p) >= sizeof(v->host)) {
+			snprintf(err, errlen, "shared: '%.*s' is not host:port", (int)(l > 100 ? 100 : l), p);
+			goto fail;
+		}
+		port = strtol(colon + 1, &tail, 10);
+		if (tail != p + l || port < 1 || port > 65535) {
+			snprintf(err, errlen, "shared: bad port in '%.*s'", (int)(l > 100 ? 100 : l), p);
+			goto fail;
+		}
+		memcpy(v->host, p, (size_t)(colon - p));
+		v->port = (int)port;
+		snprintf(v->name, sizeof(v->name), "%s:%d", v->host, v->port);
+		v->s = s;
+		names[s->nsrv++] = v->name;
+		p += l;
+		if (*p == ',')
+			p++;
+	}
+	if (s->nsrv == 0) {
+		snprintf(err, errlen, "shared: no server named");
+		goto fail;
+	}
+	e = bk_chash_build(&s->ring, names, s->nsrv, BK_CHASH_VNODES);
+	if (e < 0)
+		goto fail;
+	if (cfg->password && !(s->password = strdup(cfg->password)))
+		goto nomem;
+	s->st.servers = s->nsrv;
+	io_set_poller(s->io, &(struct io_poller){.fds = poll_fds, .ready = poll_ready,
+						 .stop = poll_stop, .arg = s});
+	*ret = s;
+	return 0;
+nomem:
+	e = -ENOMEM;
+fail:
+	bk_redis_free(s);
+	return e;
+}
+
+void bk_redis_free(struct bk_redis *s)
+{
+	if (!s)
+		return;
+	if (s->srv) {
+		poll_stop(s);
+		if (s->nsrv)
+			io_set_poller(s->io, NULL);
+	}
+	bk_chash_done(&s->ring);
+	if (s->password) {
+		explicit_bzero(s->password, strlen(s->password));
+		free(s->password);
+	}
+	free(s->srv);
+	free(s);
+}
+
+void bk_redis_get_stats(struct bk_redis *s, struct bk_redis_stats *ret)
+{
+	struct bk_redis_stats *st = &s->st;
+
+	ret->gets = __atomic_load_n(&st->gets, __ATOMIC_RELAXED);
+	ret->found = __atomic_load_n(&st->found, __ATOMIC_RELAXED);
+	ret->missing = __atomic_load_n(&st->missing, __ATOMIC_RELAXED);
+	ret->timeouts = __atomic_load_n(&st->timeouts, __ATOMIC_RELAXED);
+	ret->extended = __atomic_load_n(&st->extended, __ATOMIC_RELAXED);
+	ret->errors = __atomic_load_n(&st->errors, __ATOMIC_RELAXED);
+	ret->bytes_in = __atomic_load_n(&st->bytes_in, __ATOMIC_RELAXED);
+	ret->puts = __atomic_load_n(&st->puts, __ATOMIC_RELAXED);
+	ret->put_bytes = __atomic_load_n(&st->put_bytes, __ATOMIC_RELAXED);
+	ret->put_drops = __atomic_load_n(&st->put_drops, __ATOMIC_RELAXED);
+	ret->put_errors = __atomic_load_n(&st->put_errors, __ATOMIC_RELAXED);
+	ret->put_queued = __atomic_load_n(&st->put_queued, __ATOMIC_RELAXED);
+	ret->evals = __atomic_load_n(&st->evals, __ATOMIC_RELAXED);
+	ret->servers_down = __atomic_load_n(&st->servers_down, __ATOMIC_RELAXED);
+	ret->servers = st->servers;
+	for (int i = 0; i < BK_REDIS_LAT_BUCKETS; i++)
+		ret->get_lat[i] = __atomic_load_n(&st->get_lat[i], __ATOMIC_RELAXED);
+	ret->get_lat_sum_us = __atomic_load_n(&st->get_lat_sum_us, __ATOMIC_RELAXED);
+}

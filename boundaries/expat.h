@@ -1,6 +1,0 @@
-/*
- * boundaries/expat.h - put in front of the real one on the include path of cache/
- * and fs/ (see meson.build): expat belongs to backend/. fs/ reaches the store through
- * backend.h, cache/ reaches the world through struct cache_env.
- */
-#error "<expat.h> is for backend/ only, not cache/ or fs/ (see meson.build)"

@@ -1,6 +1,0 @@
-/*
- * boundaries/hiredis/hiredis.h - put in front of the real one on the include path of cache/
- * and fs/ (see meson.build): hiredis belongs to backend/. fs/ reaches the shared tier
- * through backend/shared.h.
- */
-#error "<hiredis/hiredis.h> is for backend/ only, not cache/ or fs/ (see meson.build)"

@@ -1,0 +1,6 @@
+/*
+ * boundaries/no-io/hiredis/hiredis.h - put in front of the real one on the include path of cache/
+ * and fs/ (see meson.build): hiredis belongs to backend/. fs/ reaches the shared tier
+ * through backend/redis.h.
+ */
+#error "<hiredis/hiredis.h> is for backend/ only, not cache/ or fs/ (see meson.build)"

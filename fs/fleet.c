@@ -1,0 +1,683 @@
+/*
+ * fleet.c - the shared tier and the fleet lagging budget, as a decorator of the cache's fetch.
+ *
+ * The memory tiers (cache/) call env->fetch for a block they miss. With shared=redis://...,
+ * that fetch comes here first:
+ *
+ *   fetch(block) ─► GET key + SET lock NX ─► value ─► fv_check ok ─► done(0)  (a hit)
+ *                     │   │                     └─ refused: counted, logged once ─┐
+ *                     │   └─ nil, lock held by another: re-GET on a timer ─► ... ─┤ (after the
+ *                     │                                                           │  bound)
+ *                     └─ nil (the lock is ours), timeout, error, Redis down ──────┤
+ *                                                                    ▼
+ *                         lagging? ─► fleet gate (tokens from Redis) ─► backend_read ─► done
+ *                                                                         └─► SET key value,
+ *                                                                          in the background
+ *
+ * The fetch lock: N mounts that miss one block at the same instant would all fetch it (three
+ * mounts reading the same new objects at full speed: 2.25x the objects at the store). So a
+ * GET of a fetch that will fill Redis carries "SET <prefix>lock:<key> 1 NX PX bound" in the
+ * same round trip (backend/redis.c pipelines them). The winner fetches, SETs, then DELs the
+ * lock after the SET on the same connection (at once if it has no value to write); meanwhile
+ * backend/redis.c renews the lock's PX, so a value that waits behind the mount's earlier SETs
+ * keeps its lock, and only a holder that died lets it expire. A loser re-GETs (with the lock
+ * again, so that a lock deleted without a value is taken over) on the I/O loop's timer, 2 ms
+ * doubling to 16 ms, until it gets the value or the bound passes (wait_ns: 10 x
+ * shared_timeout, also the lock's PX), then fetches from the store itself. A dead holder
+ * costs at most that. A fetch that does not fill (lagging, shared_fill_lagging off) neither
+ * takes nor waits for a lock.
+ *
+ * A value of the block's size is parsed straight into the block (backend/redis.h,
+ * bk_redis_into: header to the fetch, data to the ring) and checked there; the ring does not
+ * serve the block before done(0), and a value refused is overwritten by the store's bytes.
+ *
+ * The key is the block's (cache/fleetval.h: prefix, oid, block index, block size), so two
+ * block sizes never mix and two fleets with two prefixes never meet. A value is served only
+ * when its framing names this very block and its CRC-32C matches: anything else is counted as
+ * "rejected" and the block comes from the store (and the right value is written over it).
+ * Redis is asked only from the I/O thread (backend/redis.c): the FUSE worker that misses has
+ * already returned, and a Redis that is slow costs a read at most shared_timeout before the
+ * store is asked (default 50 ms: see the option's comment in opts.c). SETs go on their own
+ * connection (backend/redis.c), so a GET never waits for a SET's bytes. When the store answers, a hot block is offered to Redis; a lagging one only
+ * with shared_fill_lagging, because a replay reads every old block once and would wash out the
+ * blocks the fleet's tail readers share (and the fleet budget exists so that replays do not
+ * cost the store much: their blocks are not worth Redis memory by default).
+ *
+ * Fleet budget (fleet_lagging_rate, fleet_lagging_ops): a lagging fetch that missed the shared
+ * tier takes len bytes and one op from this host's tokens before going to the store. The local
+ * limiter (cache.c, lagging_rate) has passed it already. Tokens come from one token bucket in
+ * Redis, held by FLEET_SCRIPT, which every host calls atomically: it refills the bucket by
+ * elapsed time (Redis's own clock, so hosts' clocks do not matter) and grants the asked chunk
+ * whole, now or from a time it names (lent ahead, so a host waiting for tokens does not ask
+ * again), or says how long to wait. A host asks for a chunk of at least rate/8 bytes, so the
+ * whole fleet calls Redis a few times a second, and only one call per host is in flight;
+ * fetches that find no tokens wait in a FIFO, on nobody's thread. If Redis cannot answer, the
+ * host falls back to its local limits at once (one log line), and tries Redis again after a
+ * second; a grant then logs that the fleet budget is back.
+ *
+ * Locking: sh->lock guards the fleet state (tokens, queue, flags). Stats are relaxed atomics.
+ * Every fetch calls done exactly once, from the I/O thread or, if nothing could be started,
+ * from the caller's thread.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fs_i.h"
+#include "redis.h"
+#include "fleetval.h"
+
+#define PUT_LIMIT      (64u << 20)             /* bytes of SETs queued at once */
+#define FLEET_RETRY_NS (1000 * 1000000ULL)     /* Redis failed: local limits this long */
+#define FLEET_WAIT_MAX (1000 * 1000000ULL)     /* longest wait before asking again */
+#define FLEET_EVAL_TIMEOUT_NS (200 * 1000000ULL) /* a grant is not on a reader's tail path */
+#define WAIT_FACTOR    10                      /* the fetch lock's bound: shared_timeout x this */
+#define POLL_FIRST_NS  (2 * 1000000ULL)        /* a lock loser's first re-GET, then doubled */
+#define POLL_MAX_NS    (16 * 1000000ULL)       /* ... up to this */
+
+/*
+ * KEYS[1]: the bucket (a hash: tok, ops, ts). ARGV: rate (bytes/s), burst (bytes), bytes
+ * wanted, ops rate (/s, 0 none), ops burst, ops wanted. Returns {granted 1/0, wait in µs}:
+ * {1, 0} the chunk is the caller's now; {1, w} it is the caller's, to use after w µs (the
+ * bucket lends it ahead: its tokens go below zero, and refill pays them back); {0, w} the
+ * bucket already owes a second's worth, ask again after w µs (so a lent chunk is due within
+ * FLEET_WAIT_MAX, and each host holds at most one: up to about 8 hosts are never refused).
+ * Lending ahead makes every call a grant while the fleet is at its rate: answering "wait"
+ * instead had hosts that wanted the same tokens ask again and again (three replaying mounts
+ * at 30M: 241 calls for 66 grants; lending: 66 for 66).
+ * Idle buckets expire after a minute.
+ */
+static const char FLEET_SCRIPT[] =
+	"local rate, burst, want = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+	"local orate, oburst, owant = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+	"local v = redis.call('HMGET', KEYS[1], 'tok', 'ops', 'ts')\n"
+	"local tok, ops, ts = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])\n"
+	"if not ts then tok, ops, ts = burst, oburst, now end\n"
+	"local dt = math.max(0, now - ts)\n"
+	"if rate > 0 then tok = math.min(burst, tok + dt * rate / 1e6) end\n"
+	"if orate > 0 then ops = math.min(oburst, ops + dt * orate / 1e6) end\n"
+	"local wait = 0\n"
+	"if rate > 0 and tok < want then wait = (want - tok) * 1e6 / rate end\n"
+	"if orate > 0 and ops < owant then wait = math.max(wait, (owant - ops) * 1e6 / orate) end\n"
+	"local ok = 1\n"
+	"if wait > 1000000 then\n"
+	"  ok = 0\n"
+	"else\n"
+	"  if rate > 0 then tok = tok - want end\n"
+	"  if orate > 0 then ops = ops - owant end\n"
+	"end\n"
+	"redis.call('HSET', KEYS[1], 'tok', tostring(tok), 'ops', tostring(ops), 'ts', now)\n"
+	"redis.call('PEXPIRE', KEYS[1], 60000)\n"
+	"return {ok, math.ceil(wait)}\n";
+
+struct sfetch {
+	struct fs_fleet *sh;
+	struct fobj *o;           /* the cache holds it until done */
+	uint64_t off;
+	uint32_t len;
+	void *dst;
+	bool lagging;
+	bool put;                 /* offer the store's bytes to Redis */
+	bool locked;              /* this fetch holds the block's fetch lock: DEL it when done */
+	bool waited;              /* it lost the lock and waited for the holder's value */
+	bool answered;            /* Redis answered it once (a miss is counted once) */
+	uint64_t deadline;        /* a loser goes to the store after this (mono_ns) */
+	uint64_t poll_ns;         /* its next re-GET's delay */
+	cache_done_fn done;
+	void *done_arg;
+	struct cache_key k;
+	struct bk_redis_into into; /* a value of the block's size: header to hdr, data to dst */
+	unsigned char hdr[FV_HDR_LEN];
+	struct sfetch *next;      /* the fleet queue; sh->lock */
+	char key[FV_KEY_MAX];
+	char lock[FV_KEY_MAX + 8]; /* "<prefix>lock:<key without prefix>" */
+};
+
+struct fs_fleet {
+	struct mount *m;
+	struct backend *b;
+	struct bk_redis *bs;
+	uint32_t block_size;
+	char prefix[FV_PREFIX_MAX + 1];
+	bool fill_lagging;
+	uint64_t wait_ns;         /* the fetch lock's bound (and its PX) */
+	uint64_t fleet_rate, fleet_ops; /* 0: no budget of that kind */
+	char fleet_key[FV_PREFIX_MAX + 32];
+
+	pthread_mutex_t lock;
+	double tok, ops;          /* tokens this host holds; lock */
+	struct sfetch *qhead, *qtail; /* fetches waiting for tokens; lock */
+	bool asking;              /* a grant call, its retry timer or a lent chunk's timer is
+				   * pending; lock */
+	uint64_t pending_bytes, pending_ops; /* asked in the call in flight, then lent until its
+					      * timer; lock */
+	bool fallback;            /* Redis failed: local limits only; lock */
+	uint64_t fallback_until;  /* when to ask Redis again; lock */
+
+	struct fs_fleet_stats st; /* relaxed atomics */
+};
+
+#define STAT_ADD(sh, f, v) __atomic_fetch_add(&(sh)->st.f, (v), __ATOMIC_RELAXED)
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the store, and filling Redis from it ----------------------------------------------------- */
+
+static void finish(struct sfetch *f, int err)
+{
+	cache_done_fn done = f->done;
+	void *arg = f->done_arg;
+
+	free(f);
+	done(arg, err);
+}
+
+static void store_done(void *arg, int err)
+{
+	struct sfetch *f = arg;
+	struct fs_fleet *sh = f->sh;
+	bool queued = false;
+
+	if (err == 0 && f->put) {
+		unsigned char hdr[FV_HDR_LEN];
+
+		fv_header(hdr, f->k, sh->block_size, f->dst, f->len);
+		queued = bk_redis_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len) == 0;
+	}
+	/* after the SET on the same connection: a loser that polls after the DEL finds the
+	 * value; if the SET was dropped (or the fetch failed), the DEL goes at once, and the
+	 * loser takes the lock and fetches */
+	if (f->locked)
+		bk_redis_unlock(sh->bs, f->key, f->lock, queued);
+	finish(f, err);
+}
+
+static void to_store(struct sfetch *f)
+{
+	int e;
+
+	STAT_ADD(f->sh, store_fetches, 1);
+	e = backend_read(f->o->backend, f->o->path, f->o->etag, f->off, f->len, f->dst,
+			 f->lagging ? BK_BACKGROUND : BK_URGENT, store_done, f);
+	if (e < 0) {
+		if (f->locked)
+			bk_redis_unlock(f->sh->bs, f->key, f->lock, false);
+		finish(f, e);
+	}
+}
+
+/* ---- the fleet gate ---------------------------------------------------------------------------- */
+
+static void ask(struct fs_fleet *sh);
+
+/* Take what the head of the queue needs while tokens last; @return the fetches to start
+ * (linked by next). Under sh->lock. */
+static struct sfetch *take_ready(struct fs_fleet *sh)
+{
+	struct sfetch *ready = NULL, **tail = &ready;
+
+	while (sh->qhead) {
+		struct sfetch *f = sh->qhead;
+
+		if (!sh->fallback) {
+			if ((sh->fleet_rate && sh->tok < f->len) || (sh->fleet_ops && sh->ops < 1))
+				break;
+			if (sh->fleet_rate)
+				sh->tok -= f->len;
+			if (sh->fleet_ops)
+				sh->ops -= 1;
+		}
+		sh->qhead = f->next;
+		if (!sh->qhead)
+			sh->qtail = NULL;
+		f->next = NULL;
+		*tail = f;
+		tail = &f->next;
+	}
+	return ready;
+}
+
+static void start_all(struct sfetch *f)
+{
+	while (f) {
+		struct sfetch *next = f->next;
+
+		to_store(f);
+		f = next;
+	}
+}
+
+static void ask_later(void *arg)
+{
+	ask(arg);
+}
+
+/* A chunk lent ahead is due (sh->asking is set): it is this host's now. */
+static void lent_due(void *arg)
+{
+	struct fs_fleet *sh = arg;
+	struct sfetch *ready;
+	bool again = false;
+
+	pthread_mutex_lock(&sh->lock);
+	sh->tok += (double)sh->pending_bytes;
+	sh->ops += (double)sh->pending_ops;
+	sh->asking = false;
+	ready = take_ready(sh);
+	if (sh->qhead)
+		sh->asking = again = true;
+	pthread_mutex_unlock(&sh->lock);
+	start_all(ready);
+	if (again)
+		ask(sh);
+}
+
+static void granted(void *arg, int err, const long long *vals, int n)
+{
+	struct fs_fleet *sh = arg;
+	struct sfetch *ready;
+	uint64_t wait_ns = 0;
+	bool log_down = false, log_back = false, again = false, lent = false;
+
+	pthread_mutex_lock(&sh->lock);
+	sh->asking = false;
+	if (err < 0 || n < 2) {
+		log_down = !sh->fallback;
+		sh->fallback = true;
+		sh->fallback_until = mono_ns() + FLEET_RETRY_NS;
+	} else {
+		log_back = sh->fallback;
+		sh->fallback = false;
+		wait_ns = (uint64_t)vals[1] * 1000;
+		if (wait_ns > FLEET_WAIT_MAX)
+			wait_ns = FLEET_WAIT_MAX;
+		if (vals[0] == 1 && wait_ns == 0) {
+			sh->tok += (double)sh->pending_bytes;
+			sh->ops += (double)sh->pending_ops;
+		} else if (vals[0] == 1) {
+			/* pending_* are kept for lent_due, and asking is set until then: one
+			 * chunk lent to a host at a time */
+			lent = sh->asking = true;
+		} else if (wait_ns < 1000000) {
+			wait_ns = 1000000;
+		}
+	}
+	ready = take_ready(sh);
+	if (sh->qhead && !lent) {
+		sh->asking = true;
+		again = true;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	if (err < 0 || n < 2)
+		STAT_ADD(sh, fleet_errors, 1);
+	else if (vals[0] == 1)
+		STAT_ADD(sh, fleet_grants, 1);
+	if (err >= 0 && n >= 2 && wait_ns)
+		STAT_ADD(sh, fleet_waits, 1);
+	if (log_down) {
+		STAT_ADD(sh, fleet_fallbacks, 1);
+		fs_log_once(&sh->m->log, FUSE_LOG_WARNING, "shared", "fleet budget",
+			    "fleet lagging budget: Redis cannot grant (%s): local lagging limits "
+			    "only until it answers", strerror(err < 0 ? -err : EPROTO));
+	}
+	if (log_back)
+		fs_log_once(&sh->m->log, FUSE_LOG_INFO, "shared", "fleet budget back",
+			    "fleet lagging budget: Redis grants again");
+	start_all(ready);
+	/* a lent chunk is due after the wait: take it then, or now if no timer can be set
+	 * (stopping) */
+	if (lent && backend_defer(sh->b, wait_ns, lent_due, sh) < 0)
+		lent_due(sh);
+	/* a timer asks again after the wait; if there can be none (stopping), ask now: the
+	 * call fails, the fallback lets the queue go */
+	if (again && (!wait_ns || backend_defer(sh->b, wait_ns, ask_later, sh) < 0))
+		ask(sh);
+}
+
+/* Ask Redis for a chunk big enough for the head of the queue (sh->asking is set). */
+static void ask(struct fs_fleet *sh)
+{
+	char a[6][24];
+	const char *args[6] = {a[0], a[1], a[2], a[3], a[4], a[5]};
+	uint64_t want = 0, owant = 0, burst, oburst;
+	struct sfetch *ready;
+	int e;
+
+	pthread_mutex_lock(&sh->lock);
+	if (sh->fallback && mono_ns() < sh->fallback_until) {
+		ready = take_ready(sh);
+		sh->asking = false;
+		pthread_mutex_unlock(&sh->lock);
+		start_all(ready);
+		return;
+	}
+	if (!sh->qhead) {
+		sh->asking = false;
+		pthread_mutex_unlock(&sh->lock);
+		return;
+	}
+	if (sh->fleet_rate) {
+		want = sh->fleet_rate / 8;
+		if (want < sh->qhead->len)
+			want = sh->qhead->len;
+	}
+	if (sh->fleet_ops)
+		owant = sh->fleet_ops / 8 ? sh->fleet_ops / 8 : 1;
+	sh->pending_bytes = want;
+	sh->pending_ops = owant;
+	pthread_mutex_unlock(&sh->lock);
+
+	/* the bucket holds half a second, and always one chunk of any host */
+	burst = sh->fleet_rate / 2 > 2ULL * sh->block_size ? sh->fleet_rate / 2 : 2ULL * sh->block_size;
+	oburst = sh->fleet_ops / 2 > 2 ? sh->fleet_ops / 2 : 2;
+	snprintf(a[0], sizeof(a[0]), "%" PRIu64, sh->fleet_rate);
+	snprintf(a[1], sizeof(a[1]), "%" PRIu64, burst);
+	snprintf(a[2], sizeof(a[2]), "%" PRIu64, want);
+	snprintf(a[3], sizeof(a[3]), "%" PRIu64, sh->fleet_ops);
+	snprintf(a[4], sizeof(a[4]), "%" PRIu64, oburst);
+	snprintf(a[5], sizeof(a[5]), "%" PRIu64, owant);
+	STAT_ADD(sh, fleet_calls, 1);
+	e = bk_redis_eval(sh->bs, FLEET_SCRIPT, sh->fleet_key, args, 6, FLEET_EVAL_TIMEOUT_NS,
+			   granted, sh);
+	if (e < 0)
+		granted(sh, e, NULL, 0);
+}
+
+/* A lagging fetch that must go to the store: through the fleet budget first. */
+static void fleet_gate(struct fs_fleet *sh, struct sfetch *f)
+{
+	struct sfetch *ready = NULL;
+	bool need_ask = false;
+
+	pthread_mutex_lock(&sh->lock);
+	if (sh->qtail)
+		sh->qtail->next = f;
+	else
+		sh->qhead = f;
+	sh->qtail = f;
+	/* in fallback past its pause, this fetch waits for Redis's answer: the probe */
+	if (!(sh->fallback && mono_ns() >= sh->fallback_until && !sh->asking))
+		ready = take_ready(sh);
+	if (sh->qhead) {
+		STAT_ADD(sh, fleet_queued, 1);
+		if (!sh->asking) {
+			sh->asking = true;
+			need_ask = true;
+		}
+	}
+	pthread_mutex_unlock(&sh->lock);
+	start_all(ready);
+	if (need_ask)
+		ask(sh);
+}
+
+/* ---- the shared tier --------------------------------------------------------------------------- */
+
+static void miss(struct sfetch *f, bool redis_ok)
+{
+	struct fs_fleet *sh = f->sh;
+
+	f->put = redis_ok && (!f->lagging || sh->fill_lagging);
+	if (f->lagging && (sh->fleet_rate || sh->fleet_ops))
+		fleet_gate(sh, f);
+	else
+		to_store(f);
+}
+
+static void ask_value(struct sfetch *f);
+
+static void poll_again(void *arg)
+{
+	ask_value(arg);
+}
+
+static void got(void *arg, int err, const void *val, size_t vlen)
+{
+	struct sfetch *f = arg;
+	struct fs_fleet *sh = f->sh;
+	bool first = !f->answered;
+	const void *data;
+	int r;
+
+	f->answered = true;
+	if ((err == -ENOENT || err == -EBUSY) && first)
+		STAT_ADD(sh, misses, 1);
+	if (err == -ENOENT) {
+		/* the lock is ours (or there is none: a lagging fetch that does not fill) */
+		f->locked = f->lock[0] != 0;
+		if (f->locked)
+			STAT_ADD(sh, lock_wins, 1);
+		miss(f, true);
+		return;
+	}
+	if (err == -EBUSY) {
+		uint64_t now = mono_ns(), d = f->poll_ns;
+
+		if (!f->waited) {
+			f->waited = true;
+			f->deadline = now + sh->wait_ns;
+			STAT_ADD(sh, lock_waits, 1);
+		}
+		if (now >= f->deadline) {
+			/* the holder is slow or dead: what waiting saved is lost, not more */
+			STAT_ADD(sh, lock_gave_up, 1);
+			miss(f, true);
+			return;
+		}
+		if (d > f->deadline - now)
+			d = f->deadline - now;
+		f->poll_ns = f->poll_ns * 2 < POLL_MAX_NS ? f->poll_ns * 2 : POLL_MAX_NS;
+		/* the re-GET on the I/O loop's timer: no thread waits; stopping, now */
+		if (backend_defer(sh->b, d, poll_again, f) < 0)
+			miss(f, false);
+		return;
+	}
+	if (err == -ETIMEDOUT && f->lock[0]) {
+		/* slow, not down: the lock may be ours, and the value is worth putting (the put
+		 * queue bounds what a slow Redis costs) */
+		STAT_ADD(sh, unavailable, 1);
+		f->locked = true;
+		miss(f, true);
+		return;
+	}
+	if (err < 0) {
+		STAT_ADD(sh, unavailable, 1);
+		miss(f, false);
+		return;
+	}
+	/* val NULL: the value was of the block's size and went to f->hdr and f->dst */
+	r = val ? fv_check(val, vlen, f->k, sh->block_size, f->len, &data)
+		: fv_check_parts(f->hdr, f->dst, vlen, f->k, sh->block_size, f->len);
+	if (r < 0) {
+		STAT_ADD(sh, rejected, 1);
+		fs_log_once(&sh->m->log, FUSE_LOG_WARNING, f->key, "shared value rejected",
+			    "shared tier: the value of %s was refused (%s): read from the store",
+			    f->key, r == -EBADMSG ? "checksum or length mismatch"
+				    : r == -ESTALE ? "another block's value" : "not a tierfs value");
+		miss(f, true);
+		return;
+	}
+	if (val)
+		memcpy(f->dst, data, f->len);
+	STAT_ADD(sh, hits, 1);
+	STAT_ADD(sh, hit_bytes, f->len);
+	if (f->waited)
+		STAT_ADD(sh, lock_wait_hits, 1);
+	finish(f, 0);
+}
+
+/* Ask Redis for @f's block: with the fetch lock when this fetch would fill the shared tier
+ * (f->lock set), else a plain GET. */
+static void ask_value(struct sfetch *f)
+{
+	struct fs_fleet *sh = f->sh;
+	int e;
+
+	if (f->lock[0])
+		e = bk_redis_get_lock(sh->bs, f->key, f->lock, sh->wait_ns / 1000000, &f->into,
+				       got, f);
+	else
+		e = bk_redis_get(sh->bs, f->key, &f->into, got, f);
+	if (e < 0) {
+		STAT_ADD(sh, unavailable, 1);
+		miss(f, false);
+	}
+}
+
+int fs_fleet_fetch(struct fs_fleet *sh, struct fobj *o, uint64_t off, uint32_t len, void *dst,
+		    bool lagging, cache_done_fn done, void *done_arg)
+{
+	struct sfetch *f;
+	bool whole = off % sh->block_size == 0 &&
+		     len == (o->size - off < sh->block_size ? o->size - off : sh->block_size);
+
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	*f = (struct sfetch){.sh = sh, .o = o, .off = off, .len = len, .dst = dst,
+			     .lagging = lagging, .done = done, .done_arg = done_arg,
+			     .k = {.oid = o->id, .blk = off / sh->block_size}};
+	/* the shared tier keeps whole blocks: a part of one (a random read of an old object)
+	 * goes to the store, through the fleet budget like any lagging fetch */
+	if (!whole) {
+		miss(f, false);
+		return 0;
+	}
+	fv_key(f->key, sizeof(f->key), sh->prefix, f->k, sh->block_size);
+	/* only a fetch that will fill the shared tier takes the lock: others would wait for a
+	 * value that a lagging holder (shared_fill_lagging off) never writes */
+	if (!lagging || sh->fill_lagging)
+		snprintf(f->lock, sizeof(f->lock), "%slock:%s", sh->prefix,
+			 f->key + strlen(sh->prefix));
+	f->into = (struct bk_redis_into){.hdr = f->hdr, .hlen = FV_HDR_LEN, .data = dst,
+					  .dlen = len};
+	f->poll_ns = POLL_FIRST_NS;
+	ask_value(f);
+	return 0;
+}
+
+/* ---- setup ------------------------------------------------------------------------------------- */
+
+/* The password: $TIERFS_SHARED_PASSWORD, else the first line of @file. @return 0 and a
+ * malloc'd *ret (NULL: none), or -errno. */
+static int password(const char *file, char **ret)
+{
+	const char *env = getenv("TIERFS_SHARED_PASSWORD");
+	char line[512];
+	FILE *fp;
+
+	*ret = NULL;
+	if (env && *env)
+		return (*ret = strdup(env)) ? 0 : -ENOMEM;
+	if (!file)
+		return 0;
+	fp = fopen(file, "re");
+	if (!fp)
+		return -errno;
+	if (!fgets(line, sizeof(line), fp))
+		line[0] = 0;
+	fclose(fp);
+	line[strcspn(line, "\r\n")] = 0;
+	*ret = line[0] ? strdup(line) : NULL;
+	explicit_bzero(line, sizeof(line));
+	return 0;
+}
+
+int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret, char *err,
+		  size_t errlen)
+{
+	struct fs_fleet *sh = calloc(1, sizeof(*sh));
+	char *pw = NULL;
+	int e;
+
+	if (!sh)
+		return -ENOMEM;
+	e = password(o->shared_password_file, &pw);
+	if (e < 0) {
+		snprintf(err, errlen, "shared_password_file=%s: %s", o->shared_password_file,
+			 strerror(-e));
+		free(sh);
+		return e;
+	}
+	struct bk_redis_cfg c = {
+		.servers = o->shared,
+		.password = pw,
+		.timeout_ns = o->shared_timeout * 1000000ULL,
+		.put_limit = PUT_LIMIT,
+	};
+	e = bk_redis_new(m->b, &c, &sh->bs, err, errlen);
+	if (pw) {
+		explicit_bzero(pw, strlen(pw));
+		free(pw);
+	}
+	if (e < 0) {
+		free(sh);
+		return e;
+	}
+	/* Every block through Redis passes through block-sized buffers (the value, hiredis's
+	 * command and output buffer, its reply). glibc gives each its own mmap and unmaps it
+	 * when freed, so every block paid a page fault per 4 KiB, three times over: measured on
+	 * this VM, a 1 MiB miss-and-put took 20 ms instead of 2. Keep such buffers in the heap
+	 * for reuse instead (put_limit bounds how many exist at once). */
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	sh->m = m;
+	sh->b = m->b;
+	sh->block_size = (uint32_t)o->block_size;
+	snprintf(sh->prefix, sizeof(sh->prefix), "%s", o->shared_prefix ? o->shared_prefix : "");
+	snprintf(sh->fleet_key, sizeof(sh->fleet_key), "%sfleet:lagging", sh->prefix);
+	sh->fill_lagging = o->shared_fill_lagging;
+	sh->wait_ns = WAIT_FACTOR * o->shared_timeout * 1000000ULL;
+	sh->fleet_rate = o->fleet_lagging_rate;
+	sh->fleet_ops = o->fleet_lagging_ops;
+	pthread_mutex_init(&sh->lock, NULL);
+	*ret = sh;
+	return 0;
+}
+
+void fs_fleet_free(struct fs_fleet *sh)
+{
+	if (!sh)
+		return;
+	bk_redis_free(sh->bs);
+	pthread_mutex_destroy(&sh->lock);
+	free(sh);
+}
+
+void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
+			 struct bk_redis_stats *ret_redis)
+{
+	struct fs_fleet_stats *s = &sh->st;
+
+	ret->hits = __atomic_load_n(&s->hits, __ATOMIC_RELAXED);
+	ret->hit_bytes = __atomic_load_n(&s->hit_bytes, __ATOMIC_RELAXED);
+	ret->misses = __atomic_load_n(&s->misses, __ATOMIC_RELAXED);
+	ret->rejected = __atomic_load_n(&s->rejected, __ATOMIC_RELAXED);
+	ret->unavailable = __atomic_load_n(&s->unavailable, __ATOMIC_RELAXED);
+	ret->store_fetches = __atomic_load_n(&s->store_fetches, __ATOMIC_RELAXED);
+	ret->lock_wins = __atomic_load_n(&s->lock_wins, __ATOMIC_RELAXED);
+	ret->lock_waits = __atomic_load_n(&s->lock_waits, __ATOMIC_RELAXED);
+	ret->lock_wait_hits = __atomic_load_n(&s->lock_wait_hits, __ATOMIC_RELAXED);
+	ret->lock_gave_up = __atomic_load_n(&s->lock_gave_up, __ATOMIC_RELAXED);
+	ret->fleet_calls = __atomic_load_n(&s->fleet_calls, __ATOMIC_RELAXED);
+	ret->fleet_grants = __atomic_load_n(&s->fleet_grants, __ATOMIC_RELAXED);
+	ret->fleet_waits = __atomic_load_n(&s->fleet_waits, __ATOMIC_RELAXED);
+	ret->fleet_queued = __atomic_load_n(&s->fleet_queued, __ATOMIC_RELAXED);
+	ret->fleet_errors = __atomic_load_n(&s->fleet_errors, __ATOMIC_RELAXED);
+	ret->fleet_fallbacks = __atomic_load_n(&s->fleet_fallbacks, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&sh->lock);
+	ret->fleet_fallback = sh->fallback;
+	pthread_mutex_unlock(&sh->lock);
+	bk_redis_get_stats(sh->bs, ret_redis);
+}

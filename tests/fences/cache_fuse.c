@@ -1,0 +1,5 @@
+/* cache/ must not include FUSE: the build refuses this file */
+#include <fuse3/fuse_lowlevel.h>
+
+int fence_cache_fuse(void);
+int fence_cache_fuse(void) { return 0; }
