@@ -10,8 +10,13 @@
  *                          └ miss: flight table[key] ── exists: join its waiter list
  *                                                   └─ new flight: fetch into a ring slot
  *
- * The tiers are a list, c->tier[] (struct tier: name, ring, size, TTL, limiter, admission
- * rule), walked in order for lookups; adding one means adding its entry in tiers_of().
+ * The memory tiers are a list, c->tier[] (struct mem_tier: name, ring, size, TTL, gate,
+ * admission rule), walked in order for lookups; they answer with pinned references into their
+ * rings, never copies. Below them is the chain (tier.h, tier.c): tiers that copy a block into
+ * a flight's slot (disk, fleet), ending with the store. A new tier below memory is a file with
+ * a struct tier_ops and one line in the chain the mount assembles (fs/mount.c, chain_of);
+ * tests/unit/test_cache.c does it with a test tier. A new memory tier is an entry in
+ * tiers_of() and its name in tier_names[].
  *
  * A random read of a lagging object (one that does not continue its stream), or of a hot one
  * larger than cfg.hot_parts_above, fetches parts of blocks instead: for each block it touches,
@@ -21,8 +26,8 @@
  * part as it does per block.
  *
  * A flight is one fetch of one block. It reserves its bytes in the ring of the tier chosen by
- * the object's age (cache_route; ring_reserve pins them; readers cannot see them until commit) and the
- * fetcher writes straight into them, so a block is copied once from the network into the ring
+ * the object's age (cache_route; ring_reserve pins them; readers cannot see them until commit)
+ * and the chain's tiers write straight into them, so a block is copied once from the network into the ring
  * and once from the ring into the kernel. When the ring cannot take it (the next segment is
  * pinned) the flight fetches into a "bounce" buffer instead: the readers are answered, nothing
  * is stored.
@@ -42,30 +47,36 @@
  *                        ▲                        └─► fetch ─► flight_done
  *                        └──── pump: ring unpin, bounce unmapped, flight done ◄┘
  *
- * The lower tier. Behind the memory tiers there may be one more, the disk tier, reached only
- * through three optional env callbacks, so cache/ stays free of its policy. A flight asks
- * env->lower_get before env->fetch, into the same slot. lower_get is asynchronous like fetch:
- * it starts a read (the disk tier's reader threads do the pread, so the thread that starts
- * the flight, a FUSE worker or the backend's I/O thread, never waits for the disk, and a
- * readahead window's blocks are read in parallel) and calls lower_done once: a hit completes
- * the flight and the store sees nothing; a miss (a CRC failure, a read error, a rotation)
- * goes on to env->fetch from that thread. A miss the lower tier knows at once (not in its
- * index) is answered by lower_get's return value, with no thread hop. A flight fetched from
- * the store offers its bytes to env->lower_put in flight_done, before readers can see them
- * (the lower tier copies them into its write-behind queue; it never blocks). A lagging block
- * that env->lower_has says is there skips the token bucket: the limiter guards the store,
- * and is charged for bytes the store sends. Should lower_get then miss after all, the store
- * fetch is charged after the fact (rl_charge: it goes at once, the debt delays later lagging
- * fetches) and counted (lower_fallbacks).
+ * The chain. A flight that has its memory walks down the chain (cfg.chain, tier.h): each
+ * tier's get starts copying the block into the flight's memory and answers later (the disk
+ * tier's reader threads, the fleet's Redis GET on the I/O loop) or at once; a hit completes
+ * the flight, a miss goes on to the next tier, and the last one, the store, always answers.
+ * Flights started together (one read's blocks, one readahead batch) walk as one batch: the
+ * misses of a tier go on to the next tier together, once every flight of the batch has
+ * answered there, with the backend plugged (env->plug), so consecutive blocks that missed
+ * Redis still reach the store as one merged range request. A tier that will take long over
+ * one block (the fleet, waiting for another host's fetch) detaches it from its batch
+ * (tier_detach) and it goes on alone. A part of a block (a random read) goes straight to the
+ * store: the tiers below memory keep whole blocks. Once the flight is done, every tier its
+ * walk passed is told (put): with the bytes, for its admission rule to keep or not (the disk
+ * tier its write-behind copy, the fleet its SET), or with the error, to release what its get
+ * took (the fleet's fetch lock).
  *
- *   flight_fetch ─► lower_get ─► (reader thread) lower_done ── hit ──► flight_done (no tokens)
- *         │                                        └─ miss ─► store_fetch (charged if it
- *         └─ miss known at once ─► store_fetch ─► env->fetch ─► flight_done  skipped them)
- *                                                                 └─► lower_put (copy, background)
+ *   walk_list ──► walk: tier 0 ── hit ──► flight_done (no tokens)
+ *                          │ miss (the batch together)
+ *                          ▼
+ *                        tier 1 ... ─► store ─► flight_done ─► put to the tiers passed
  *
- * Hot flights start at once. Lagging flights enter a FIFO and start when the token bucket
- * says so; when it says "wait", a timer is armed through env->defer and the queue is drained
- * when it fires. No thread ever sleeps on the limiter.
+ * A lagging block that some tier of the chain has (tier_ops.has) skips the lagging tier's
+ * limiter: the limiter guards the store, and is charged for bytes the store sends. Should
+ * the walk reach the store after all (a CRC failure, an eviction), the fetch is charged then
+ * (rl_charge: it goes at once, the debt delays later lagging fetches) and counted
+ * (lower_fallbacks). A chain tier may own a gate too (the fleet's budget): its lagging misses
+ * pass it, one by one, before the next tier.
+ *
+ * Hot flights start at once. Lagging flights pass the lagging tier's gate (gate.c): a FIFO
+ * let through when the token bucket says so, on a timer armed through env->defer, and no
+ * more at once than half the lagging ring holds. No thread ever sleeps on the limiter.
  *
  * Completion (on the fetcher's thread): commit the slot, then under c->lock take the flight
  * out of the table and hand each waiter a pin on the bytes (or the error). A read whose last
@@ -73,11 +84,12 @@
  * fetch leaves nothing behind: the slot is aborted, the table entry removed, every waiter
  * answered with the error, so the next read retries.
  *
- * Locking: c->lock guards the flight table, the waiter lists, the throttle queue, the memory
- * queue and bounce accounting, the limiter and every read's pending count. Each ring has its
- * own lock, taken inside c->lock or alone, never the other way round; so is the lower tier's
- * (env->lower_has runs under c->lock; lower_get and lower_put with no lock, and lower_get's
- * done with none either). Replies and fetch
+ * Locking: c->lock guards the flight table, the waiter lists, the memory queue and bounce
+ * accounting, and every read's pending count. Each ring has its own lock, taken inside
+ * c->lock or alone, never the other way round; so are the gates' locks (gate_enter and
+ * gate_cancel run under c->lock; everything that can let a waiter go runs with no lock) and
+ * the chain's tiers' (tier_ops.has runs under c->lock; get and put with no lock, and get's
+ * answer comes with none either). A batch's count of answers is an atomic. Replies and fetch
  * starts happen with no lock held. A read that hits every block never takes c->lock (a pin
  * it drops only reads an atomic count of waiting flights).
  *
@@ -95,6 +107,7 @@
 
 #include "cache.h"
 #include "cache_i.h"
+#include "tier.h"
 
 #define FLIGHT_BUCKETS 4096 /* power of two; in-flight blocks are few (conns + queue) */
 #define STACK_PIECES 32     /* a 1 MiB read with 64 KiB blocks touches 17 */
@@ -131,26 +144,27 @@ struct pread;
 /* One fetch of one block. Lives from miss to completion. */
 struct flight {
 	struct flight *hnext;   /* flight table chain; c->lock */
-	struct flight *qnext;   /* throttle queue link; c->lock */
+	struct flight *qnext;   /* memory queue, or a list to start; c->lock */
 	struct cache *c;
 	struct cache_key key;
 	void *ctx;              /* the object, held with env->hold */
 	uint64_t off;           /* byte offset of the block in the object */
 	uint32_t len;           /* block length (short at end of object) */
-	uint8_t tier;           /* index in c->tier[]: where it is stored and which queue */
+	uint8_t tier;           /* index in c->tier[]: where it is stored, whose gate */
 	bool have_ref;          /* ref is a ring reservation */
 	struct ring_ref ref;    /* the reserved slot */
 	struct bounce *bounce;  /* or the bounce buffer */
 	struct piece *waiters;  /* pieces of parked reads waiting on this block; c->lock */
-	uint64_t queued_ns;     /* when it entered the throttle queue, 0 if it did not */
-	bool queued;            /* in the throttle queue now; c->lock */
-	bool running;           /* let out of the throttle queue: counted in lag_running */
+	struct gate_waiter gw;  /* in its memory tier's gate (lagging) */
+	bool queued;            /* waiting in that gate now; c->lock */
+	bool gated;             /* let through that gate: gate_done when it ends */
 	bool mwait;             /* in the memory queue now; c->lock */
+	bool mwait_new;         /* just queued: count it in mem_waits if it stays; c->lock */
 	bool claimed;           /* has its memory (slot or bounce charge): in mem_running */
 	bool bounce_charged;    /* claimed a bounce buffer of len bytes, not yet mapped */
 	bool forced;            /* that bounce buffer is over the limit (see mem_take) */
-	bool from_lower;        /* filled by env->lower_get, not fetched from the store */
-	bool lower_free;        /* skipped the limiter: env->lower_has said it holds the block */
+	bool lower_free;        /* skipped the limiter: a tier of the chain said it has the block */
+	struct chain_req cr;    /* its walk down the chain (tier.c), once it has its memory */
 };
 
 /* What a piece holds of its block's bytes. */
@@ -192,20 +206,19 @@ struct pread {
 };
 
 /*
- * One tier of the list c->tier[], in lookup order (CACHE_HOT first). A block is looked up in
- * each tier in turn; a miss is fetched into the tier cache_route() picks: the last one, from
- * the end of the list, that is on and whose admission rule takes the object (the first tier
- * takes everything). A tier with a limiter sends its misses through the throttle queue and
- * fetches them at background priority. All fields are set in cache_new and constant after,
- * except where said.
+ * One memory tier of the list c->tier[], in lookup order (CACHE_HOT first). A block is looked
+ * up in each tier in turn; a miss is fetched into the tier cache_route() picks: the last one,
+ * from the end of the list, that is on and whose admission rule takes the object (the first
+ * tier takes everything). A tier with a gate sends its misses through it and fetches them at
+ * background priority. All fields are set in cache_new and constant after, except where said.
  */
-struct tier {
+struct mem_tier {
 	const char *name;           /* "hot", "lagging": stats labels, residency text */
 	bool on;                    /* configured: it has a ring */
 	struct ring *ring;          /* NULL when the tier is off */
 	uint64_t size;              /* bytes */
 	uint64_t ttl_s;             /* block lifetime; the first tier's changes live (atomic) */
-	struct rl *rl;              /* its rate limiter (guarded by c->lock), or NULL */
+	struct gate *gate;          /* its limiter's queue (c->lag_gate), or NULL */
 	uint64_t rate;              /* the limiter's rate, bytes/s, 0 = unlimited (atomic) */
 	/* Does a miss of @o belong here? NULL: every object (the first tier). */
 	bool (*admits)(struct cache *c, const struct cache_obj *o);
@@ -216,17 +229,15 @@ struct cache {
 	struct cache_cfg cfg;    /* as given; the live settings are kept in the tiers */
 	struct cache_env env;
 	uint32_t shift;          /* log2(block_size) */
-	struct tier tier[CACHE_NTIERS];
+	struct mem_tier tier[CACHE_NTIERS];
+	struct chain chain;      /* the tiers below memory, the store last (tier.c) */
 
 	pthread_mutex_t lock;
 	struct flight *table[FLIGHT_BUCKETS];   /* c->lock */
 	struct pread *parked[FLIGHT_BUCKETS];   /* waiting reads with a ticket, by ticket; c->lock */
 	uint64_t next_ticket;                   /* atomic */
-	struct flight *qhead, *qtail;           /* lagging flights waiting for tokens; c->lock */
-	struct rl rl;                           /* c->lock */
-	uint64_t timer_due;      /* earliest armed drain timer, UINT64_MAX if none; c->lock */
-	uint64_t lag_inflight_max; /* lagging fetches at once: half the blocks its ring holds */
-	uint64_t lag_running;    /* lagging flights let out of the queue, not yet done; c->lock */
+	struct rl rl;            /* the lagging tier's token bucket; lag_gate's lock */
+	struct gate lag_gate;    /* the lagging tier's limiter: at most half its ring at once */
 	struct flight *mhead, *mtail; /* flights waiting for memory, FIFO by qnext; c->lock */
 	unsigned mwaiting;       /* flights in the memory queue; written under c->lock, read
 				  * without it (seq_cst) by whoever frees memory */
@@ -234,12 +245,6 @@ struct cache {
 	uint64_t bounce_bytes;   /* bytes of bounce buffers charged and not unmapped; c->lock */
 	uint64_t bounce_peak;    /* the most bounce_bytes ever was; c->lock */
 	uint64_t forced_bytes;   /* the part of bounce_bytes taken over the limit; c->lock */
-};
-
-/* Timer token: which cache and when it was meant to fire. */
-struct drain_timer {
-	struct cache *c;
-	uint64_t due;
 };
 
 #define STAT_ADD(c, t, field, v) __atomic_fetch_add(&(c)->tier[t].st.field, (v), __ATOMIC_RELAXED)
@@ -477,13 +482,13 @@ out:
 		piece_release(c, &p[i]);
 }
 
-static void flight_done(void *arg, int err);
+static void flight_done(struct flight *f, int err);
 
 /*
  * Find memory for flight @f (c->lock held): a slot in its ring, else a bounce buffer if the
  * cap allows it (or @force: nothing else holds memory, see the essay). Under a cap, a flight
  * nobody waits for yet (readahead) takes no bounce buffer: its bytes would be dropped unread.
- * The bounce buffer is only charged here and mapped by flight_fetch, outside the lock.
+ * The bounce buffer is only charged here and mapped by flight_ready, outside the lock.
  * @return true if @f has its memory, false if it must wait.
  */
 static bool claim(struct cache *c, struct flight *f, bool force)
@@ -559,7 +564,7 @@ static struct flight *mem_take(struct cache *c)
 		 * finish, and free them), so the excess stays about one read's blocks; others
 		 * only if those wait elsewhere (the limiter). A flight nobody waits for
 		 * (readahead) goes last, when nothing else is queued here: it may hold a
-		 * lagging slot (lag_running) that a flight readers wait for needs.
+		 * place under the lagging gate's cap that a flight readers wait for needs.
 		 */
 		struct flight *pick = NULL, *pick_prev = NULL;
 		uint32_t best = UINT32_MAX;
@@ -588,52 +593,48 @@ static struct flight *mem_take(struct cache *c)
 	return go;
 }
 
-static void flight_done(void *arg, int err);
+static void flight_done(struct flight *f, int err);
 
-/* Fetch from the store into the flight's memory. No lock held. A flight that skipped the
- * limiter because the lower tier said it held the block, which it then did not serve, is
- * charged now, after the fact: the fetch goes at once (its readers waited for the disk
- * already) and the debt makes later lagging fetches wait, so the store sees no more than the
- * rate over time. */
-static void store_fetch(struct flight *f)
+static struct flight *flight_of(struct chain_req *r)
 {
+	return (struct flight *)((char *)r - offsetof(struct flight, cr));
+}
+
+static void charge(void *src, void *arg)
+{
+	const uint64_t *v = arg; /* {bytes, now} */
+
+	rl_charge(src, v[0], v[1]);
+}
+
+/* The walk is about to ask the store. A flight that skipped the limiter because a tier of
+ * the chain said it held the block, which it then did not serve, is charged now, after the
+ * fact: the fetch goes at once (its readers waited for that tier already) and the debt makes
+ * later lagging fetches wait, so the store sees no more than the rate over time. No lock
+ * held. */
+static void flight_to_store(struct chain_req *r)
+{
+	struct flight *f = flight_of(r);
 	struct cache *c = f->c;
-	struct rl *rl = c->tier[f->tier].rl;
-	int r;
 
 	if (f->lower_free) {
+		uint64_t v[2] = {f->len, now_ns(c)};
+
 		STAT_ADD(c, f->tier, lower_fallbacks, 1);
-		pthread_mutex_lock(&c->lock);
-		rl_charge(rl, f->len, now_ns(c));
-		pthread_mutex_unlock(&c->lock);
+		gate_update(c->tier[f->tier].gate, charge, v);
 	}
 	STAT_ADD(c, f->tier, fetches, 1);
-	r = c->env.fetch(c->env.arg, f->ctx, f->off, f->len,
-			 f->have_ref ? f->ref.data : f->bounce->data, rl != NULL, flight_done, f);
-	if (r < 0)
-		flight_done(f, r);
 }
 
-/* env->lower_get's answer: the block is in the flight's memory, checked, or it goes to the
- * store. Any thread, no lock held. */
-static void lower_done(void *arg, int err)
+static void flight_answered(struct chain_req *r, int err)
 {
-	struct flight *f = arg;
-
-	if (err) {
-		store_fetch(f);
-		return;
-	}
-	f->from_lower = true;
-	STAT_ADD(f->c, f->tier, lower_hits, 1);
-	flight_done(f, 0);
+	flight_done(flight_of(r), err);
 }
 
-/* Fetch into the memory claim() found: from the lower tier when there is one, else (or on
- * its miss) from the store. No lock held. */
-static void flight_fetch(struct flight *f)
+/* Map the bounce buffer claim() charged, if that is the flight's memory, and set up its walk.
+ * No lock held. @return false if it failed (it is done, with -ENOMEM). */
+static bool flight_ready(struct flight *f)
 {
-	struct cache *c = f->c;
 	void *dst;
 
 	if (f->have_ref) {
@@ -642,40 +643,71 @@ static void flight_fetch(struct flight *f)
 		f->bounce = bounce_new(f->len);
 		if (!f->bounce) {
 			flight_done(f, -ENOMEM);
-			return;
+			return false;
 		}
 		f->bounce->forced = f->forced;
 		dst = f->bounce->data;
 	}
 	f->bounce_charged = false; /* the buffer, once mapped, carries the charge */
-	if (c->env.lower_get && !is_part(f->key) &&
-	    c->env.lower_get(c->env.arg, f->key, f->len, dst, lower_done, f) == 0)
-		return; /* lower_done goes on, on the lower tier's thread */
-	store_fetch(f);
+	f->cr.io = (struct tier_io){.key = f->key, .ctx = f->ctx, .off = f->off, .len = f->len,
+				    .dst = dst, .lagging = f->c->tier[f->tier].gate != NULL,
+				    .part = is_part(f->key)};
+	f->cr.done = flight_answered;
+	f->cr.to_store = flight_to_store;
+	return true;
+}
+
+#define BATCH_MAX 64 /* flights walked down the chain as one batch, at most */
+
+/* Walk the flights of @list (linked by qnext), which have their memory, down the chain as
+ * batches. No lock held. */
+static void walk_list(struct cache *c, struct flight *list)
+{
+	struct chain_req *batch[BATCH_MAX];
+	unsigned n = 0;
+
+	while (list) {
+		struct flight *f = list;
+
+		list = f->qnext;
+		f->qnext = NULL;
+		if (!flight_ready(f))
+			continue;
+		batch[n++] = &f->cr;
+		if (n == BATCH_MAX) {
+			chain_start(&c->chain, batch, n);
+			n = 0;
+		}
+	}
+	if (n)
+		chain_start(&c->chain, batch, n);
 }
 
 /* The thread pumping the memory queue now, and whether it should look again: a fetch that
- * fails (or completes) inside env->fetch pumps again from within; that nested pump only asks
+ * fails (or completes) inside a tier's get pumps again from within; that nested pump only asks
  * the outer one to repeat, so the stack does not grow with the queue. */
 static _Thread_local struct cache *pumping;
 static _Thread_local bool repump;
 
 /*
- * Queue @add (if not NULL) for memory, count @finished (a flight done that held memory) out of
- * mem_running, and start every queued flight that can have memory now. No lock held.
+ * Queue the flights of list @add (linked by qnext; may be NULL) for memory, count @finished (a
+ * flight done that held memory) out of mem_running, and start every queued flight that can
+ * have memory now, as one batch down the chain. No lock held.
  */
 static void mem_pump(struct cache *c, struct flight *add, bool finished)
 {
-	struct flight *go;
+	struct flight *go, *f, *next;
 
 	pthread_mutex_lock(&c->lock);
-	if (add) {
-		add->mwait = true;
+	for (f = add; f; f = next) {
+		next = f->qnext;
+		f->qnext = NULL;
+		f->mwait = true;
 		if (c->mtail)
-			c->mtail->qnext = add;
+			c->mtail->qnext = f;
 		else
-			c->mhead = add;
-		c->mtail = add;
+			c->mhead = f;
+		c->mtail = f;
 		__atomic_store_n(&c->mwaiting, c->mwaiting + 1, __ATOMIC_SEQ_CST);
 	}
 	if (finished)
@@ -686,21 +718,18 @@ static void mem_pump(struct cache *c, struct flight *add, bool finished)
 		return;
 	}
 	go = mem_take(c);
-	if (add && add->mwait)
-		STAT_ADD(c, add->tier, mem_waits, 1);
+	for (f = add ? c->mhead : NULL; f; f = f->qnext) {
+		if (f->mwait_new)
+			STAT_ADD(c, f->tier, mem_waits, 1);
+		f->mwait_new = false;
+	}
 	pthread_mutex_unlock(&c->lock);
 	if (!go)
 		return;
 	pumping = c;
 	for (;;) {
 		repump = false;
-		while (go) {
-			struct flight *f = go;
-
-			go = f->qnext;
-			f->qnext = NULL;
-			flight_fetch(f);
-		}
+		walk_list(c, go);
 		if (!repump)
 			break;
 		pthread_mutex_lock(&c->lock);
@@ -719,104 +748,43 @@ static void mem_wake(struct cache *c)
 		mem_pump(c, NULL, false);
 }
 
-/* Start a flight: it gets its memory now or waits for it in the memory queue. No lock held. */
-static void flight_start(struct flight *f)
+/* Start the flights of @list (linked by qnext): each gets its memory now or waits for it in
+ * the memory queue; those that get it walk down the chain together. No lock held. */
+static void start_list(struct cache *c, struct flight *list)
 {
-	STAT_ADD(f->c, f->tier, inflight, 1); /* flight_done counts it down, on every path */
-	mem_pump(f->c, f, false);
-}
-
-static void start_list(struct flight *list)
-{
-	while (list) {
-		struct flight *next = list->qnext;
-
-		list->qnext = NULL;
-		flight_start(list);
-		list = next;
+	for (struct flight *f = list; f; f = f->qnext) {
+		STAT_ADD(c, f->tier, inflight, 1); /* flight_done counts it down, on every path */
+		f->mwait_new = true;
 	}
+	if (list)
+		mem_pump(c, list, false);
 }
 
-static void drain_fire(void *arg);
-
-/* Pop every queued lagging flight the limiter lets through now; arm a timer for the rest.
- * Called with c->lock held; returns the flights to start once it is dropped. */
-static struct flight *drain(struct cache *c, uint64_t now)
+/* A lagging flight let through its tier's gate: start it. */
+static void flight_gate_go(struct gate_waiter *w)
 {
-	struct flight *go = NULL, **tail = &go;
-
-	while (c->qhead) {
-		struct flight *f = c->qhead;
-		uint64_t wait;
-
-		/* no more fetches at once than the tier can hold: the rest would bounce; a
-		 * completion drains again */
-		if (c->lag_running >= c->lag_inflight_max)
-			break;
-		wait = rl_take(c->tier[f->tier].rl, f->len, now);
-
-		if (wait) {
-			uint64_t due = now + wait;
-			struct drain_timer *t;
-
-			if (due >= c->timer_due)
-				break; /* an earlier timer will drain */
-			t = malloc(sizeof(*t));
-			if (!t)
-				break; /* the next completion or read drains */
-			t->c = c;
-			t->due = due;
-			if (c->env.defer(c->env.arg, wait, drain_fire, t) < 0) {
-				free(t);
-				break;
-			}
-			c->timer_due = due;
-			break;
-		}
-		c->qhead = f->qnext;
-		if (!c->qhead)
-			c->qtail = NULL;
-		f->qnext = NULL;
-		f->queued = false;
-		f->running = true;
-		c->lag_running++;
-		STAT_SUB(c, f->tier, queued, 1);
-		if (f->queued_ns && now > f->queued_ns) {
-			STAT_ADD(c, f->tier, throttle_waits, 1);
-			STAT_ADD(c, f->tier, throttled_ns, now - f->queued_ns);
-		}
-		*tail = f;
-		tail = &f->qnext;
-	}
-	return go;
-}
-
-static void drain_fire(void *arg)
-{
-	struct drain_timer *t = arg;
-	struct cache *c = t->c;
-	struct flight *go;
+	struct flight *f = (struct flight *)((char *)w - offsetof(struct flight, gw));
+	struct cache *c = f->c;
 
 	pthread_mutex_lock(&c->lock);
-	if (c->timer_due == t->due)
-		c->timer_due = UINT64_MAX;
-	go = drain(c, now_ns(c));
+	f->queued = false;
+	f->gated = true;
 	pthread_mutex_unlock(&c->lock);
-	free(t);
-	start_list(go);
+	start_list(c, f);
 }
 
 /*
  * Create a flight for @len bytes at @off of @o, stored under @k: a whole block, or a part of
- * one (part_of) (c->lock held). Flights of a tier without a limiter go
- * on @go to be started by the caller; the others join the throttle queue, and whatever the
- * queue lets through goes on @go as well. @return the flight, or NULL if out of memory.
+ * one (part_of) (c->lock held). A flight of a tier without a gate, or that its gate lets
+ * through at once, goes on @go to be started by the caller; the others wait in the gate, which
+ * starts them. @return the flight, or NULL if out of memory.
  */
 static struct flight *flight_new(struct cache *c, const struct cache_obj *o, struct cache_key k,
-				 uint64_t off, uint32_t len, enum cache_tier tier, uint64_t now,
+				 uint64_t off, uint32_t len, enum cache_tier tier,
 				 struct flight ***go_tail)
 {
 	struct flight *f = calloc(1, sizeof(*f));
+	struct gate *g = c->tier[tier].gate;
 
 	if (!f)
 		return NULL;
@@ -831,28 +799,15 @@ static struct flight *flight_new(struct cache *c, const struct cache_obj *o, str
 	f->hnext = c->table[b];
 	c->table[b] = f;
 
-	/* a block the lower tier holds costs the store nothing: no limiter */
-	if (c->tier[tier].rl && c->env.lower_has && !is_part(k) && c->env.lower_has(c->env.arg, k))
+	/* a block a tier of the chain holds costs the store nothing: no limiter */
+	if (g && !is_part(k) && chain_has(&c->chain, k))
 		f->lower_free = true;
-	if (!c->tier[tier].rl || f->lower_free) {
+	f->gw.go = flight_gate_go;
+	if (!g || f->lower_free || (f->gated = gate_enter(g, &f->gw, len))) {
 		**go_tail = f;
 		*go_tail = &f->qnext;
-		return f;
-	}
-	f->queued_ns = now;
-	f->queued = true;
-	STAT_ADD(c, tier, queued, 1);
-	if (c->qtail)
-		c->qtail->qnext = f;
-	else
-		c->qhead = f;
-	c->qtail = f;
-	struct flight *let = drain(c, now);
-	if (let) {
-		**go_tail = let;
-		while (let->qnext)
-			let = let->qnext;
-		*go_tail = &let->qnext;
+	} else {
+		f->queued = true;
 	}
 	return f;
 }
@@ -878,35 +833,27 @@ static void unpark(struct cache *c, struct pread *pr)
 	pr->ticket = 0;
 }
 
-static void flight_done(void *arg, int err)
+/* Count @f's end in its tier's stats. */
+static void flight_count(struct cache *c, const struct flight *f, int err)
 {
-	struct flight *f = arg;
-	struct cache *c = f->c;
-	struct ring *ring = c->tier[f->tier].ring;
-	struct pread *done = NULL;
-	struct flight *go;
-	bool claimed = f->claimed;
+	bool from_chain = f->cr.ch && f->cr.level + 1 < c->chain.n; /* a tier above the store */
 
 	STAT_SUB(c, f->tier, inflight, 1);
 	if (err)
 		STAT_ADD(c, f->tier, fetch_errors, 1);
-	else if (!f->from_lower)
+	else if (from_chain)
+		STAT_ADD(c, f->tier, lower_hits, 1);
+	else
 		STAT_ADD(c, f->tier, bytes_fetched, f->len);
-	if (!err && !f->from_lower && c->env.lower_put && !is_part(f->key))
-		c->env.lower_put(c->env.arg, f->key, f->have_ref ? f->ref.data : f->bounce->data,
-				 f->len, c->tier[f->tier].rl != NULL);
-	if (!err && f->have_ref)
-		ring_commit(ring, &f->ref);
+}
 
-	pthread_mutex_lock(&c->lock);
-	flight_unlink(c, f);
-	if (f->running)
-		c->lag_running--;
-	if (f->bounce_charged) { /* charged, never mapped */
-		c->bounce_bytes -= f->len;
-		if (f->forced)
-			c->forced_bytes -= f->len;
-	}
+/* Give @f's bytes (or @err) to each read waiting for it (c->lock held). @return the reads
+ * now complete, linked through their first piece's wnext. */
+static struct pread *give_waiters(struct cache *c, struct flight *f, int err)
+{
+	struct ring *ring = c->tier[f->tier].ring;
+	struct pread *done = NULL;
+
 	for (struct piece *p = f->waiters, *next; p; p = next) {
 		struct pread *pr = p->pr;
 
@@ -936,8 +883,46 @@ static void flight_done(void *arg, int err)
 			done = pr;
 		}
 	}
-	/* a completion frees a connection slot: a good moment to let queued fetches go */
-	go = c->qhead ? drain(c, now_ns(c)) : NULL;
+	return done;
+}
+
+/* Answer the reads of list @done (give_waiters) and free them. No lock held. */
+static void answer_all(struct cache *c, struct pread *done)
+{
+	while (done) {
+		struct pread *pr = done;
+
+		done = (struct pread *)pr->p[0].wnext;
+		answer(c, pr->p, pr->n, pr->first, pr->off, pr->len, pr->err, pr->reply, pr->req);
+		free(pr);
+	}
+}
+
+/* @f ended: its bytes are in its memory (@err 0), or it failed. The tiers its walk passed are
+ * told (their admission rules copy what they keep) before the slot becomes visible; then its
+ * readers are answered and what it held is given back. Any thread, no lock held. */
+static void flight_done(struct flight *f, int err)
+{
+	struct cache *c = f->c;
+	struct ring *ring = c->tier[f->tier].ring;
+	struct gate *gated = f->gated ? c->tier[f->tier].gate : NULL;
+	struct pread *done;
+	bool claimed = f->claimed;
+
+	flight_count(c, f, err);
+	if (f->cr.ch)
+		chain_put(&c->chain, &f->cr, err);
+	if (!err && f->have_ref)
+		ring_commit(ring, &f->ref);
+
+	pthread_mutex_lock(&c->lock);
+	flight_unlink(c, f);
+	if (f->bounce_charged) { /* charged, never mapped */
+		c->bounce_bytes -= f->len;
+		if (f->forced)
+			c->forced_bytes -= f->len;
+	}
+	done = give_waiters(c, f, err);
 	pthread_mutex_unlock(&c->lock);
 
 	if (f->have_ref) {
@@ -950,15 +935,10 @@ static void flight_done(void *arg, int err)
 		bounce_put(c, f->bounce);
 	c->env.release(f->ctx);
 	free(f);
-
-	while (done) {
-		struct pread *pr = done;
-
-		done = (struct pread *)pr->p[0].wnext;
-		answer(c, pr->p, pr->n, pr->first, pr->off, pr->len, pr->err, pr->reply, pr->req);
-		free(pr);
-	}
-	start_list(go);
+	answer_all(c, done);
+	/* a fetch of the lagging tier ended: the next may go */
+	if (gated)
+		gate_done(gated);
 	/* last, once its pins and its readers' are dropped: the memory it held is free */
 	if (claimed)
 		mem_pump(c, NULL, true);
@@ -976,6 +956,20 @@ static uint64_t readahead_cap(const struct cache *c, enum cache_tier tier)
 	uint64_t cap = c->tier[tier].size / 8 / c->cfg.block_size;
 
 	return cap > c->cfg.readahead ? cap : c->cfg.readahead;
+}
+
+/* How far ahead of a reader of @tier a window of @win blocks may fetch. A throttled reader
+ * consumes a block in block_size/rate seconds; blocks fetched further ahead than about half
+ * the tier's TTL would expire unread and be paid for twice. */
+static uint64_t throttled_depth(const struct cache *c, enum cache_tier tier, uint64_t win)
+{
+	uint64_t rate, fit;
+
+	if (!c->tier[tier].gate)
+		return win;
+	rate = __atomic_load_n(&c->tier[tier].rate, __ATOMIC_RELAXED);
+	fit = rate ? rate * c->tier[tier].ttl_s / 2 / c->cfg.block_size : win;
+	return win < fit ? win : fit;
 }
 
 /*
@@ -1010,17 +1004,7 @@ static void readahead_plan(struct cache *c, const struct cache_obj *o, struct ca
 	}
 	__atomic_store_n(&s->ra_win, win, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->ra_grow, grow, __ATOMIC_RELAXED);
-	depth = win;
-	if (c->tier[tier].rl) {
-		/* A throttled reader consumes a block in block_size/rate seconds; blocks fetched
-		 * further ahead than about half the tier's TTL would expire unread and be paid
-		 * for twice. */
-		uint64_t rate = __atomic_load_n(&c->tier[tier].rate, __ATOMIC_RELAXED);
-		uint64_t fit = rate ? rate * c->tier[tier].ttl_s / 2 / c->cfg.block_size : depth;
-
-		if (depth > fit)
-			depth = fit;
-	}
+	depth = throttled_depth(c, tier, win);
 	if (!depth)
 		return;
 	to = last + depth;
@@ -1046,7 +1030,7 @@ static void readahead_plan(struct cache *c, const struct cache_obj *o, struct ca
 
 	if (batch > depth / 2)
 		batch = depth / 2;
-	if (!c->tier[tier].rl && to + 1 < nblocks && to - from + 1 < batch)
+	if (!c->tier[tier].gate && to + 1 < nblocks && to - from + 1 < batch)
 		return;
 	__atomic_store_n(&s->ra_next, to + 1, __ATOMIC_RELAXED);
 	*ret_from = from;
@@ -1084,13 +1068,169 @@ static void readahead(struct cache *c, const struct cache_obj *o, uint64_t from,
 			break;
 		if (resident(c, k, now))
 			continue;
-		if (!flight_new(c, o, k, b << c->shift, block_len(c, o, b), tier, now, &go_tail))
+		if (!flight_new(c, o, k, b << c->shift, block_len(c, o, b), tier, &go_tail))
 			break;
 		added++;
 		STAT_ADD(c, tier, readaheads, 1);
 	}
 	pthread_mutex_unlock(&c->lock);
-	start_list(go);
+	start_list(c, go);
+}
+
+/* A read being set up: the request, clipped to the object, and what cache_read decided. */
+struct rq {
+	const struct cache_obj *o;
+	uint64_t off;        /* clipped request */
+	size_t len;
+	uint64_t first, last; /* its blocks */
+	uint32_t n;
+	uint64_t now;
+	enum cache_tier tier; /* where its misses go */
+	bool parts;          /* a random read of an object too big for whole blocks: parts */
+	uint64_t ticket;
+	cache_reply_fn reply;
+	void *req;
+};
+
+/*
+ * Advance stream @s past read @q: plan readahead for a sequential reader ([*ret_from,
+ * *ret_to], empty when from > to), forget the window on a seek. @return true when the read
+ * should fetch parts of blocks (a random read of a lagging object, or of a hot one larger than
+ * cfg.hot_parts_above: whole blocks of it would evict each other before they are read again;
+ * README, "Random reads").
+ */
+static bool stream_step(struct cache *c, struct cache_stream *s, const struct rq *q,
+			uint64_t *ret_from, uint64_t *ret_to)
+{
+	uint64_t prev = __atomic_exchange_n(&s->next_off, q->off + q->len, __ATOMIC_RELAXED);
+	/* A stream with a window stays sequential while its reads land between the block
+	 * before the previous read's last block and its readahead frontier: the kernel's
+	 * readahead requests reach the FUSE workers slightly out of order. */
+	bool near = __atomic_load_n(&s->ra_win, __ATOMIC_RELAXED) && prev &&
+		    q->first + 1 >= (prev - 1) >> c->shift &&
+		    q->first <= __atomic_load_n(&s->ra_next, __ATOMIC_RELAXED);
+	bool seq = q->off == prev || q->off == 0 || near;
+
+	if (seq && c->cfg.readahead)
+		readahead_plan(c, q->o, s, q->last, q->off == 0 && prev != 0, q->tier, ret_from,
+			       ret_to);
+	else if (!seq)
+		__atomic_store_n(&s->ra_win, 0, __ATOMIC_RELAXED); /* a seek */
+	return !seq && (q->tier == CACHE_LAG ||
+			(c->cfg.hot_parts_above && q->o->size > c->cfg.hot_parts_above));
+}
+
+/* Look every block of @q up, pinning what is resident into @p. @return how many are not. */
+static uint32_t look_all(struct cache *c, const struct rq *q, struct piece *p)
+{
+	uint32_t missing = 0;
+
+	for (uint32_t i = 0; i < q->n; i++) {
+		struct part pt;
+
+		p[i].pin = PIN_NONE;
+		p[i].wait = NULL;
+		if (lookup(c, (struct cache_key){q->o->id, q->first + i}, q->now, &p[i]))
+			continue;
+		if (q->parts && part_of(c, q->o, q->first + i, q->off, q->len, &pt) &&
+		    part_lookup(c, &pt, q->now, &p[i]))
+			continue;
+		missing++;
+	}
+	return missing;
+}
+
+/*
+ * Find or start the flight piece @p (block @blk of read @q) waits for (c->lock held); new
+ * flights go on @go_tail. A piece whose block was committed since the first look is pinned
+ * instead. @return the flight; NULL if the piece is pinned, or out of memory (*ret_err set).
+ * *ret_pump: it joined a flight that waits for memory (and may now take a bounce buffer).
+ */
+static struct flight *piece_flight(struct cache *c, const struct rq *q, struct piece *p,
+				   uint64_t blk, struct flight ***go_tail, bool *ret_pump,
+				   int *ret_err)
+{
+	struct cache_key k = {q->o->id, blk};
+	struct part pt;
+	struct flight *f;
+	/* the whole block when a tier of the chain has it: it costs the store nothing */
+	bool part = q->parts && part_of(c, q->o, blk, q->off, q->len, &pt) &&
+		    !chain_has(&c->chain, k);
+
+	p->start = 0;
+	/* a fetch of the whole block serves a part too */
+	f = flight_find(c, k);
+	if (!f && part && (f = flight_find(c, pt.key)))
+		p->start = pt.start;
+	if (f) {
+		STAT_ADD(c, f->tier, joins, 1);
+		*ret_pump |= f->mwait;
+		return f;
+	}
+	if (lookup(c, k, q->now, p) || (part && part_lookup(c, &pt, q->now, p)))
+		return NULL; /* committed since the first look */
+	if (part) {
+		p->start = pt.start;
+		f = flight_new(c, q->o, pt.key, (blk << c->shift) + pt.start, pt.len, q->tier,
+			       go_tail);
+	} else {
+		f = flight_new(c, q->o, k, blk << c->shift, block_len(c, q->o, blk), q->tier,
+			       go_tail);
+	}
+	if (!f) {
+		*ret_err = -ENOMEM;
+		return NULL;
+	}
+	STAT_ADD(c, q->tier, misses, 1);
+	if (part)
+		STAT_ADD(c, q->tier, parts, 1);
+	return f;
+}
+
+/* The slow path: read @q, whose pieces are @pr->p, waits for the blocks it misses. Each missing
+ * piece joins its block's flight (started if there is none); the read is answered by the last
+ * flight's completion, or here if none is left to wait for. */
+static void park(struct cache *c, const struct rq *q, struct pread *pr)
+{
+	struct flight *go = NULL, **go_tail = &go;
+	bool finished, pump = false;
+
+	*pr = (struct pread){.c = c, .obj = q->o->id, .reply = q->reply, .req = q->req,
+			     .off = q->off, .len = q->len, .first = q->first, .n = q->n,
+			     .pending = 1 /* held here until every piece is registered */};
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < q->n; i++) {
+		struct piece *p = &pr->p[i];
+		struct flight *f;
+
+		if (p->pin != PIN_NONE)
+			continue;
+		p->pr = pr;
+		f = piece_flight(c, q, p, q->first + i, &go_tail, &pump, &pr->err);
+		if (!f)
+			continue;
+		p->wait = f;
+		p->wnext = f->waiters;
+		f->waiters = p;
+		pr->pending++;
+	}
+	finished = --pr->pending == 0;
+	if (!finished && q->ticket) {
+		unsigned b = ticket_bucket(q->ticket);
+
+		pr->ticket = q->ticket;
+		pr->hnext = c->parked[b];
+		c->parked[b] = pr;
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	start_list(c, go);
+	if (pump)
+		mem_pump(c, NULL, false);
+	if (finished) {
+		answer(c, pr->p, pr->n, pr->first, pr->off, pr->len, pr->err, pr->reply, pr->req);
+		free(pr);
+	}
 }
 
 void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
@@ -1098,162 +1238,47 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 {
 	struct piece stack_p[STACK_PIECES], *p = stack_p;
 	struct pread *pr = NULL;
-	uint64_t first, last, now, ra_from = 1, ra_to = 0;
-	uint32_t n, missing = 0;
-	enum cache_tier tier;
-	bool parts = false; /* a random read of an object too big for whole blocks: fetch parts */
+	uint64_t ra_from = 1, ra_to = 0;
+	struct rq q = {.o = o, .off = off, .len = len, .ticket = ticket, .reply = reply,
+		       .req = req};
 
 	if (off >= o->size || len == 0) {
 		reply(req, NULL, 0, 0);
 		return;
 	}
-	if (len > o->size - off)
-		len = (size_t)(o->size - off);
-	first = off >> c->shift;
-	last = (off + len - 1) >> c->shift;
-	if (last - first >= MAX_READ_BLOCKS) {
+	if (q.len > o->size - off)
+		q.len = (size_t)(o->size - off);
+	q.first = off >> c->shift;
+	q.last = (off + q.len - 1) >> c->shift;
+	if (q.last - q.first >= MAX_READ_BLOCKS) {
 		reply(req, NULL, 0, -EINVAL);
 		return;
 	}
-	n = (uint32_t)(last - first + 1);
-	now = now_ns(c);
-	tier = cache_route(c, o);
-	if (s) {
-		uint64_t prev = __atomic_exchange_n(&s->next_off, off + len, __ATOMIC_RELAXED);
-		/* A stream with a window stays sequential while its reads land between the
-		 * block before the previous read's last block and its readahead frontier: the
-		 * kernel's readahead requests reach the FUSE workers slightly out of order. */
-		bool near = __atomic_load_n(&s->ra_win, __ATOMIC_RELAXED) && prev &&
-			    first + 1 >= (prev - 1) >> c->shift &&
-			    first <= __atomic_load_n(&s->ra_next, __ATOMIC_RELAXED);
-
-		bool seq = off == prev || off == 0 || near;
-
-		if (seq && c->cfg.readahead)
-			readahead_plan(c, o, s, last, off == 0 && prev != 0, tier, &ra_from,
-				       &ra_to);
-		else if (!seq)
-			__atomic_store_n(&s->ra_win, 0, __ATOMIC_RELAXED); /* a seek */
-		/* whole blocks of a hot object larger than hot_parts_above would evict each
-		 * other before they are read again (README, "Random reads") */
-		parts = !seq && (tier == CACHE_LAG ||
-				 (c->cfg.hot_parts_above && o->size > c->cfg.hot_parts_above));
-	}
-
-	if (n > STACK_PIECES) {
-		pr = calloc(1, sizeof(*pr) + n * sizeof(struct piece));
+	q.n = (uint32_t)(q.last - q.first + 1);
+	q.now = now_ns(c);
+	q.tier = cache_route(c, o);
+	if (s)
+		q.parts = stream_step(c, s, &q, &ra_from, &ra_to);
+	/* the pieces: on the stack while every block may be resident, else in a heap pread */
+	if (q.n > STACK_PIECES) {
+		pr = malloc(sizeof(*pr) + q.n * sizeof(struct piece));
 		if (!pr) {
 			reply(req, NULL, 0, -ENOMEM);
 			return;
 		}
 		p = pr->p;
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		struct part pt;
-
-		p[i].pin = PIN_NONE;
-		if (lookup(c, (struct cache_key){o->id, first + i}, now, &p[i]))
-			continue;
-		if (parts && part_of(c, o, first + i, off, len, &pt) && part_lookup(c, &pt, now, &p[i]))
-			continue;
-		missing++;
-	}
-
-	if (!missing) {
-		answer(c, p, n, first, off, len, 0, reply, req);
+	if (!look_all(c, &q, p)) {
+		answer(c, p, q.n, q.first, q.off, q.len, 0, reply, req);
 		free(pr);
-		goto readahead;
+	} else if (!pr && !(pr = malloc(sizeof(*pr) + q.n * sizeof(struct piece)))) {
+		answer(c, p, q.n, q.first, q.off, q.len, -ENOMEM, reply, req);
+	} else {
+		if (p != pr->p)
+			memcpy(pr->p, p, q.n * sizeof(struct piece));
+		park(c, &q, pr);
 	}
-
-	/* Slow path: park the read. The pieces move into a heap pread. */
-	if (!pr) {
-		pr = malloc(sizeof(*pr) + n * sizeof(struct piece));
-		if (!pr) {
-			answer(c, p, n, first, off, len, -ENOMEM, reply, req);
-			goto readahead;
-		}
-		memcpy(pr->p, p, n * sizeof(struct piece));
-		p = pr->p;
-	}
-	pr->c = c;
-	pr->ticket = 0;
-	pr->obj = o->id;
-	pr->reply = reply;
-	pr->req = req;
-	pr->off = off;
-	pr->len = len;
-	pr->first = first;
-	pr->n = n;
-	pr->err = 0;
-	pr->pending = 1; /* held by this function until every piece is registered */
-
-	struct flight *go = NULL, **go_tail = &go;
-	bool finished, pump = false;
-
-	pthread_mutex_lock(&c->lock);
-	for (uint32_t i = 0; i < n; i++) {
-		struct cache_key k = {o->id, first + i};
-		struct part pt;
-		bool part;
-		struct flight *f;
-
-		if (p[i].pin != PIN_NONE)
-			continue;
-		p[i].pr = pr;
-		p[i].start = 0;
-		/* the whole block when the lower tier has it: it costs the store nothing */
-		part = parts && part_of(c, o, k.blk, off, len, &pt) &&
-		       !(c->env.lower_has && c->env.lower_has(c->env.arg, k));
-		/* a fetch of the whole block serves a part too */
-		f = flight_find(c, k);
-		if (!f && part && (f = flight_find(c, pt.key)))
-			p[i].start = pt.start;
-		if (f) {
-			STAT_ADD(c, f->tier, joins, 1);
-			pump |= f->mwait; /* waited, may now take a bounce buffer */
-		} else if (lookup(c, k, now, &p[i]) || (part && part_lookup(c, &pt, now, &p[i]))) {
-			continue; /* committed since the first look */
-		} else {
-			if (part) {
-				p[i].start = pt.start;
-				f = flight_new(c, o, pt.key, (k.blk << c->shift) + pt.start, pt.len,
-					       tier, now, &go_tail);
-			} else {
-				f = flight_new(c, o, k, k.blk << c->shift, block_len(c, o, k.blk),
-					       tier, now, &go_tail);
-			}
-			if (!f) {
-				pr->err = -ENOMEM;
-				continue;
-			}
-			STAT_ADD(c, tier, misses, 1);
-			if (part)
-				STAT_ADD(c, tier, parts, 1);
-		}
-		p[i].wait = f;
-		p[i].wnext = f->waiters;
-		f->waiters = &p[i];
-		pr->pending++;
-	}
-	finished = --pr->pending == 0;
-	if (!finished && ticket) {
-		unsigned b = ticket_bucket(ticket);
-
-		pr->ticket = ticket;
-		pr->hnext = c->parked[b];
-		c->parked[b] = pr;
-	}
-	pthread_mutex_unlock(&c->lock);
-
-	start_list(go);
-	if (pump)
-		mem_pump(c, NULL, false);
-	if (finished) {
-		answer(c, p, n, first, off, len, pr->err, reply, req);
-		free(pr);
-	}
-readahead:
-	readahead(c, o, ra_from, ra_to, tier, now);
+	readahead(c, o, ra_from, ra_to, q.tier, q.now);
 }
 
 uint64_t cache_ticket(struct cache *c)
@@ -1261,11 +1286,49 @@ uint64_t cache_ticket(struct cache *c)
 	return __atomic_add_fetch(&c->next_ticket, 1, __ATOMIC_RELAXED);
 }
 
+/*
+ * Take piece @p of a cancelled read off its flight's waiters (c->lock held). If nobody else
+ * waits for that flight and it has not started (it waits in its gate, or for memory), it
+ * never will: take it out of the table too. @return that flight, or NULL.
+ */
+static struct flight *unwait(struct cache *c, struct piece *p)
+{
+	struct flight *f = p->wait, **qp, *prev = NULL;
+	struct piece **pp;
+	bool mine = false;
+
+	if (p->pin != PIN_NONE || !f)
+		return NULL; /* arrived (pinned) or never registered */
+	for (pp = &f->waiters; *pp; pp = &(*pp)->wnext) {
+		if (*pp == p) {
+			*pp = p->wnext;
+			mine = true;
+			break;
+		}
+	}
+	if (!mine || f->waiters)
+		return NULL;
+	if (f->queued) {
+		/* a gate that let it through already is about to start it: leave it be */
+		if (!gate_cancel(c->tier[f->tier].gate, &f->gw))
+			return NULL;
+		f->queued = false;
+	} else if (f->mwait) {
+		for (qp = &c->mhead; *qp != f; qp = &(*qp)->qnext)
+			prev = *qp;
+		mem_unlink(c, f, prev);
+		STAT_SUB(c, f->tier, inflight, 1); /* start_list counted it */
+	} else {
+		return NULL;
+	}
+	flight_unlink(c, f);
+	return f;
+}
+
 void cache_cancel(struct cache *c, uint64_t ticket)
 {
-	struct flight *drop = NULL, *go;
+	struct flight *drop = NULL;
 	struct pread *pr;
-	bool lag_freed = false;
 
 	if (!ticket)
 		return;
@@ -1279,53 +1342,14 @@ void cache_cancel(struct cache *c, uint64_t ticket)
 	}
 	unpark(c, pr);
 	for (uint32_t i = 0; i < pr->n; i++) {
-		struct piece *p = &pr->p[i], **pp;
-		struct flight *f;
+		struct flight *f = unwait(c, &pr->p[i]);
 
-		if (p->pin != PIN_NONE)
-			continue; /* arrived (pinned) or never registered */
-		f = p->wait;
-		if (!f)
-			continue;
-		bool mine = false;
-
-		for (pp = &f->waiters; *pp; pp = &(*pp)->wnext) {
-			if (*pp == p) {
-				*pp = p->wnext;
-				mine = true;
-				break;
-			}
+		if (f) {
+			f->qnext = drop;
+			drop = f;
 		}
-		if (!mine || f->waiters || (!f->queued && !f->mwait))
-			continue;
-		/* nobody wants it and it has not started: it never will */
-		struct flight **qp = f->queued ? &c->qhead : &c->mhead, *prev = NULL;
-
-		while (*qp != f) {
-			prev = *qp;
-			qp = &(*qp)->qnext;
-		}
-		if (f->queued) {
-			*qp = f->qnext;
-			if (c->qtail == f)
-				c->qtail = prev;
-			f->queued = false;
-			STAT_SUB(c, f->tier, queued, 1);
-		} else {
-			mem_unlink(c, f, prev);
-			STAT_SUB(c, f->tier, inflight, 1); /* flight_start counted it */
-			if (f->running) {
-				c->lag_running--;
-				lag_freed = true;
-			}
-		}
-		flight_unlink(c, f);
-		f->qnext = drop;
-		drop = f;
 	}
 	pr->pending = 0;
-	/* a dropped lagging flight had a place among the running ones: pass it on */
-	go = lag_freed && c->qhead ? drain(c, now_ns(c)) : NULL;
 	pthread_mutex_unlock(&c->lock);
 
 	answer(c, pr->p, pr->n, pr->first, pr->off, pr->len, -EINTR, pr->reply, pr->req);
@@ -1334,13 +1358,15 @@ void cache_cancel(struct cache *c, uint64_t ticket)
 		struct flight *f = drop;
 
 		drop = f->qnext;
+		/* a dropped lagging flight had a place among the running ones: pass it on */
+		if (f->gated)
+			gate_done(c->tier[f->tier].gate);
 		c->env.release(f->ctx);
 		free(f);
 	}
-	start_list(go);
 }
 
-static void tier_done(struct tier *t)
+static void tier_done(struct mem_tier *t)
 {
 	ring_free(t->ring);
 	t->ring = NULL;
@@ -1376,21 +1402,22 @@ static int tier_ring(uint64_t size, uint32_t block, uint64_t ttl_s, bool prefaul
 }
 
 /*
- * The tier list of @cfg, in lookup order: every field but the rings and the counters. @rl is
- * the lagging tier's limiter. Adding a tier is adding its entry here (and its name above).
+ * The memory tiers of @cfg, in lookup order: every field but the rings and the counters. @gate
+ * is the lagging tier's. Adding a memory tier is adding its entry here (and its name above);
+ * a tier below memory is a struct tier in the chain instead (tier.h).
  */
-static void tiers_of(const struct cache_cfg *cfg, struct rl *rl, struct tier *ret)
+static void tiers_of(const struct cache_cfg *cfg, struct gate *gate, struct mem_tier *ret)
 {
-	ret[CACHE_HOT] = (struct tier){
+	ret[CACHE_HOT] = (struct mem_tier){
 		.on = true,
 		.size = cfg->hot_size,
 		.ttl_s = cfg->hot_ttl,
 	};
-	ret[CACHE_LAG] = (struct tier){
+	ret[CACHE_LAG] = (struct mem_tier){
 		.on = cfg->lagging,
 		.size = cfg->lagging ? cfg->lagging_size : 0,
 		.ttl_s = cfg->lagging_ttl,
-		.rl = rl,
+		.gate = gate, /* used only when the tier is on (cache_route) */
 		.rate = cfg->lagging_rate,
 		.admits = admits_old,
 	};
@@ -1398,32 +1425,49 @@ static void tiers_of(const struct cache_cfg *cfg, struct rl *rl, struct tier *re
 		ret[t].name = tier_names[t];
 }
 
-int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct cache **ret)
+/* Are @cfg's sizes and chain possible? @return 0, -EINVAL or -EFBIG. */
+static int cfg_check(const struct cache_cfg *cfg)
 {
-	struct tier tiers[CACHE_NTIERS];
-	struct cache *c;
-	uint64_t now;
+	struct mem_tier tiers[CACHE_NTIERS];
 	int r;
 
 	if (!cfg->block_size || (cfg->block_size & (cfg->block_size - 1)))
 		return -EINVAL;
+	if (!cfg->nchain || cfg->nchain > TIER_CHAIN_MAX || !cfg->chain[cfg->nchain - 1].ops->get)
+		return -EINVAL; /* the store, last, must read */
 	tiers_of(cfg, NULL, tiers);
 	for (int t = 0; t < CACHE_NTIERS; t++) {
 		r = tiers[t].on ? cache_tier_check(tiers[t].size, cfg->block_size) : 0;
 		if (r < 0)
 			return r;
 	}
+	return 0;
+}
+
+int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct cache **ret)
+{
+	struct cache *c;
+	int r = cfg_check(cfg);
+
+	if (r < 0)
+		return r;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
 	c->cfg = *cfg;
+	c->cfg.chain = NULL; /* copied into c->chain */
 	c->env = *env;
 	c->shift = (uint32_t)__builtin_ctz(cfg->block_size);
-	c->timer_due = UINT64_MAX;
 	pthread_mutex_init(&c->lock, NULL);
-	tiers_of(cfg, &c->rl, c->tier);
+	chain_init(&c->chain, cfg->chain, cfg->nchain, env);
+	rl_init(&c->rl, cfg->lagging_rate, cfg->lagging_burst, cfg->lagging_ops, now_ns(c));
+	/* no more lagging fetches at once than half the blocks the lagging ring holds: the rest
+	 * would bounce */
+	gate_init(&c->lag_gate, &gate_rl_ops, &c->rl,
+		  cfg->lagging ? cfg->lagging_size / cfg->block_size / 2 : 1, env);
+	tiers_of(cfg, &c->lag_gate, c->tier);
 	for (int t = 0; t < CACHE_NTIERS; t++) {
-		struct tier *tr = &c->tier[t];
+		struct mem_tier *tr = &c->tier[t];
 
 		tr->st.size = tr->size;
 		if (!tr->on)
@@ -1432,9 +1476,6 @@ int cache_new(const struct cache_cfg *cfg, const struct cache_env *env, struct c
 		if (r < 0)
 			goto fail;
 	}
-	now = now_ns(c);
-	rl_init(&c->rl, cfg->lagging_rate, cfg->lagging_burst, cfg->lagging_ops, now);
-	c->lag_inflight_max = cfg->lagging ? cfg->lagging_size / cfg->block_size / 2 : 1;
 	*ret = c;
 	return 0;
 fail:
@@ -1442,25 +1483,25 @@ fail:
 	return r;
 }
 
-void cache_free(struct cache *c)
+/* Flights that never started (in the lagging gate, or waiting for memory) when the cache goes:
+ * their readers are answered -ESHUTDOWN. The queues are detached first so that completing one
+ * does not start the next. */
+static void fail_unstarted(struct cache *c)
 {
-	if (!c)
-		return;
-	/* Flights still queued for the limiter never started: answer their readers. The queue
-	 * is detached first so that completing one does not start the next. */
-	struct flight *q = c->qhead, *m = c->mhead;
+	struct gate_waiter *q = gate_flush(&c->lag_gate);
+	struct flight *m = c->mhead;
 
-	c->qhead = c->qtail = NULL;
 	c->mhead = c->mtail = NULL;
 	c->mwaiting = 0;
 	while (q) {
-		struct flight *f = q;
+		struct flight *f = (struct flight *)((char *)q - offsetof(struct flight, gw));
 
-		q = f->qnext;
+		q = q->next;
+		f->queued = false;
 		STAT_ADD(c, f->tier, inflight, 1); /* flight_done counts it down */
 		flight_done(f, -ESHUTDOWN);
 	}
-	/* so are flights still waiting for memory (flight_start counted them in flight) */
+	/* start_list counted these in flight */
 	while (m) {
 		struct flight *f = m;
 
@@ -1468,24 +1509,37 @@ void cache_free(struct cache *c)
 		f->mwait = false;
 		flight_done(f, -ESHUTDOWN);
 	}
+}
+
+void cache_free(struct cache *c)
+{
+	if (!c)
+		return;
+	fail_unstarted(c);
 	for (int t = 0; t < CACHE_NTIERS; t++)
 		tier_done(&c->tier[t]);
+	gate_done_all(&c->lag_gate);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
+struct limits {
+	uint64_t rate, burst, ops, now;
+};
+
+static void set_limits(void *src, void *arg)
+{
+	const struct limits *l = arg;
+
+	rl_set(src, l->rate, l->burst, l->ops, l->now);
+}
+
 int cache_set_limits(struct cache *c, uint64_t rate, uint64_t burst, uint64_t ops)
 {
-	struct flight *go;
-	uint64_t now = now_ns(c);
+	struct limits l = {rate, burst, ops, now_ns(c)};
 
-	pthread_mutex_lock(&c->lock);
-	rl_set(&c->rl, rate, burst, ops, now);
 	__atomic_store_n(&c->tier[CACHE_LAG].rate, rate, __ATOMIC_RELAXED);
-	c->timer_due = UINT64_MAX; /* the armed timer may be late for the new rate */
-	go = drain(c, now);
-	pthread_mutex_unlock(&c->lock);
-	start_list(go);
+	gate_update(&c->lag_gate, set_limits, &l);
 	return 0;
 }
 
@@ -1689,13 +1743,19 @@ void cache_get_stats(struct cache *c, struct cache_stats *ret)
 		s->bytes = rs.bytes;
 		s->mem_queued = 0;
 		s->tokens = 0;
-		s->limited = c->tier[t].rl != NULL;
+		s->limited = c->tier[t].gate != NULL;
 		s->rate = c->tier[t].ring ? __atomic_load_n(&c->tier[t].rate, __ATOMIC_RELAXED) : 0;
+		if (c->tier[t].gate) {
+			struct gate_stats gs;
+
+			gate_get_stats(c->tier[t].gate, &gs);
+			s->throttle_waits = gs.waits;
+			s->throttled_ns = gs.waited_ns;
+			s->queued = gs.queued;
+			s->tokens = gs.tokens;
+		}
 	}
 	pthread_mutex_lock(&c->lock);
-	for (int t = 0; t < CACHE_NTIERS; t++)
-		if (c->tier[t].rl)
-			ret->tier[t].tokens = rl_tokens(c->tier[t].rl, now);
 	for (struct flight *f = c->mhead; f; f = f->qnext)
 		ret->tier[f->tier].mem_queued++;
 	ret->bounce_bytes = c->bounce_bytes;

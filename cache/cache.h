@@ -3,11 +3,13 @@
  *
  * A read is split into blocks aligned to block_size. Each block is looked up in the hot tier,
  * then the lagging tier; a block in neither is fetched exactly once however many readers want
- * it (single-flight), into the tier its object's age chooses. Lagging fetches pass a token
- * bucket first and wait for it on a timer, never in a sleeping thread.
+ * it (single-flight), into the tier its object's age chooses, from the chain of tiers below
+ * memory (tier.h: disk, fleet, the store last). Lagging fetches pass a token bucket first and
+ * wait for it on a timer, never in a sleeping thread.
  *
- * This module knows nothing of FUSE or curl: the caller passes an environment (clock, fetch,
- * timer) and a reply callback, so every policy runs under a fake clock in the unit tests.
+ * This module knows nothing of FUSE or curl: the caller passes an environment (clocks,
+ * timers), the chain's tiers and a reply callback, so every policy runs under a fake clock in
+ * the unit tests.
  */
 #ifndef TIERFS_CACHE_H
 #define TIERFS_CACHE_H
@@ -15,6 +17,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct tier;
 
 /* The tiers, in lookup order: indexes into cache_stats.tier[] and the cache's tier list. */
 enum cache_tier {
@@ -49,6 +53,10 @@ struct cache_cfg {
 				   * (whole blocks of it would evict each other); 0: whole blocks */
 	bool prefault;           /* fault the tiers' memory in at cache_new, not on first use */
 	uint64_t bounce_limit;   /* bytes of bounce buffers at once, both tiers; 0 = unlimited */
+	/* The tiers below the memory rings, in order, the store last (tier.h): copied by
+	 * cache_new; their selves must outlive the cache. 1..TIER_CHAIN_MAX of them. */
+	const struct tier *chain;
+	unsigned nchain;
 };
 
 /* The bounce limit a mount uses: with the rest of the process (~30 MiB), peak memory stays
@@ -99,40 +107,20 @@ struct cache_obj {
 
 typedef void (*cache_done_fn)(void *arg, int err);
 
-/* What the cache needs from the world. All callbacks may be called from any thread. */
+/* What the cache needs from the world, besides its tiers (cache_cfg.chain). All callbacks may
+ * be called from any thread. */
 struct cache_env {
 	void *arg;
 	uint64_t (*mono_ns)(void *arg);  /* monotonic clock */
 	int64_t (*wall_s)(void *arg);    /* wall clock, to compare with object mtimes */
-	/* Start fetching @len bytes at @off of object @ctx into @dst; call done(done_arg, 0 or
-	 * -errno) exactly once, later, from another thread or the same. @return 0, or -errno if
-	 * nothing was started (done is then not called). */
-	int (*fetch)(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, bool lagging,
-		     cache_done_fn done, void *done_arg);
 	/* Call cb(cb_arg) once, after @delay_ns. @return 0 or -errno. */
 	int (*defer)(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg);
 	void (*hold)(void *ctx);
 	void (*release)(void *ctx);
-	/*
-	 * Optional (NULL: none): a tier below the memory tiers, the disk tier (disk.h). A miss
-	 * asks it before the store, and a block fetched from the store is offered to it.
-	 * lower_get starts copying block @key (@len bytes) into @dst, checked, and calls
-	 * done(done_arg, 0) on a hit or done(done_arg, < 0) on a miss, exactly once, later, from
-	 * another thread or the same (as fetch does); on a miss @dst may have been written, and
-	 * the block is fetched from the store. @return 0 if started, or < 0: a miss known at once
-	 * (done is then not called). It is called with no lock held, from whatever thread starts
-	 * the flight (the backend's I/O thread among them), so it must not wait for the disk.
-	 * lower_has answers from an index, without I/O and without blocking: a lagging block it
-	 * holds skips the limiter (it costs the store nothing). It may run with the cache's lock
-	 * held, so it must not call into the cache.
-	 * lower_put offers @len bytes of block @key just fetched from the store (@lagging: by
-	 * the lagging tier); it copies what it keeps and must never block.
-	 */
-	int (*lower_get)(void *arg, struct cache_key key, uint32_t len, void *dst,
-			 cache_done_fn done, void *done_arg);
-	bool (*lower_has)(void *arg, struct cache_key key);
-	void (*lower_put)(void *arg, struct cache_key key, const void *src, uint32_t len,
-			  bool lagging);
+	/* Optional: hold this thread's store reads until unplug and hand them over together, so
+	 * that consecutive ones can go as one request (backend_plug). Nests. */
+	void (*plug)(void *arg);
+	void (*unplug)(void *arg);
 };
 
 /* A piece of a reply. Valid only during the reply callback. */
@@ -165,14 +153,14 @@ struct cache_tier_stats {
 	uint64_t hits;            /* block lookups answered from this tier */
 	uint64_t misses;          /* blocks fetched into this tier because a reader wanted them */
 	uint64_t bytes_served;    /* reply bytes taken from this tier */
-	uint64_t bytes_fetched;   /* bytes fetched into this tier (successful fetches) */
-	uint64_t fetches;         /* fetches started (readahead included) */
+	uint64_t bytes_fetched;   /* bytes fetched from the store into this tier */
+	uint64_t fetches;         /* fetches from the store started (readahead included) */
 	uint64_t fetch_errors;    /* fetches that failed */
 	uint64_t readaheads;      /* fetches started by readahead */
 	uint64_t parts;           /* fetches of part of a block (random reads, cache.c) */
 	uint64_t joins;           /* block waits that joined a fetch already under way */
 	uint64_t inflight;        /* fetches running now */
-	uint64_t throttle_waits;  /* fetches that had to wait for the limiter */
+	uint64_t throttle_waits;  /* fetches that had to wait for the limiter (its gate's) */
 	uint64_t throttled_ns;    /* total time fetches waited for the limiter */
 	uint64_t queued;          /* fetches waiting for the limiter now */
 	uint64_t rotations;       /* segment rotations (evictions) */
@@ -182,10 +170,10 @@ struct cache_tier_stats {
 	uint64_t bounces;         /* fetches served but not stored: every segment was pinned */
 	uint64_t mem_waits;       /* fetches that waited for memory (ring slot or bounce room) */
 	uint64_t mem_queued;      /* fetches waiting for memory now */
-	uint64_t lower_hits;      /* misses answered by env->lower_get, not the store */
-	uint64_t lower_fallbacks; /* blocks env->lower_has said it held that lower_get then
-				   * missed (CRC, read error, eviction): fetched from the store,
-				   * and charged to the limiter after the fact */
+	uint64_t lower_hits;      /* misses answered by a tier of the chain above the store */
+	uint64_t lower_fallbacks; /* blocks a tier of the chain said it held (tier_ops.has) that
+				   * it then missed (CRC, read error, eviction): fetched from the
+				   * store, and charged to the limiter after the fact */
 	double tokens;            /* limiter tokens now (a tier with a limiter only) */
 	bool limited;             /* the tier has a rate limiter */
 	uint64_t rate;            /* its rate now, bytes/s; 0: unlimited, or the tier is off */

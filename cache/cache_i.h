@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "cache.h"
+#include "tier.h"
 
 /* ---------------------------------------------------------------------------------------------
  * ring.c: one allocation cut into segments used as a ring (BookKeeper ReadCache, PIP-174).
@@ -152,5 +153,51 @@ void rl_charge(struct rl *r, uint64_t bytes, uint64_t now_ns);
 
 /* Current byte tokens (after refilling to @now_ns), for the stats file. */
 double rl_tokens(struct rl *r, uint64_t now_ns);
+
+/* ---------------------------------------------------------------------------------------------
+ * tier.c: the walk down the chain of tiers below the memory rings (tier.h).
+ * ------------------------------------------------------------------------------------------ */
+
+struct chain {
+	struct tier t[TIER_CHAIN_MAX]; /* in order; the store last */
+	uint8_t n;
+	void (*plug)(void *arg);   /* env->plug / unplug: hold the store's reads of a batch */
+	void (*unplug)(void *arg);
+	void *arg;
+};
+
+struct walk;
+
+/* One block's walk down the chain: embedded in its flight. The cache fills io, done and
+ * to_store; the rest is the walk's. */
+struct chain_req {
+	struct tier_io io;
+	/* The end: a tier above the store had the block (@err 0), or the store answered (@err 0
+	 * or its failure). Once, from the answering thread, no lock held. */
+	void (*done)(struct chain_req *r, int err);
+	/* Just before the store is asked. */
+	void (*to_store)(struct chain_req *r);
+	struct chain *ch;
+	uint8_t level;            /* the tier asked now; at the end, the one that answered */
+	uint8_t passed;           /* a bit per tier asked that missed (parts: none) */
+	struct walk *walk;        /* its batch, or NULL: alone */
+	uint32_t widx;            /* its place in the batch */
+	struct gate_waiter gw;    /* in a tier's gate */
+	void *priv[TIER_CHAIN_MAX]; /* each tier's own slot (tier_io.priv) */
+};
+
+/* The chain of @n tiers (the store last; 1 <= n <= TIER_CHAIN_MAX) with env's plug. */
+void chain_init(struct chain *ch, const struct tier *tiers, unsigned n,
+		const struct cache_env *env);
+/* Does a tier above the store have @key (tier_ops.has)? */
+bool chain_has(const struct chain *ch, struct cache_key key);
+/* Walk @n requests down the chain as one batch. */
+void chain_start(struct chain *ch, struct chain_req *const *reqs, unsigned n);
+/* @r ended with @err: tell every tier it passed (put). Before the bytes are released. */
+void chain_put(const struct chain *ch, struct chain_req *r, int err);
+/* A block written through the mount: offered to every tier above the store. */
+void chain_put_written(const struct chain *ch, const struct tier_io *io);
+/* Every tier forgets @oid. */
+void chain_drop(const struct chain *ch, struct cache_oid oid);
 
 #endif

@@ -1157,3 +1157,41 @@ void disk_each_block(struct disk *d, struct cache_oid obj, void (*fn)(void *arg,
 	}
 	pthread_mutex_unlock(&d->lock);
 }
+
+/* ---- the disk tier in the cache's chain ---------------------------------------------------- */
+
+static void tier_got(void *arg, int err)
+{
+	tier_answer(arg, err);
+}
+
+static int tier_get(void *self, struct tier_io *io)
+{
+	return disk_get_async(self, io->key, io->dst, io->len, tier_got, io);
+}
+
+static bool tier_has(void *self, struct cache_key key)
+{
+	return disk_has(self, key);
+}
+
+/* Hot and written blocks are kept; lagging ones only with cfg.lagging (README, "Disk tier"). */
+static void tier_put(void *self, const struct tier_io *io, int err)
+{
+	struct disk *d = self;
+
+	if (!err && (!io->lagging || d->cfg.lagging))
+		disk_put(d, io->key, io->dst, io->len);
+}
+
+static const struct tier_ops disk_ops = {
+	.name = "disk",
+	.get = tier_get,
+	.has = tier_has,
+	.put = tier_put,
+};
+
+struct tier disk_tier(struct disk *d)
+{
+	return (struct tier){.ops = &disk_ops, .self = d};
+}

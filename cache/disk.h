@@ -2,7 +2,7 @@
  * disk.h - the disk tier: blocks kept in a segmented ring of files under cache_dir, found
  * again after a restart or a crash, every byte checked by CRC-32C before it is served.
  *
- * It sits behind the memory tiers (cache.c asks it through env->lower_get/_has/_put): a read
+ * It sits behind the memory tiers, first in the cache's chain (disk_tier, tier.h): a read
  * is a pread into the caller's buffer, on one of a few reader threads of the tier's own
  * (disk_get_async), so that no thread of the cache or the backend ever waits for the disk and
  * a readahead window's blocks are read in parallel; a write is a copy into a bounded queue
@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cache.h"
+#include "tier.h"
 
 struct disk_cfg {
 	const char *dir;      /* cache_dir: must exist; the tier keeps its files in it */
@@ -24,6 +25,9 @@ struct disk_cfg {
 	uint32_t block_size;  /* the mount's block_size (part of the format: a change wipes) */
 	uint64_t queue_bytes; /* write-behind queue, bytes; 0 = disk_default_queue_bytes() */
 	uint32_t readers;     /* reader threads for disk_get_async; 0 = 4 */
+	bool lagging;         /* as a tier (disk_tier): lagging blocks are kept too (disk_lagging);
+			       * off, only hot and written ones are, so that a replay does not
+			       * wash the tail's blocks out */
 	/* One line about a state change (wipe, write errors, ...), no newline. May be NULL.
 	 * Called from any thread, never with a lock of the tier held. */
 	void (*log)(void *arg, const char *msg);
@@ -127,5 +131,9 @@ int disk_geometry(uint64_t size, uint32_t block_size);
 
 /* The smallest size disk_geometry accepts for @block_size (about 8 x block_size + 36K). */
 uint64_t disk_min_size(uint32_t block_size);
+
+/* The disk tier as a tier of the cache's chain (tier.h): get = disk_get_async, has = disk_has,
+ * put = disk_put of what cfg.lagging admits. @d must outlive the cache. */
+struct tier disk_tier(struct disk *d);
 
 #endif

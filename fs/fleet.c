@@ -1,35 +1,38 @@
 /*
- * fleet.c - the shared tier and the fleet lagging budget, as a decorator of the cache's fetch.
+ * fleet.c - the fleet tier: blocks shared by every mount of a fleet in Redis, and the fleet's
+ * lagging budget, as a tier of the cache's chain (cache/tier.h) with a gate of its own.
  *
- * The memory tiers (cache/) call env->fetch for a block they miss. With shared=redis://...,
- * that fetch comes here first:
+ *   chain: [disk] ─► fleet ─► store
  *
- *   fetch(block) ─► GET key + SET lock NX ─► value ─► fv_check ok ─► done(0)  (a hit)
- *                     │   │                     └─ refused: counted, logged once ─┐
- *                     │   └─ nil, lock held by another: re-GET on a timer ─► ... ─┤ (after the
- *                     │                                                           │  bound)
- *                     └─ nil (the lock is ours), timeout, error, Redis down ──────┤
- *                                                                    ▼
- *                         lagging? ─► fleet gate (tokens from Redis) ─► backend_read ─► done
- *                                                                         └─► SET key value,
- *                                                                          in the background
+ *   get(block) ─► GET key + SET lock NX ─► value ─► fv_check ok ─► tier_answer(0)  (a hit)
+ *                   │   │                     └─ refused: counted, logged once ─┐
+ *                   │   └─ nil, lock held by another: detach; re-GET on a timer ─┤ (after the
+ *                   │                                                            │  bound)
+ *                   └─ nil (the lock is ours), timeout, error, Redis down ───────┤
+ *                                                                                ▼
+ *                                    tier_answer(miss): the chain goes on (lagging: through
+ *                                    this tier's gate, the fleet budget) to the store
+ *   put(block, bytes) ─► SET key value in the background (if this get will fill), then DEL
+ *                        the lock after it on the same connection
  *
  * The fetch lock: N mounts that miss one block at the same instant would all fetch it (three
  * mounts reading the same new objects at full speed: 2.25x the objects at the store). So a
  * GET of a fetch that will fill Redis carries "SET <prefix>lock:<key> 1 NX PX bound" in the
- * same round trip (backend/redis.c pipelines them). The winner fetches, SETs, then DELs the
- * lock after the SET on the same connection (at once if it has no value to write); meanwhile
- * backend/redis.c renews the lock's PX, so a value that waits behind the mount's earlier SETs
- * keeps its lock, and only a holder that died lets it expire. A loser re-GETs (with the lock
- * again, so that a lock deleted without a value is taken over) on the I/O loop's timer, 2 ms
- * doubling to 16 ms, until it gets the value or the bound passes (wait_ns: 10 x
- * shared_timeout, also the lock's PX), then fetches from the store itself. A dead holder
- * costs at most that. A fetch that does not fill (lagging, shared_fill_lagging off) neither
- * takes nor waits for a lock.
+ * same round trip (backend/redis.c pipelines them). The winner misses, the store is read, and
+ * put SETs the value, then DELs the lock after the SET on the same connection (at once if it
+ * has no value to write, or the read failed); meanwhile backend/redis.c renews the lock's PX,
+ * so a value that waits behind the mount's earlier SETs keeps its lock, and only a holder
+ * that died lets it expire. A loser detaches from its batch (tier_detach: the rest of the
+ * batch goes on to the store together) and re-GETs (with the lock again, so that a lock
+ * deleted without a value is taken over) on the I/O loop's timer, 2 ms doubling to 16 ms,
+ * until it gets the value or the bound passes (wait_ns: 10 x shared_timeout, also the lock's
+ * PX), then misses. A dead holder costs at most that. A fetch that does not fill (lagging,
+ * shared_fill_lagging off) neither takes nor waits for a lock.
  *
  * A value of the block's size is parsed straight into the block (backend/redis.h,
  * bk_redis_into: header to the fetch, data to the ring) and checked there; the ring does not
- * serve the block before done(0), and a value refused is overwritten by the store's bytes.
+ * serve the block before the hit is answered, and a value refused is overwritten by the
+ * store's bytes.
  *
  * The key is the block's (cache/fleetval.h: prefix, oid, block index, block size), so two
  * block sizes never mix and two fleets with two prefixes never meet. A value is served only
@@ -38,26 +41,31 @@
  * Redis is asked only from the I/O thread (backend/redis.c): the FUSE worker that misses has
  * already returned, and a Redis that is slow costs a read at most shared_timeout before the
  * store is asked (default 50 ms: see the option's comment in opts.c). SETs go on their own
- * connection (backend/redis.c), so a GET never waits for a SET's bytes. When the store answers, a hot block is offered to Redis; a lagging one only
- * with shared_fill_lagging, because a replay reads every old block once and would wash out the
+ * connection (backend/redis.c), so a GET never waits for a SET's bytes. A block read from the
+ * store is offered to Redis if hot (or written through the mount); a lagging one only with
+ * shared_fill_lagging, because a replay reads every old block once and would wash out the
  * blocks the fleet's tail readers share (and the fleet budget exists so that replays do not
  * cost the store much: their blocks are not worth Redis memory by default).
  *
- * Fleet budget (fleet_lagging_rate, fleet_lagging_ops): a lagging fetch that missed the shared
- * tier takes len bytes and one op from this host's tokens before going to the store. The local
- * limiter (cache.c, lagging_rate) has passed it already. Tokens come from one token bucket in
- * Redis, held by FLEET_SCRIPT, which every host calls atomically: it refills the bucket by
- * elapsed time (Redis's own clock, so hosts' clocks do not matter) and grants the asked chunk
- * whole, now or from a time it names (lent ahead, so a host waiting for tokens does not ask
- * again), or says how long to wait. A host asks for a chunk of at least rate/8 bytes, so the
- * whole fleet calls Redis a few times a second, and only one call per host is in flight;
- * fetches that find no tokens wait in a FIFO, on nobody's thread. If Redis cannot answer, the
- * host falls back to its local limits at once (one log line), and tries Redis again after a
- * second; a grant then logs that the fleet budget is back.
+ * Fleet budget (fleet_lagging_rate, fleet_lagging_ops): the source of this tier's gate. A
+ * lagging block that missed here passes the gate, taking len bytes and one op from this
+ * host's tokens before going to the store (the local limiter, lagging_rate, has passed it
+ * already). Tokens come from one token bucket in Redis, held by FLEET_SCRIPT, which every
+ * host calls atomically: it refills the bucket by elapsed time (Redis's own clock, so hosts'
+ * clocks do not matter) and grants the asked chunk whole, now or from a time it names (lent
+ * ahead, so a host waiting for tokens does not ask again), or says how long to wait. A host
+ * asks for a chunk of at least rate/8 bytes, so the whole fleet calls Redis a few times a
+ * second, and only one call per host is in flight; fetches that find no tokens wait in the
+ * gate's FIFO, on nobody's thread. If Redis cannot answer, the host falls back to its local
+ * limits at once (one log line), and tries Redis again after a second; a grant then logs that
+ * the fleet budget is back.
  *
- * Locking: sh->lock guards the fleet state (tokens, queue, flags). Stats are relaxed atomics.
- * Every fetch calls done exactly once, from the I/O thread or, if nothing could be started,
- * from the caller's thread.
+ * Locking: the budget's state (tokens, fallback) is the gate's: read and written only under
+ * its lock (in take, and in the functions gate_update runs). sh->asking (one grant call at a
+ * time) and the stats are atomics. A block's state (struct sfetch) is touched by one thread
+ * at a time: the I/O thread while Redis answers, then whoever calls put. Every get is
+ * answered exactly once, from the I/O thread or, if nothing could be started, from the
+ * caller's thread.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -115,25 +123,18 @@ static const char FLEET_SCRIPT[] =
 	"redis.call('PEXPIRE', KEYS[1], 60000)\n"
 	"return {ok, math.ceil(wait)}\n";
 
+/* One block asked of Redis: from get until put (or a hit). */
 struct sfetch {
 	struct fs_fleet *sh;
-	struct fobj *o;           /* the cache holds it until done */
-	uint64_t off;
-	uint32_t len;
-	void *dst;
-	bool lagging;
+	struct tier_io *io;       /* the cache's request; NULL once answered */
 	bool put;                 /* offer the store's bytes to Redis */
 	bool locked;              /* this fetch holds the block's fetch lock: DEL it when done */
 	bool waited;              /* it lost the lock and waited for the holder's value */
 	bool answered;            /* Redis answered it once (a miss is counted once) */
-	uint64_t deadline;        /* a loser goes to the store after this (mono_ns) */
+	uint64_t deadline;        /* a loser misses after this (mono_ns) */
 	uint64_t poll_ns;         /* its next re-GET's delay */
-	cache_done_fn done;
-	void *done_arg;
-	struct cache_key k;
 	struct bk_redis_into into; /* a value of the block's size: header to hdr, data to dst */
 	unsigned char hdr[FV_HDR_LEN];
-	struct sfetch *next;      /* the fleet queue; sh->lock */
 	char key[FV_KEY_MAX];
 	char lock[FV_KEY_MAX + 8]; /* "<prefix>lock:<key without prefix>" */
 };
@@ -149,15 +150,14 @@ struct fs_fleet {
 	uint64_t fleet_rate, fleet_ops; /* 0: no budget of that kind */
 	char fleet_key[FV_PREFIX_MAX + 32];
 
-	pthread_mutex_t lock;
-	double tok, ops;          /* tokens this host holds; lock */
-	struct sfetch *qhead, *qtail; /* fetches waiting for tokens; lock */
+	struct gate gate;         /* the budget's queue; lagging misses pass it */
+	double tok, ops;          /* tokens this host holds; gate.lock */
+	bool fallback;            /* Redis failed: local limits only; gate.lock, read relaxed */
+	uint64_t fallback_until;  /* when to ask Redis again; gate.lock */
 	bool asking;              /* a grant call, its retry timer or a lent chunk's timer is
-				   * pending; lock */
+				   * pending (atomic) */
 	uint64_t pending_bytes, pending_ops; /* asked in the call in flight, then lent until its
-					      * timer; lock */
-	bool fallback;            /* Redis failed: local limits only; lock */
-	uint64_t fallback_until;  /* when to ask Redis again; lock */
+					      * timer; written by ask, read after its answer */
 
 	struct fs_fleet_stats st; /* relaxed atomics */
 };
@@ -172,212 +172,146 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- the store, and filling Redis from it ----------------------------------------------------- */
+/* ---- the fleet budget: the gate's source ------------------------------------------------------- */
 
-static void finish(struct sfetch *f, int err)
+/* Take @bytes and one op from this host's tokens (the gate's lock held). In fallback, every
+ * fetch passes until the pause is over; then the next one waits for Redis's answer: the
+ * probe. */
+static uint64_t budget_take(void *src, uint64_t bytes, uint64_t now_ns)
 {
-	cache_done_fn done = f->done;
-	void *arg = f->done_arg;
+	struct fs_fleet *sh = src;
 
-	free(f);
-	done(arg, err);
+	if (sh->fallback)
+		return now_ns < sh->fallback_until ? 0 : GATE_LATER;
+	if ((sh->fleet_rate && sh->tok < (double)bytes) || (sh->fleet_ops && sh->ops < 1))
+		return GATE_LATER;
+	if (sh->fleet_rate)
+		sh->tok -= (double)bytes;
+	if (sh->fleet_ops)
+		sh->ops -= 1;
+	return 0;
 }
 
-static void store_done(void *arg, int err)
+static double budget_tokens(void *src, uint64_t now_ns)
 {
-	struct sfetch *f = arg;
-	struct fs_fleet *sh = f->sh;
-	bool queued = false;
+	return ((struct fs_fleet *)src)->tok;
+}
 
-	if (err == 0 && f->put) {
-		unsigned char hdr[FV_HDR_LEN];
+/* What a grant call's answer does to the budget, under the gate's lock (gate_update). */
+struct grant {
+	int err;            /* the call failed: fall back */
+	bool add;           /* the pending chunk is ours now */
+	bool log_down, log_back; /* out: what to log */
+};
 
-		fv_header(hdr, f->k, sh->block_size, f->dst, f->len);
-		queued = bk_redis_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len) == 0;
+static void grant_apply(void *src, void *arg)
+{
+	struct fs_fleet *sh = src;
+	struct grant *g = arg;
+
+	if (g->err < 0) {
+		g->log_down = !sh->fallback;
+		__atomic_store_n(&sh->fallback, true, __ATOMIC_RELAXED);
+		sh->fallback_until = mono_ns() + FLEET_RETRY_NS;
+		return;
 	}
-	/* after the SET on the same connection: a loser that polls after the DEL finds the
-	 * value; if the SET was dropped (or the fetch failed), the DEL goes at once, and the
-	 * loser takes the lock and fetches */
-	if (f->locked)
-		bk_redis_unlock(sh->bs, f->key, f->lock, queued);
-	finish(f, err);
-}
-
-static void to_store(struct sfetch *f)
-{
-	int e;
-
-	STAT_ADD(f->sh, store_fetches, 1);
-	e = backend_read(f->o->backend, f->o->path, f->o->etag, f->off, f->len, f->dst,
-			 f->lagging ? BK_BACKGROUND : BK_URGENT, store_done, f);
-	if (e < 0) {
-		if (f->locked)
-			bk_redis_unlock(f->sh->bs, f->key, f->lock, false);
-		finish(f, e);
-	}
-}
-
-/* ---- the fleet gate ---------------------------------------------------------------------------- */
-
-static void ask(struct fs_fleet *sh);
-
-/* Take what the head of the queue needs while tokens last; @return the fetches to start
- * (linked by next). Under sh->lock. */
-static struct sfetch *take_ready(struct fs_fleet *sh)
-{
-	struct sfetch *ready = NULL, **tail = &ready;
-
-	while (sh->qhead) {
-		struct sfetch *f = sh->qhead;
-
-		if (!sh->fallback) {
-			if ((sh->fleet_rate && sh->tok < f->len) || (sh->fleet_ops && sh->ops < 1))
-				break;
-			if (sh->fleet_rate)
-				sh->tok -= f->len;
-			if (sh->fleet_ops)
-				sh->ops -= 1;
-		}
-		sh->qhead = f->next;
-		if (!sh->qhead)
-			sh->qtail = NULL;
-		f->next = NULL;
-		*tail = f;
-		tail = &f->next;
-	}
-	return ready;
-}
-
-static void start_all(struct sfetch *f)
-{
-	while (f) {
-		struct sfetch *next = f->next;
-
-		to_store(f);
-		f = next;
+	g->log_back = sh->fallback;
+	__atomic_store_n(&sh->fallback, false, __ATOMIC_RELAXED);
+	if (g->add) {
+		sh->tok += (double)sh->pending_bytes;
+		sh->ops += (double)sh->pending_ops;
 	}
 }
 
-static void ask_later(void *arg)
+/* The budget changed (@g): let the gate drain, and ask again if it must. */
+static void budget_update(struct fs_fleet *sh, struct grant *g)
 {
-	ask(arg);
+	__atomic_store_n(&sh->asking, false, __ATOMIC_RELEASE);
+	gate_update(&sh->gate, grant_apply, g);
+	if (g->log_down) {
+		STAT_ADD(sh, fleet_fallbacks, 1);
+		fs_log_once(&sh->m->log, FUSE_LOG_WARNING, "shared", "fleet budget",
+			    "fleet lagging budget: Redis cannot grant (%s): local lagging limits "
+			    "only until it answers", strerror(g->err < 0 ? -g->err : EPROTO));
+	}
+	if (g->log_back)
+		fs_log_once(&sh->m->log, FUSE_LOG_INFO, "shared", "fleet budget back",
+			    "fleet lagging budget: Redis grants again");
 }
 
-/* A chunk lent ahead is due (sh->asking is set): it is this host's now. */
+/* A chunk lent ahead is due: it is this host's now. */
 static void lent_due(void *arg)
 {
-	struct fs_fleet *sh = arg;
-	struct sfetch *ready;
-	bool again = false;
+	struct grant g = {.add = true};
 
-	pthread_mutex_lock(&sh->lock);
-	sh->tok += (double)sh->pending_bytes;
-	sh->ops += (double)sh->pending_ops;
-	sh->asking = false;
-	ready = take_ready(sh);
-	if (sh->qhead)
-		sh->asking = again = true;
-	pthread_mutex_unlock(&sh->lock);
-	start_all(ready);
-	if (again)
-		ask(sh);
+	budget_update(arg, &g);
+}
+
+/* A refusal's wait is over: the gate may ask again. */
+static void ask_later(void *arg)
+{
+	struct grant g = {0};
+
+	budget_update(arg, &g);
+}
+
+/* After @wait_ns: a chunk lent ahead becomes ours (@lent), or the gate may ask again. sh->asking
+ * stays set until then: one chunk lent to a host at a time. No timer (stopping): now. */
+static void budget_update_later(struct fs_fleet *sh, bool lent, uint64_t wait_ns)
+{
+	void (*fn)(void *) = lent ? lent_due : ask_later;
+
+	if (backend_defer(sh->b, wait_ns, fn, sh) < 0)
+		fn(sh);
 }
 
 static void granted(void *arg, int err, const long long *vals, int n)
 {
 	struct fs_fleet *sh = arg;
-	struct sfetch *ready;
+	struct grant g = {.err = err < 0 ? err : n < 2 ? -EPROTO : 0};
 	uint64_t wait_ns = 0;
-	bool log_down = false, log_back = false, again = false, lent = false;
 
-	pthread_mutex_lock(&sh->lock);
-	sh->asking = false;
-	if (err < 0 || n < 2) {
-		log_down = !sh->fallback;
-		sh->fallback = true;
-		sh->fallback_until = mono_ns() + FLEET_RETRY_NS;
-	} else {
-		log_back = sh->fallback;
-		sh->fallback = false;
-		wait_ns = (uint64_t)vals[1] * 1000;
-		if (wait_ns > FLEET_WAIT_MAX)
-			wait_ns = FLEET_WAIT_MAX;
-		if (vals[0] == 1 && wait_ns == 0) {
-			sh->tok += (double)sh->pending_bytes;
-			sh->ops += (double)sh->pending_ops;
-		} else if (vals[0] == 1) {
-			/* pending_* are kept for lent_due, and asking is set until then: one
-			 * chunk lent to a host at a time */
-			lent = sh->asking = true;
-		} else if (wait_ns < 1000000) {
-			wait_ns = 1000000;
-		}
-	}
-	ready = take_ready(sh);
-	if (sh->qhead && !lent) {
-		sh->asking = true;
-		again = true;
-	}
-	pthread_mutex_unlock(&sh->lock);
-	if (err < 0 || n < 2)
+	if (g.err < 0) {
 		STAT_ADD(sh, fleet_errors, 1);
-	else if (vals[0] == 1)
-		STAT_ADD(sh, fleet_grants, 1);
-	if (err >= 0 && n >= 2 && wait_ns)
-		STAT_ADD(sh, fleet_waits, 1);
-	if (log_down) {
-		STAT_ADD(sh, fleet_fallbacks, 1);
-		fs_log_once(&sh->m->log, FUSE_LOG_WARNING, "shared", "fleet budget",
-			    "fleet lagging budget: Redis cannot grant (%s): local lagging limits "
-			    "only until it answers", strerror(err < 0 ? -err : EPROTO));
+		budget_update(sh, &g);
+		return;
 	}
-	if (log_back)
-		fs_log_once(&sh->m->log, FUSE_LOG_INFO, "shared", "fleet budget back",
-			    "fleet lagging budget: Redis grants again");
-	start_all(ready);
-	/* a lent chunk is due after the wait: take it then, or now if no timer can be set
-	 * (stopping) */
-	if (lent && backend_defer(sh->b, wait_ns, lent_due, sh) < 0)
-		lent_due(sh);
-	/* a timer asks again after the wait; if there can be none (stopping), ask now: the
-	 * call fails, the fallback lets the queue go */
-	if (again && (!wait_ns || backend_defer(sh->b, wait_ns, ask_later, sh) < 0))
-		ask(sh);
+	wait_ns = (uint64_t)vals[1] * 1000;
+	if (wait_ns > FLEET_WAIT_MAX)
+		wait_ns = FLEET_WAIT_MAX;
+	if (vals[0] == 1)
+		STAT_ADD(sh, fleet_grants, 1);
+	if (wait_ns)
+		STAT_ADD(sh, fleet_waits, 1);
+	if (vals[0] == 1 && wait_ns == 0) {
+		g.add = true;
+		budget_update(sh, &g);
+		return;
+	}
+	/* lent ahead (one chunk at a time: asking stays set until it is due), or refused: ask
+	 * again after the wait; if no timer can be set (stopping), now */
+	if (vals[0] != 1 && wait_ns < 1000000)
+		wait_ns = 1000000;
+	budget_update_later(sh, vals[0] == 1, wait_ns);
 }
 
-/* Ask Redis for a chunk big enough for the head of the queue (sh->asking is set). */
-static void ask(struct fs_fleet *sh)
+/* The gate found no tokens for a waiter of @bytes: ask Redis for a chunk big enough. */
+static void budget_ask(void *src, uint64_t bytes)
 {
+	struct fs_fleet *sh = src;
 	char a[6][24];
 	const char *args[6] = {a[0], a[1], a[2], a[3], a[4], a[5]};
 	uint64_t want = 0, owant = 0, burst, oburst;
-	struct sfetch *ready;
 	int e;
 
-	pthread_mutex_lock(&sh->lock);
-	if (sh->fallback && mono_ns() < sh->fallback_until) {
-		ready = take_ready(sh);
-		sh->asking = false;
-		pthread_mutex_unlock(&sh->lock);
-		start_all(ready);
-		return;
-	}
-	if (!sh->qhead) {
-		sh->asking = false;
-		pthread_mutex_unlock(&sh->lock);
-		return;
-	}
-	if (sh->fleet_rate) {
-		want = sh->fleet_rate / 8;
-		if (want < sh->qhead->len)
-			want = sh->qhead->len;
-	}
+	if (__atomic_exchange_n(&sh->asking, true, __ATOMIC_ACQ_REL))
+		return; /* one call at a time: its answer drains the gate */
+	if (sh->fleet_rate)
+		want = sh->fleet_rate / 8 > bytes ? sh->fleet_rate / 8 : bytes;
 	if (sh->fleet_ops)
 		owant = sh->fleet_ops / 8 ? sh->fleet_ops / 8 : 1;
 	sh->pending_bytes = want;
 	sh->pending_ops = owant;
-	pthread_mutex_unlock(&sh->lock);
-
 	/* the bucket holds half a second, and always one chunk of any host */
 	burst = sh->fleet_rate / 2 > 2ULL * sh->block_size ? sh->fleet_rate / 2 : 2ULL * sh->block_size;
 	oburst = sh->fleet_ops / 2 > 2 ? sh->fleet_ops / 2 : 2;
@@ -389,116 +323,84 @@ static void ask(struct fs_fleet *sh)
 	snprintf(a[5], sizeof(a[5]), "%" PRIu64, owant);
 	STAT_ADD(sh, fleet_calls, 1);
 	e = bk_redis_eval(sh->bs, FLEET_SCRIPT, sh->fleet_key, args, 6, FLEET_EVAL_TIMEOUT_NS,
-			   granted, sh);
+			  granted, sh);
 	if (e < 0)
 		granted(sh, e, NULL, 0);
 }
 
-/* A lagging fetch that must go to the store: through the fleet budget first. */
-static void fleet_gate(struct fs_fleet *sh, struct sfetch *f)
-{
-	struct sfetch *ready = NULL;
-	bool need_ask = false;
+static const struct gate_src_ops budget_ops = {
+	.take = budget_take,
+	.ask = budget_ask,
+	.tokens = budget_tokens,
+};
 
-	pthread_mutex_lock(&sh->lock);
-	if (sh->qtail)
-		sh->qtail->next = f;
-	else
-		sh->qhead = f;
-	sh->qtail = f;
-	/* in fallback past its pause, this fetch waits for Redis's answer: the probe */
-	if (!(sh->fallback && mono_ns() >= sh->fallback_until && !sh->asking))
-		ready = take_ready(sh);
-	if (sh->qhead) {
-		STAT_ADD(sh, fleet_queued, 1);
-		if (!sh->asking) {
-			sh->asking = true;
-			need_ask = true;
-		}
-	}
-	pthread_mutex_unlock(&sh->lock);
-	start_all(ready);
-	if (need_ask)
-		ask(sh);
-}
-
-/* ---- the shared tier --------------------------------------------------------------------------- */
-
-static void miss(struct sfetch *f, bool redis_ok)
-{
-	struct fs_fleet *sh = f->sh;
-
-	f->put = redis_ok && (!f->lagging || sh->fill_lagging);
-	if (f->lagging && (sh->fleet_rate || sh->fleet_ops))
-		fleet_gate(sh, f);
-	else
-		to_store(f);
-}
+/* ---- the fleet tier ------------------------------------------------------------------------------ */
 
 static void ask_value(struct sfetch *f);
+
+/* Answer the cache: a hit (@err 0), or a miss; a miss keeps @f for put (a hit frees it). */
+static void answer(struct sfetch *f, int err)
+{
+	struct tier_io *io = f->io;
+
+	f->io = NULL;
+	if (err == 0) {
+		*io->priv = NULL;
+		free(f);
+	}
+	tier_answer(io, err);
+}
+
+/* A miss: the store is read next, and its bytes are offered to Redis if @redis_ok and the
+ * block is one the fleet keeps. */
+static void miss(struct sfetch *f, bool redis_ok)
+{
+	f->put = redis_ok && (!f->io->lagging || f->sh->fill_lagging);
+	answer(f, -ENOENT);
+}
 
 static void poll_again(void *arg)
 {
 	ask_value(arg);
 }
 
-static void got(void *arg, int err, const void *val, size_t vlen)
+/* Another mount holds the block's fetch lock: wait for its value, up to the bound. */
+static void lost_lock(struct sfetch *f)
 {
-	struct sfetch *f = arg;
 	struct fs_fleet *sh = f->sh;
-	bool first = !f->answered;
+	uint64_t now = mono_ns(), d = f->poll_ns;
+
+	if (!f->waited) {
+		f->waited = true;
+		f->deadline = now + sh->wait_ns;
+		STAT_ADD(sh, lock_waits, 1);
+		tier_detach(f->io); /* the rest of its batch goes on without it */
+	}
+	if (now >= f->deadline) {
+		/* the holder is slow or dead: what waiting saved is lost, not more */
+		STAT_ADD(sh, lock_gave_up, 1);
+		miss(f, true);
+		return;
+	}
+	if (d > f->deadline - now)
+		d = f->deadline - now;
+	f->poll_ns = f->poll_ns * 2 < POLL_MAX_NS ? f->poll_ns * 2 : POLL_MAX_NS;
+	/* the re-GET on the I/O loop's timer: no thread waits; stopping, now */
+	if (backend_defer(sh->b, d, poll_again, f) < 0)
+		miss(f, false);
+}
+
+/* A value came: check it in place (val NULL: it was of the block's size and went to f->hdr
+ * and the block), or copy it in. */
+static void got_value(struct sfetch *f, const void *val, size_t vlen)
+{
+	struct fs_fleet *sh = f->sh;
+	const struct tier_io *io = f->io;
 	const void *data;
 	int r;
 
-	f->answered = true;
-	if ((err == -ENOENT || err == -EBUSY) && first)
-		STAT_ADD(sh, misses, 1);
-	if (err == -ENOENT) {
-		/* the lock is ours (or there is none: a lagging fetch that does not fill) */
-		f->locked = f->lock[0] != 0;
-		if (f->locked)
-			STAT_ADD(sh, lock_wins, 1);
-		miss(f, true);
-		return;
-	}
-	if (err == -EBUSY) {
-		uint64_t now = mono_ns(), d = f->poll_ns;
-
-		if (!f->waited) {
-			f->waited = true;
-			f->deadline = now + sh->wait_ns;
-			STAT_ADD(sh, lock_waits, 1);
-		}
-		if (now >= f->deadline) {
-			/* the holder is slow or dead: what waiting saved is lost, not more */
-			STAT_ADD(sh, lock_gave_up, 1);
-			miss(f, true);
-			return;
-		}
-		if (d > f->deadline - now)
-			d = f->deadline - now;
-		f->poll_ns = f->poll_ns * 2 < POLL_MAX_NS ? f->poll_ns * 2 : POLL_MAX_NS;
-		/* the re-GET on the I/O loop's timer: no thread waits; stopping, now */
-		if (backend_defer(sh->b, d, poll_again, f) < 0)
-			miss(f, false);
-		return;
-	}
-	if (err == -ETIMEDOUT && f->lock[0]) {
-		/* slow, not down: the lock may be ours, and the value is worth putting (the put
-		 * queue bounds what a slow Redis costs) */
-		STAT_ADD(sh, unavailable, 1);
-		f->locked = true;
-		miss(f, true);
-		return;
-	}
-	if (err < 0) {
-		STAT_ADD(sh, unavailable, 1);
-		miss(f, false);
-		return;
-	}
-	/* val NULL: the value was of the block's size and went to f->hdr and f->dst */
-	r = val ? fv_check(val, vlen, f->k, sh->block_size, f->len, &data)
-		: fv_check_parts(f->hdr, f->dst, vlen, f->k, sh->block_size, f->len);
+	r = val ? fv_check(val, vlen, io->key, sh->block_size, io->len, &data)
+		: fv_check_parts(f->hdr, io->dst, vlen, io->key, sh->block_size, io->len);
 	if (r < 0) {
 		STAT_ADD(sh, rejected, 1);
 		fs_log_once(&sh->m->log, FUSE_LOG_WARNING, f->key, "shared value rejected",
@@ -509,12 +411,43 @@ static void got(void *arg, int err, const void *val, size_t vlen)
 		return;
 	}
 	if (val)
-		memcpy(f->dst, data, f->len);
+		memcpy(io->dst, data, io->len);
 	STAT_ADD(sh, hits, 1);
-	STAT_ADD(sh, hit_bytes, f->len);
+	STAT_ADD(sh, hit_bytes, io->len);
 	if (f->waited)
 		STAT_ADD(sh, lock_wait_hits, 1);
-	finish(f, 0);
+	answer(f, 0);
+}
+
+static void got(void *arg, int err, const void *val, size_t vlen)
+{
+	struct sfetch *f = arg;
+	struct fs_fleet *sh = f->sh;
+	bool first = !f->answered;
+
+	f->answered = true;
+	if ((err == -ENOENT || err == -EBUSY) && first)
+		STAT_ADD(sh, misses, 1);
+	if (err == -ENOENT) {
+		/* the lock is ours (or there is none: a lagging fetch that does not fill) */
+		f->locked = f->lock[0] != 0;
+		if (f->locked)
+			STAT_ADD(sh, lock_wins, 1);
+		miss(f, true);
+	} else if (err == -EBUSY) {
+		lost_lock(f);
+	} else if (err == -ETIMEDOUT && f->lock[0]) {
+		/* slow, not down: the lock may be ours, and the value is worth putting (the put
+		 * queue bounds what a slow Redis costs) */
+		STAT_ADD(sh, unavailable, 1);
+		f->locked = true;
+		miss(f, true);
+	} else if (err < 0) {
+		STAT_ADD(sh, unavailable, 1);
+		miss(f, false);
+	} else {
+		got_value(f, val, vlen);
+	}
 }
 
 /* Ask Redis for @f's block: with the fetch lock when this fetch would fill the shared tier
@@ -526,7 +459,7 @@ static void ask_value(struct sfetch *f)
 
 	if (f->lock[0])
 		e = bk_redis_get_lock(sh->bs, f->key, f->lock, sh->wait_ns / 1000000, &f->into,
-				       got, f);
+				      got, f);
 	else
 		e = bk_redis_get(sh->bs, f->key, &f->into, got, f);
 	if (e < 0) {
@@ -535,36 +468,75 @@ static void ask_value(struct sfetch *f)
 	}
 }
 
-int fs_fleet_fetch(struct fs_fleet *sh, struct fobj *o, uint64_t off, uint32_t len, void *dst,
-		    bool lagging, cache_done_fn done, void *done_arg)
+static int fleet_get(void *self, struct tier_io *io)
 {
-	struct sfetch *f;
-	bool whole = off % sh->block_size == 0 &&
-		     len == (o->size - off < sh->block_size ? o->size - off : sh->block_size);
+	struct fs_fleet *sh = self;
+	struct sfetch *f = calloc(1, sizeof(*f));
 
-	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	*f = (struct sfetch){.sh = sh, .o = o, .off = off, .len = len, .dst = dst,
-			     .lagging = lagging, .done = done, .done_arg = done_arg,
-			     .k = {.oid = o->id, .blk = off / sh->block_size}};
-	/* the shared tier keeps whole blocks: a part of one (a random read of an old object)
-	 * goes to the store, through the fleet budget like any lagging fetch */
-	if (!whole) {
-		miss(f, false);
-		return 0;
-	}
-	fv_key(f->key, sizeof(f->key), sh->prefix, f->k, sh->block_size);
+	*f = (struct sfetch){.sh = sh, .io = io, .poll_ns = POLL_FIRST_NS};
+	*io->priv = f;
+	fv_key(f->key, sizeof(f->key), sh->prefix, io->key, sh->block_size);
 	/* only a fetch that will fill the shared tier takes the lock: others would wait for a
 	 * value that a lagging holder (shared_fill_lagging off) never writes */
-	if (!lagging || sh->fill_lagging)
+	if (!io->lagging || sh->fill_lagging)
 		snprintf(f->lock, sizeof(f->lock), "%slock:%s", sh->prefix,
 			 f->key + strlen(sh->prefix));
-	f->into = (struct bk_redis_into){.hdr = f->hdr, .hlen = FV_HDR_LEN, .data = dst,
-					  .dlen = len};
-	f->poll_ns = POLL_FIRST_NS;
+	f->into = (struct bk_redis_into){.hdr = f->hdr, .hlen = FV_HDR_LEN, .data = io->dst,
+					 .dlen = io->len};
 	ask_value(f);
 	return 0;
+}
+
+/* SET @io's bytes under @key; @return true if queued. */
+static bool set_value(struct fs_fleet *sh, const char *key, const struct tier_io *io)
+{
+	unsigned char hdr[FV_HDR_LEN];
+
+	fv_header(hdr, io->key, sh->block_size, io->dst, io->len);
+	return bk_redis_put(sh->bs, key, hdr, sizeof(hdr), io->dst, io->len) == 0;
+}
+
+/* The block this tier missed was read from below (@err 0) or not: put it (if it is one the
+ * fleet keeps and Redis answered), then let go of the fetch lock after the SET on the same
+ * connection: a loser that polls after the DEL finds the value; if the SET was dropped (or the
+ * read failed), the DEL goes at once, and the loser takes the lock and reads. A block written
+ * through the mount (no get before) is put as it is. */
+static void fleet_put(void *self, const struct tier_io *io, int err)
+{
+	struct fs_fleet *sh = self;
+	struct sfetch *f = *io->priv;
+	char key[FV_KEY_MAX];
+	bool queued = false;
+
+	if (!f) {
+		if (!err && io->written) {
+			fv_key(key, sizeof(key), sh->prefix, io->key, sh->block_size);
+			set_value(sh, key, io);
+		}
+		return;
+	}
+	*io->priv = NULL;
+	STAT_ADD(sh, store_fetches, 1);
+	if (err == 0 && f->put)
+		queued = set_value(sh, f->key, io);
+	if (f->locked)
+		bk_redis_unlock(sh->bs, f->key, f->lock, queued);
+	free(f);
+}
+
+static const struct tier_ops fleet_ops = {
+	.name = "shared",
+	.get = fleet_get,
+	.put = fleet_put,
+};
+
+struct tier fs_fleet_tier(struct fs_fleet *sh)
+{
+	bool budget = sh->fleet_rate || sh->fleet_ops;
+
+	return (struct tier){.ops = &fleet_ops, .self = sh, .gate = budget ? &sh->gate : NULL};
 }
 
 /* ---- setup ------------------------------------------------------------------------------------- */
@@ -641,7 +613,8 @@ int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret
 	sh->wait_ns = WAIT_FACTOR * o->shared_timeout * 1000000ULL;
 	sh->fleet_rate = o->fleet_lagging_rate;
 	sh->fleet_ops = o->fleet_lagging_ops;
-	pthread_mutex_init(&sh->lock, NULL);
+	struct cache_env env = fs_cache_env(m); /* the I/O loop's timers */
+	gate_init(&sh->gate, &budget_ops, sh, 0, &env);
 	*ret = sh;
 	return 0;
 }
@@ -651,7 +624,7 @@ void fs_fleet_free(struct fs_fleet *sh)
 	if (!sh)
 		return;
 	bk_redis_free(sh->bs);
-	pthread_mutex_destroy(&sh->lock);
+	gate_done_all(&sh->gate);
 	free(sh);
 }
 
@@ -673,11 +646,11 @@ void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
 	ret->fleet_calls = __atomic_load_n(&s->fleet_calls, __ATOMIC_RELAXED);
 	ret->fleet_grants = __atomic_load_n(&s->fleet_grants, __ATOMIC_RELAXED);
 	ret->fleet_waits = __atomic_load_n(&s->fleet_waits, __ATOMIC_RELAXED);
-	ret->fleet_queued = __atomic_load_n(&s->fleet_queued, __ATOMIC_RELAXED);
 	ret->fleet_errors = __atomic_load_n(&s->fleet_errors, __ATOMIC_RELAXED);
 	ret->fleet_fallbacks = __atomic_load_n(&s->fleet_fallbacks, __ATOMIC_RELAXED);
-	pthread_mutex_lock(&sh->lock);
-	ret->fleet_fallback = sh->fallback;
-	pthread_mutex_unlock(&sh->lock);
+	ret->fleet_fallback = __atomic_load_n(&sh->fallback, __ATOMIC_RELAXED);
+	struct gate_stats gs;
+	gate_get_stats(&sh->gate, &gs);
+	ret->fleet_queued = gs.waits + gs.queued;
 	bk_redis_get_stats(sh->bs, ret_redis);
 }

@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "cache.h"
+#include "tier.h"
 #include "disk.h"
 #include "fs.h"
 #include "log.h"
@@ -29,7 +30,7 @@
 
 
 /* ---------------------------------------------------------------------------------------------
- * fleet.c: the shared tier (Redis) and the fleet lagging budget, decorating the cache's fetch.
+ * fleet.c: the shared tier (Redis) and the fleet lagging budget, a tier of the cache's chain.
  * ------------------------------------------------------------------------------------------ */
 
 struct fs_fleet;
@@ -63,9 +64,13 @@ int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret
 		  size_t errlen);
 /* After backend_stop. Accepts NULL. */
 void fs_fleet_free(struct fs_fleet *sh);
-/* env->fetch through the shared tier (cache.h's contract: 0 and done later, or -errno). */
-int fs_fleet_fetch(struct fs_fleet *sh, struct fobj *o, uint64_t off, uint32_t len, void *dst,
-		    bool lagging, cache_done_fn done, void *done_arg);
+/* The fleet as a tier of the cache's chain, with the fleet budget as its gate when one is set.
+ * @sh must outlive the cache. */
+struct tier fs_fleet_tier(struct fs_fleet *sh);
+
+/* store.c: the store as the last tier of the cache's chain (reads of fobj blocks through @b,
+ * at the priority of their memory tier). */
+struct tier fs_store_tier(struct backend *b);
 void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
 			 struct bk_redis_stats *ret_redis);
 
@@ -77,7 +82,6 @@ struct mount {
 	struct cache *c;
 	struct disk *disk;        /* the disk tier, or NULL (no cache_dir, or it could not open);
 				   * set before the cache */
-	bool disk_lagging;        /* lagging blocks are written to disk too (disk_lagging=on) */
 	struct ns *ns;
 	struct fuse_session *se;
 	struct fs_log log;        /* its lines; log.live once mounted and serving */
@@ -152,9 +156,8 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 
 extern const struct fuse_lowlevel_ops fs_ops;
 
-/* What the cache is given (cache_new): the clocks, fetches of fobj blocks through m->b at the
- * priority of their tier (through the shared tier m->fleet first, if any), references on the
- * fobjs, and the disk tier m->disk as its lower tier when there is one. */
+/* What the cache is given (cache_new) besides its chain: the clocks, the I/O loop's timers and
+ * plug, references on the fobjs. */
 struct cache_env fs_cache_env(struct mount *m);
 
 /* After the session loop and the I/O thread stopped, before fuse_session_unmount: wait for

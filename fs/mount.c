@@ -4,8 +4,8 @@
  *   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
  *           ──► fs_fleet_new (shared=: the Redis tier below the cache, fleet.c)
  *           ──► disk_cfg    ──► disk_open (cache_dir: the disk tier, rebuilt by a scan)
- *           ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, fetches, references,
- *                                          the disk tier as the lower tier)
+ *           ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, timers, references;
+ *                                          and chain_of: disk, fleet, store below memory)
  *           ──► ns_cfg      ──► ns_new (the root's first listing starts once the I/O
  *                                        thread runs)
  *           ──► FUSE args   ──► fuse_session_new(fs_ops) ─► mount ─► daemonize ─► loop
@@ -76,6 +76,23 @@ static char *store_name(const char *url)
 	return out;
 }
 
+/*
+ * The cache's chain below its memory tiers (cache/tier.h), in the order a miss asks them: the
+ * disk tier (cache_dir), the fleet (shared=), the store. A tier is one line here. @return the
+ * number of tiers written into @ret.
+ */
+static unsigned chain_of(struct mount *m, struct tier *ret)
+{
+	unsigned n = 0;
+
+	if (m->disk)
+		ret[n++] = disk_tier(m->disk);
+	if (m->fleet)
+		ret[n++] = fs_fleet_tier(m->fleet);
+	ret[n++] = fs_store_tier(m->b);
+	return n;
+}
+
 /* A listing that failed, once per directory until one succeeds (ns.c decides). */
 static void ns_log(void *arg, const char *dir, int err, bool kept)
 {
@@ -103,6 +120,7 @@ static int open_disk(struct mount *m)
 		.dir = m->o->cache_dir,
 		.size = m->o->disk_size,
 		.block_size = (uint32_t)m->o->block_size,
+		.lagging = m->o->disk_lagging,
 		.log = disk_log,
 	};
 	struct disk_stats ds;
@@ -119,7 +137,6 @@ static int open_disk(struct mount *m)
 		m->disk = NULL;
 		return 0;
 	}
-	m->disk_lagging = m->o->disk_lagging;
 	disk_get_stats(m->disk, &ds);
 	if (ds.recovered_blocks)
 		fuse_log(FUSE_LOG_INFO, "tierfs: disk tier %s: %llu blocks recovered in %llu ms\n",
@@ -209,6 +226,10 @@ int fs_main(struct fs_opts *o)
 		cc.hot_parts_above = o->hot_size > UINT64_MAX - d ? UINT64_MAX : o->hot_size + d;
 	}
 	struct cache_env env = fs_cache_env(&m);
+	struct tier chain[TIER_CHAIN_MAX];
+
+	cc.chain = chain;
+	cc.nchain = chain_of(&m, chain);
 	r = cache_new(&cc, &env, &m.c);
 	if (r < 0) {
 		fprintf(stderr, "tierfs: cannot allocate the cache (hot_size + lagging_size): %s\n",

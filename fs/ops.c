@@ -95,50 +95,19 @@ static int64_t env_wall(void *arg)
 	return (int64_t)time(NULL);
 }
 
-static int env_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, bool lagging,
-		     cache_done_fn done, void *done_arg)
-{
-	struct mount *m = arg;
-	struct fobj *o = ctx;
-
-	if (m->fleet)
-		return fs_fleet_fetch(m->fleet, o, off, len, dst, lagging, done, done_arg);
-	return backend_read(o->backend, o->path, o->etag, off, len, dst,
-			    lagging ? BK_BACKGROUND : BK_URGENT, done, done_arg);
-}
-
 static int env_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg)
 {
 	return backend_defer(((struct mount *)arg)->b, delay_ns, cb, cb_arg);
 }
 
-/* The disk tier as the cache's lower tier (cache.c's essay). A disk read runs on one of the
- * tier's reader threads, never in the thread that starts the flight (a FUSE worker, or the
- * I/O thread when a completion starts one): the I/O thread never waits for the disk. */
-static int env_lower_get(void *arg, struct cache_key key, uint32_t len, void *dst,
-			 cache_done_fn done, void *done_arg)
+static void env_plug(void *arg)
 {
-	struct mount *m = arg;
-
-	return disk_get_async(m->disk, key, dst, len, done, done_arg);
+	backend_plug(((struct mount *)arg)->b);
 }
 
-static bool env_lower_has(void *arg, struct cache_key key)
+static void env_unplug(void *arg)
 {
-	struct mount *m = arg;
-
-	return disk_has(m->disk, key);
-}
-
-/* Hot blocks go to disk as they are fetched; lagging ones only with disk_lagging=on, so that
- * a replay does not wash the tail's blocks out of the disk tier (README, "Disk tier"). */
-static void env_lower_put(void *arg, struct cache_key key, const void *src, uint32_t len,
-			  bool lagging)
-{
-	struct mount *m = arg;
-
-	if (!lagging || m->disk_lagging)
-		disk_put(m->disk, key, src, len);
+	backend_unplug(((struct mount *)arg)->b);
 }
 
 static void env_hold(void *ctx)
@@ -162,13 +131,11 @@ struct cache_env fs_cache_env(struct mount *m)
 		.arg = m,
 		.mono_ns = env_mono,
 		.wall_s = env_wall,
-		.fetch = env_fetch,
 		.defer = env_defer,
 		.hold = env_hold,
 		.release = env_release,
-		.lower_get = m->disk ? env_lower_get : NULL,
-		.lower_has = m->disk ? env_lower_has : NULL,
-		.lower_put = m->disk ? env_lower_put : NULL,
+		.plug = env_plug,
+		.unplug = env_unplug,
 	};
 }
 

@@ -319,6 +319,32 @@ def test_second_mount_served_from_redis(store, mount, redis):
     assert range_gets(store, rel, mark) == []
 
 
+def test_store_reads_after_redis_misses_are_merged(store, mount, redis):
+    """Blocks that missed Redis reach the store as merged range requests, as they do without
+    shared=: a readahead batch walks down the tiers together (cache/tier.c). Before, each miss
+    went to the store on its own as its GET was answered: 256 MiB in 64 GETs after Redis
+    misses, against 19 without shared=."""
+    r = redis()
+    hot = f"hot_ttl={1000 * 86400}"  # the 16 MiB old objects read as hot: urgent, merged
+    plain = mount(store.nginx.url, [f"block_size={BS // MIB}M", hot, "readahead=4"],
+                  name="plain")
+    shared = mount(store.nginx.url, opts(r, hot, "readahead=4"), name="shared")
+    counts = {}
+    for m, rel in ((plain, "old/o-05.bin"), (shared, "old/o-06.bin")):
+        store.nginx.wait_idle()
+        mark = store.nginx.log_mark()
+        read_check(m, store, rel)
+        store.nginx.wait_idle()
+        counts[m.mnt] = len(range_gets(store, rel, mark))
+    n_plain, n_shared = counts[plain.mnt], counts[shared.mnt]
+    assert n_plain < 16, f"no merging even without shared=: {n_plain} GETs for 16 blocks"
+    assert n_shared <= n_plain + 1, (
+        f"{n_shared} range GETs after Redis misses, {n_plain} without shared=")
+    s = lu.stats(shared.mnt)
+    assert s.v("shared_misses_total", "shared") == 16
+    assert s.v("backend_merged_reads_total") >= 16 - n_shared
+
+
 def test_hot_objects_larger_than_the_tier_keep_whole_blocks_for_the_fleet(store, mount, redis):
     """With shared=, a random read of a hot object larger than hot_size still fetches the
     whole block (alone, it would fetch a 64 KiB part), and puts it in Redis for the fleet."""

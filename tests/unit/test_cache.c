@@ -36,6 +36,7 @@
 
 #include "cache.h"
 #include "cache_i.h" /* cache_sha256 */
+#include "tier.h"
 
 #define NS	 1000000000ull
 #define KIB	 1024ull
@@ -82,6 +83,7 @@ struct fetch_rec {
 	cache_done_fn done;
 	void *done_arg;
 	uint64_t start_ns; /* W.mono when it was started */
+	unsigned plug;	   /* W.plug_gen when started under a plug, 0 if not plugged */
 	bool open;	   /* not completed yet */
 };
 
@@ -121,6 +123,7 @@ static struct world {
 	long bad_release; /* releases without a hold */
 	long fetch_bad;	  /* misaligned or wrong-length fetches */
 	long single_dup;  /* two open fetches of one block */
+	unsigned plug_depth, plug_gen; /* env->plug nesting now; plugs so far */
 } W;
 
 static uint64_t next_rand(uint64_t *state)
@@ -185,6 +188,7 @@ static int f_fetch(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, 
 					 .done = done,
 					 .done_arg = done_arg,
 					 .start_ns = W.mono,
+					 .plug = W.plug_depth ? W.plug_gen : 0,
 					 .open = true};
 	W.nopen++;
 	return 0;
@@ -230,11 +234,53 @@ static const struct cache_env ENV = {
     .arg = &W,
     .mono_ns = f_mono,
     .wall_s = f_wall,
-    .fetch = f_fetch,
     .defer = f_defer,
     .hold = f_hold,
     .release = f_release,
 };
+
+/*
+ * The store, last in the cache's chain (tier.h): a tier whose get hands the block to a fetch
+ * function of the test's (f_fetch, sync_fetch, t_fetch), which answers through done as the
+ * backend does. A chain may have other tiers before it (the fake lower tier below; the test
+ * tier of test_chain_*).
+ */
+typedef int (*fetch_fn)(void *arg, void *ctx, uint64_t off, uint32_t len, void *dst, bool lagging,
+			cache_done_fn done, void *done_arg);
+
+static void store_answered(void *arg, int err)
+{
+	tier_answer(arg, err);
+}
+
+static int store_get(void *self, struct tier_io *io)
+{
+	fetch_fn fetch = (fetch_fn)(uintptr_t)self;
+
+	return fetch(NULL, io->ctx, io->off, io->len, io->dst, io->lagging, store_answered, io);
+}
+
+static const struct tier_ops STORE_OPS = {.name = "store", .get = store_get};
+
+static struct tier store_tier(fetch_fn fetch)
+{
+	return (struct tier){.ops = &STORE_OPS, .self = (void *)(uintptr_t)fetch};
+}
+
+/* cache_new with the chain @above (n tiers, may be 0) then a store reading with @fetch. */
+static int new_cache(const struct cache_cfg *cfg, const struct cache_env *env, fetch_fn fetch,
+		     const struct tier *above, unsigned n, struct cache **ret)
+{
+	struct tier chain[TIER_CHAIN_MAX];
+	struct cache_cfg c = *cfg;
+
+	for (unsigned i = 0; i < n; i++)
+		chain[i] = above[i];
+	chain[n] = store_tier(fetch);
+	c.chain = chain;
+	c.nchain = n + 1;
+	return cache_new(&c, env, ret);
+}
 
 static void world_reset(void)
 {
@@ -456,7 +502,7 @@ static struct cache *mk(const struct cache_cfg *cfg)
 
 	world_reset();
 	W.bs = cfg->block_size;
-	assert_int_equal(cache_new(cfg, &ENV, &c), 0);
+	assert_int_equal(new_cache(cfg, &ENV, f_fetch, NULL, 0, &c), 0);
 	assert_non_null(c);
 	assert_int_equal(cache_block_size(c), cfg->block_size);
 	return c;
@@ -536,45 +582,45 @@ static void test_new_einval(void **state)
 	world_reset();
 	cfg = base_cfg();
 	cfg.block_size = 0;
-	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), -EINVAL);
 	cfg.block_size = 3 * 4096;
-	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), -EINVAL);
 	/* a tier must hold 4 segments of at least 2 blocks: anything smaller is -EINVAL, never
 	 * -ENOMEM */
 	for (uint64_t nb = 0; nb < 8; nb++) {
 		cfg = base_cfg();
 		cfg.hot_size = nb * BS;
-		assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+		assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), -EINVAL);
 		cfg = base_cfg();
 		cfg.lagging_size = nb * BS;
-		assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+		assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), -EINVAL);
 	}
 	cfg = base_cfg();
 	cfg.hot_size = 8ull * BS - 1;
-	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), -EINVAL);
 	/* blocks under 64 bytes still take 64 in a segment */
 	cfg = base_cfg();
 	cfg.block_size = 16;
 	cfg.hot_size = 8 * 16;
 	cfg.lagging_size = 4096;
-	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), -EINVAL);
 	cfg.hot_size = 4 * 80;
-	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), -EINVAL);
 	cfg.hot_size = 4 * 128;
-	assert_int_equal(cache_new(&cfg, &ENV, &c), 0);
+	assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), 0);
 	cache_free(c);
 	c = NULL;
 	/* the lagging size does not matter with lagging off */
 	cfg = base_cfg();
 	cfg.lagging = false;
 	cfg.lagging_size = 0;
-	assert_int_equal(cache_new(&cfg, &ENV, &c), 0);
+	assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), 0);
 	cache_free(c);
 	c = NULL;
 	cfg = base_cfg();
 	cfg.hot_size = 8ull * BS;
 	cfg.lagging_size = 8ull * BS;
-	assert_int_equal(cache_new(&cfg, &ENV, &c), 0);
+	assert_int_equal(new_cache(&cfg, &ENV, f_fetch, NULL, 0, &c), 0);
 	cache_free(c);
 	cache_free(NULL);
 	assert_null(W.f);
@@ -754,9 +800,8 @@ static void test_sync_completion(void **state)
 	(void)state;
 	world_reset();
 	W.bs = BS;
-	env.fetch = sync_fetch;
 	cfg.readahead = 2;
-	assert_int_equal(cache_new(&cfg, &env, &c), 0);
+	assert_int_equal(new_cache(&cfg, &env, sync_fetch, NULL, 0, &c), 0);
 	assert_true(rd(c, &o, &s, 0, BS + 1, &r));
 	check_ok(&r);
 	assert_int_equal(W.nf, 4); /* blocks 0, 1 and readahead 2, 3 */
@@ -1296,7 +1341,7 @@ static void test_lagging_tier(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The lower tier (env->lower_get / lower_has / lower_put): a fake disk tier of a few blocks.
+ * A lower tier (a tier of the chain before the store): a fake disk tier of a few blocks.
  * lower_get answers at once, from inside the call (L.async false), or later: it records the
  * read and the test completes it (lower_complete), as the disk tier's reader threads do.
  * ------------------------------------------------------------------------------------------ */
@@ -1401,18 +1446,40 @@ static void lower_hold(uint64_t id, uint64_t blk, uint32_t len)
 	L.len[L.n++] = len;
 }
 
+/* The fake lower tier as a tier of the chain, before the store. */
+static void lower_answered(void *arg, int err)
+{
+	tier_answer(arg, err);
+}
+
+static int lt_get(void *self, struct tier_io *io)
+{
+	return l_get(self, io->key, io->len, io->dst, lower_answered, io);
+}
+
+static bool lt_has(void *self, struct cache_key k)
+{
+	return l_has(self, k);
+}
+
+static void lt_put(void *self, const struct tier_io *io, int err)
+{
+	if (!err)
+		l_put(self, io->key, io->dst, io->len, io->lagging);
+}
+
+static const struct tier_ops LOWER_OPS = {.name = "disk", .get = lt_get, .has = lt_has,
+					  .put = lt_put};
+
 static struct cache *mk_lower(const struct cache_cfg *cfg)
 {
-	struct cache_env env = ENV;
+	struct tier lower = {.ops = &LOWER_OPS};
 	struct cache *c = NULL;
 
-	env.lower_get = l_get;
-	env.lower_has = l_has;
-	env.lower_put = l_put;
 	world_reset();
 	memset(&L, 0, sizeof(L));
 	W.bs = cfg->block_size;
-	assert_int_equal(cache_new(cfg, &env, &c), 0);
+	assert_int_equal(new_cache(cfg, &ENV, f_fetch, &lower, 1, &c), 0);
 	return c;
 }
 
@@ -1668,6 +1735,342 @@ static void test_lower_async_cancel(void **state)
 	assert_int_equal(W.attempts, 0);
 	rep_done(&r);
 	shut(c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The chain (tier.h). TT is a tier written for these tests in a few dozen lines and put in the
+ * chain with one line (chain_tt), between the fake lower tier and the store: what tier.h's
+ * essay says a new tier costs. It holds a few blocks, answers at once or when the test says
+ * (tt_answer), may detach a block's read from its batch, and may own a gate whose source the
+ * test feeds.
+ * ------------------------------------------------------------------------------------------ */
+
+#define TT_MAX 32
+
+static struct tt {
+	struct cache_key key[TT_MAX]; /* blocks it holds (the pattern bytes) */
+	size_t n;
+	bool async;                   /* misses and hits are answered by tt_answer */
+	uint64_t detach_blk;          /* get of this block detaches first (UINT64_MAX: none) */
+	struct tier_io *pend[TT_MAX]; /* reads not answered yet, in order */
+	size_t npend;
+	size_t gets, puts, put_errs;
+	struct cache_key put_key[TT_MAX];
+	struct gate gate;             /* with .gated: its gate, fed by tokens */
+	bool gated;
+	double tokens;                /* the gate's source: bytes it may let through */
+	size_t asks;                  /* times the gate asked for more */
+} TT;
+
+static int tt_find(struct cache_key k)
+{
+	for (size_t i = 0; i < TT.n; i++)
+		if (cache_key_eq(TT.key[i], k))
+			return (int)i;
+	return -1;
+}
+
+/* Answer pending read @i: the pattern if TT holds the block, else a miss. */
+static void tt_answer(size_t i)
+{
+	struct tier_io *io;
+
+	assert_true(i < TT.npend);
+	io = TT.pend[i];
+	memmove(&TT.pend[i], &TT.pend[i + 1], (--TT.npend - i) * sizeof(TT.pend[0]));
+	if (tt_find(io->key) < 0) {
+		tier_answer(io, -ENOENT);
+		return;
+	}
+	for (uint32_t b = 0; b < io->len; b++)
+		((unsigned char *)io->dst)[b] = pat(io->key.oid.lo, io->key.blk * W.bs + b);
+	tier_answer(io, 0);
+}
+
+static int tt_get(void *self, struct tier_io *io)
+{
+	TT.gets++;
+	if (io->key.blk == TT.detach_blk)
+		tier_detach(io);
+	assert_true(TT.npend < TT_MAX);
+	TT.pend[TT.npend++] = io;
+	if (!TT.async)
+		tt_answer(TT.npend - 1);
+	return 0;
+}
+
+static void tt_put(void *self, const struct tier_io *io, int err)
+{
+	if (err) {
+		TT.put_errs++;
+		return;
+	}
+	assert_true(TT.puts < TT_MAX);
+	TT.put_key[TT.puts++] = io->key;
+}
+
+static const struct tier_ops TT_OPS = {.name = "test", .get = tt_get, .put = tt_put};
+
+static uint64_t tt_take(void *src, uint64_t bytes, uint64_t now_ns)
+{
+	if (TT.tokens < (double)bytes)
+		return GATE_LATER;
+	TT.tokens -= (double)bytes;
+	return 0;
+}
+
+static void tt_ask(void *src, uint64_t bytes)
+{
+	TT.asks++;
+}
+
+static const struct gate_src_ops TT_SRC = {.take = tt_take, .ask = tt_ask};
+
+static void tt_grant(void *src, void *arg)
+{
+	TT.tokens += *(double *)arg;
+}
+
+static void plug(void *arg)
+{
+	if (W.plug_depth++ == 0)
+		W.plug_gen++;
+}
+
+static void unplug(void *arg)
+{
+	assert_true(W.plug_depth > 0);
+	W.plug_depth--;
+}
+
+/* A cache whose chain is [fake lower tier, TT, store], with env's plug counted. */
+static struct cache *chain_tt(const struct cache_cfg *cfg)
+{
+	struct cache_env env = ENV;
+	struct tier chain[2] = {{.ops = &LOWER_OPS}, {.ops = &TT_OPS}};
+	struct cache *c = NULL;
+
+	world_reset();
+	memset(&L, 0, sizeof(L));
+	memset(&TT, 0, sizeof(TT));
+	TT.detach_blk = UINT64_MAX;
+	W.bs = cfg->block_size;
+	env.plug = plug;
+	env.unplug = unplug;
+	if (TT.gated || cfg->lagging_ops == 7) { /* lagging_ops 7: the tests' sign for a gate */
+		gate_init(&TT.gate, &TT_SRC, NULL, 0, &ENV);
+		TT.gated = true;
+		chain[1].gate = &TT.gate;
+	}
+	assert_int_equal(new_cache(cfg, &env, f_fetch, chain, 2, &c), 0);
+	return c;
+}
+
+static void tt_hold(uint64_t id, uint64_t blk)
+{
+	assert_true(TT.n < TT_MAX);
+	TT.key[TT.n++] = (struct cache_key){{.lo = id}, blk};
+}
+
+/* A read walks down the chain: a block the lower tier has stops there, one the test tier has
+ * stops there, the rest reach the store. Each block is then put into every tier its walk
+ * passed, and only those: TT never gets the block it served nor the one above it served. */
+static void test_chain_walks_down_and_puts_up(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = chain_tt(&cfg);
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, 401, 4ull * BS, WALL0);
+	struct cache_stats st;
+	struct rep r = {0};
+
+	(void)state;
+	tt_hold(401, 1);
+	lower_hold(401, 2, BS);
+	assert_false(rd(c, &o, NULL, 0, 4 * BS, &r));
+	assert_int_equal(W.nf, 2); /* blocks 0 and 3, together */
+	assert_int_equal(W.f[0].off, 0);
+	assert_int_equal(W.f[1].off, 3ull * BS);
+	assert_int_equal(TT.gets, 3); /* 0, 1, 3: 2 stopped at the lower tier */
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(TT.puts, 2);
+	assert_int_equal(TT.put_key[0].blk + TT.put_key[1].blk, 0 + 3);
+	assert_int_equal(L.puts, 3); /* 0, 1 and 3 passed it */
+	assert_true(L.put_bytes_ok);
+	st = stats(c);
+	assert_int_equal(st.tier[CACHE_HOT].lower_hits, 2);
+	assert_int_equal(st.tier[CACHE_HOT].fetches, 2);
+	assert_int_equal(st.tier[CACHE_HOT].bytes_fetched, 2ull * BS);
+	rep_done(&r);
+	/* all four are in memory now */
+	assert_true(rd(c, &o, NULL, 0, 4 * BS, &r));
+	check_ok(&r);
+	rep_done(&r);
+	shut(c);
+}
+
+/* A batch that misses a slow tier goes on to the store together, once every block has
+ * answered there, and under one plug: consecutive blocks that missed Redis can still go to the
+ * store as one request (issue: 64 GETs for 256 MiB after Redis misses, 19 without it). */
+static void test_chain_batch_reaches_the_store_together(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, 402, 8ull * BS, WALL0);
+	struct rep r = {0};
+
+	(void)state;
+	c = chain_tt(&cfg);
+	TT.async = true;
+	assert_false(rd(c, &o, NULL, 0, 4 * BS, &r));
+	assert_int_equal(TT.npend, 4);
+	tt_answer(2);
+	tt_answer(0);
+	tt_answer(1);
+	assert_int_equal(W.nf, 0); /* one block still out at the test tier: the batch waits */
+	tt_answer(0);
+	assert_int_equal(W.nf, 4);
+	for (size_t i = 0; i < 4; i++) {
+		assert_int_equal(W.f[i].off, i * BS); /* in order */
+		assert_int_not_equal(W.f[i].plug, 0);
+		assert_int_equal(W.f[i].plug, W.f[0].plug); /* one plug for all four */
+	}
+	assert_int_equal(W.plug_depth, 0);
+	complete_all(0);
+	check_ok(&r);
+	rep_done(&r);
+	shut(c);
+}
+
+/* A block whose tier detaches it (it waits for another host) leaves its batch: the others go
+ * to the store without waiting for it, and it follows alone when its answer comes. */
+static void test_chain_detached_block_goes_alone(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, 403, 4ull * BS, WALL0);
+	struct rep r = {0};
+
+	(void)state;
+	c = chain_tt(&cfg);
+	TT.async = true;
+	TT.detach_blk = 1;
+	assert_false(rd(c, &o, NULL, 0, 4 * BS, &r));
+	assert_int_equal(TT.npend, 4);
+	tt_answer(3); /* block 3 */
+	tt_answer(2); /* block 2 */
+	tt_answer(0); /* block 0: the batch's last, block 1 being detached */
+	assert_int_equal(W.nf, 3);
+	assert_int_equal(TT.npend, 1);
+	tt_answer(0); /* block 1, a miss at last */
+	assert_int_equal(W.nf, 4);
+	assert_int_equal(W.f[3].off, BS);
+	complete_all(0);
+	check_ok(&r);
+	rep_done(&r);
+	shut(c);
+}
+
+/* A tier's gate: its lagging misses wait in it for its source's tokens (asked for once, no
+ * thread waiting), then go to the store; hot misses pass it by. */
+static void test_chain_tier_gate(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fh, fl;
+	struct cache_obj hot = mkobj(&fh, 404, 2ull * BS, WALL0);
+	struct cache_obj old = mkobj(&fl, 405, 2ull * BS, OLD);
+	struct rep r = {0}, r2 = {0};
+	double grant = (double)BS;
+
+	(void)state;
+	cfg.lagging_ops = 7; /* chain_tt: give TT a gate (a lagging ops limit that never binds) */
+	c = chain_tt(&cfg);
+	assert_false(rd(c, &old, NULL, 0, BS, &r));
+	assert_int_equal(W.nf, 0);
+	assert_int_equal(TT.asks, 1);
+	assert_false(rd(c, &hot, NULL, 0, BS, &r2));
+	assert_int_equal(W.nf, 1); /* the hot one passed the gate by */
+	assert_int_equal(W.f[0].o->id, 404);
+	gate_update(&TT.gate, tt_grant, &grant);
+	assert_int_equal(W.nf, 2);
+	assert_int_equal(W.f[1].o->id, 405);
+	assert_true(W.f[1].lagging);
+	complete_all(0);
+	check_ok(&r);
+	check_ok(&r2);
+	rep_done(&r);
+	rep_done(&r2);
+	shut(c);
+	gate_done_all(&TT.gate);
+}
+
+/* A block the store fails is reported to every tier it passed (so they release what their get
+ * took: the fleet's fetch lock), and no tier keeps its bytes. A part of a block never asks the
+ * tiers below memory. */
+static void test_chain_failure_and_parts(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c;
+	struct fobj fo, fl;
+	struct cache_obj o = mkobj(&fo, 406, 2ull * BS, WALL0);
+	struct cache_obj old = mkobj(&fl, 407, 4ull * BS, OLD);
+	struct cache_stream s = {.next_off = 3 * BS};
+	struct rep r = {0};
+
+	(void)state;
+	cfg.block_size = 1024 * 1024; /* parts need blocks over CACHE_PART_MAX */
+	cfg.hot_size = 16ull * cfg.block_size;
+	cfg.lagging_size = 16ull * cfg.block_size;
+	c = chain_tt(&cfg);
+	o = mkobj(&fo, 406, 2ull * cfg.block_size, WALL0);
+	old = mkobj(&fl, 407, 4ull * cfg.block_size, OLD);
+	assert_false(rd(c, &o, NULL, 0, 100, &r));
+	complete_all(-EIO);
+	assert_int_equal(r.err, -EIO);
+	assert_int_equal(TT.put_errs, 1);
+	assert_int_equal(TT.puts, 0);
+	assert_int_equal(L.puts, 0);
+	rep_done(&r);
+	TT.gets = L.gets = 0;
+	assert_false(rd(c, &old, &s, 100, 4096, &r)); /* a random read of an old object */
+	assert_int_equal(TT.gets, 0);
+	assert_int_equal(L.gets, 0);
+	assert_int_equal(W.f[W.nf - 1].len, CACHE_PART_UNIT);
+	complete_all(0);
+	check_ok(&r);
+	assert_int_equal(TT.puts, 0);
+	rep_done(&r);
+	shut(c);
+}
+
+/* The chain must end with a tier that reads (the store), and hold 1..TIER_CHAIN_MAX tiers. */
+static void test_chain_refused(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct tier chain[TIER_CHAIN_MAX + 1];
+	struct cache *c = NULL;
+
+	(void)state;
+	world_reset();
+	for (int i = 0; i <= TIER_CHAIN_MAX; i++)
+		chain[i] = store_tier(f_fetch);
+	cfg.chain = chain;
+	cfg.nchain = 0;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	cfg.nchain = TIER_CHAIN_MAX + 1;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	chain[1] = (struct tier){.ops = &TT_OPS};
+	chain[1].ops = &(const struct tier_ops){.name = "put only", .put = tt_put};
+	cfg.nchain = 2;
+	assert_int_equal(cache_new(&cfg, &ENV, &c), -EINVAL);
+	cfg.nchain = TIER_CHAIN_MAX;
+	chain[1] = store_tier(f_fetch);
+	assert_int_equal(cache_new(&cfg, &ENV, &c), 0);
+	cache_free(c);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -2879,7 +3282,6 @@ static void test_threads(void **state)
 	    .arg = &T,
 	    .mono_ns = t_mono,
 	    .wall_s = t_wall,
-	    .fetch = t_fetch,
 	    .defer = t_defer,
 	    .hold = t_hold,
 	    .release = t_release,
@@ -2901,7 +3303,7 @@ static void test_threads(void **state)
 	cfg.hot_size = 8 * T_BS; /* tiny: rotations and bounces under contention */
 	cfg.lagging_size = 16 * T_BS;
 	cfg.readahead = 2;
-	assert_int_equal(cache_new(&cfg, &env, &c), 0);
+	assert_int_equal(new_cache(&cfg, &env, t_fetch, NULL, 0, &c), 0);
 	for (int i = 0; i < T_OBJS; i++)
 		objs[i] = mkobj(&fo[i], 2000 + (uint64_t)i, (uint64_t)(i + 1) * 24 * T_BS - 100 * i,
 				i % 2 ? OLD : WALL0);
@@ -3270,7 +3672,6 @@ static void test_threads_mem_limit(void **state)
 	    .arg = &T,
 	    .mono_ns = t_mono,
 	    .wall_s = t_wall,
-	    .fetch = t_fetch,
 	    .defer = t_defer,
 	    .hold = t_hold,
 	    .release = t_release,
@@ -3294,7 +3695,7 @@ static void test_threads_mem_limit(void **state)
 	cfg.lagging_size = 16 * T_BS;
 	cfg.readahead = 2;
 	cfg.bounce_limit = 2 * T_BS;
-	assert_int_equal(cache_new(&cfg, &env, &c), 0);
+	assert_int_equal(new_cache(&cfg, &env, t_fetch, NULL, 0, &c), 0);
 	for (int i = 0; i < S_READERS; i++)
 		objs[i] = mkobj(&fo[i], 3000 + (uint64_t)i, 40 * T_BS - 100 * (uint64_t)i,
 				i % 2 ? OLD : WALL0);
@@ -3947,6 +4348,12 @@ int main(void)
 	    cmocka_unit_test(test_lower_async_window),
 	    cmocka_unit_test(test_lower_async_fails_later),
 	    cmocka_unit_test(test_lower_async_cancel),
+	    cmocka_unit_test(test_chain_walks_down_and_puts_up),
+	    cmocka_unit_test(test_chain_batch_reaches_the_store_together),
+	    cmocka_unit_test(test_chain_detached_block_goes_alone),
+	    cmocka_unit_test(test_chain_tier_gate),
+	    cmocka_unit_test(test_chain_failure_and_parts),
+	    cmocka_unit_test(test_chain_refused),
 	    cmocka_unit_test(test_residency_text),
 	    cmocka_unit_test(test_residency_text_bound),
 	    cmocka_unit_test(test_throttle),
