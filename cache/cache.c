@@ -245,6 +245,7 @@ struct cache {
 	uint64_t bounce_bytes;   /* bytes of bounce buffers charged and not unmapped; c->lock */
 	uint64_t bounce_peak;    /* the most bounce_bytes ever was; c->lock */
 	uint64_t forced_bytes;   /* the part of bounce_bytes taken over the limit; c->lock */
+	struct publisher *pubs;  /* written objects being offered to the chain; c->lock */
 };
 
 #define STAT_ADD(c, t, field, v) __atomic_fetch_add(&(c)->tier[t].st.field, (v), __ATOMIC_RELAXED)
@@ -1483,6 +1484,9 @@ fail:
 	return r;
 }
 
+struct publisher;
+static void pub_unlink(struct cache *c, struct publisher *p);
+
 /* Flights that never started (in the lagging gate, or waiting for memory) when the cache goes:
  * their readers are answered -ESHUTDOWN. The queues are detached first so that completing one
  * does not start the next. */
@@ -1516,6 +1520,9 @@ void cache_free(struct cache *c)
 	if (!c)
 		return;
 	fail_unstarted(c);
+	/* the timers of publishers still at work died with the I/O loop */
+	while (c->pubs)
+		pub_unlink(c, c->pubs);
 	for (int t = 0; t < CACHE_NTIERS; t++)
 		tier_done(&c->tier[t]);
 	gate_done_all(&c->lag_gate);
@@ -1721,6 +1728,152 @@ int cache_residency_text(struct cache *c, const struct cache_obj *o, size_t max_
 		w = text_put(buf, len, w, "%s(+%zu more ranges)", any ? " " : "", nr - max_ranges);
 	free(rg);
 	return w > INT_MAX ? -E2BIG : (int)w;
+}
+
+/* ---- write-through ------------------------------------------------------------------------- */
+
+int cache_put(struct cache *c, struct cache_key key, const void *src, uint32_t len)
+{
+	struct ring *ring = c->tier[CACHE_HOT].ring;
+	struct ring_ref ref;
+	int r;
+
+	if (len > c->cfg.block_size)
+		return -EINVAL;
+	r = ring_reserve(ring, key, len, now_ns(c), &ref);
+	if (r < 0)
+		return r;
+	memcpy(ref.data, src, len);
+	ring_commit(ring, &ref);
+	ring_unpin(ring, &ref);
+	mem_wake(c);
+	STAT_ADD(c, CACHE_HOT, written, 1);
+	return 0;
+}
+
+uint64_t cache_rekey(struct cache *c, struct cache_oid from, struct cache_oid to)
+{
+	uint64_t n = 0;
+
+	for (int t = 0; t < CACHE_NTIERS; t++)
+		if (c->tier[t].ring)
+			n += ring_rekey(c->tier[t].ring, from, to);
+	return n;
+}
+
+void cache_drop(struct cache *c, struct cache_oid oid)
+{
+	for (int t = 0; t < CACHE_NTIERS; t++)
+		if (c->tier[t].ring)
+			ring_drop(c->tier[t].ring, oid);
+	chain_drop(&c->chain, oid);
+}
+
+/*
+ * A written object's blocks being offered to the chain's tiers: the blocks the hot tier held
+ * when the store acknowledged it, one at a time, each while every tier has room for it, from a
+ * timer of env->defer when one has not. A tier that stays full for PUB_PATIENCE_NS ends it:
+ * what is not offered is fetched by its first reader, as any block.
+ */
+#define PUB_RETRY_NS    (5 * 1000000ULL)
+#define PUB_PATIENCE_NS (30 * 1000000000ULL)
+
+struct publisher {
+	struct publisher *next;   /* c->pubs; c->lock */
+	struct cache *c;
+	struct cache_obj o;       /* id, size, mtime; ctx unused */
+	uint64_t *blk;            /* the blocks to offer, in order */
+	size_t n, i;              /* how many, and the next one */
+	uint64_t stuck_since;     /* when it found no room, 0 while it moves */
+};
+
+static void pub_unlink(struct cache *c, struct publisher *p)
+{
+	struct publisher **pp;
+
+	pthread_mutex_lock(&c->lock);
+	for (pp = &c->pubs; *pp && *pp != p; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = p->next;
+	pthread_mutex_unlock(&c->lock);
+	free(p->blk);
+	free(p);
+}
+
+/* Offer the next block of @p if the tiers have room. @return false when it must wait. */
+static bool pub_one(struct publisher *p)
+{
+	struct cache *c = p->c;
+	struct cache_key k = {p->o.id, p->blk[p->i]};
+	struct ring *ring = c->tier[CACHE_HOT].ring;
+	struct ring_ref ref;
+
+	if (ring_lookup(ring, k, now_ns(c), &ref) < 0) {
+		p->i++; /* evicted meanwhile */
+		return true;
+	}
+	if (chain_room(&c->chain) < ref.len) {
+		ring_unpin(ring, &ref);
+		return false;
+	}
+	chain_put_written(&c->chain, &(struct tier_io){.key = k, .off = k.blk << c->shift,
+						       .len = ref.len, .dst = ref.data,
+						       .written = true});
+	ring_unpin(ring, &ref);
+	mem_wake(c);
+	STAT_ADD(c, CACHE_HOT, published, 1);
+	p->i++;
+	return true;
+}
+
+static void pub_step(void *arg)
+{
+	struct publisher *p = arg;
+	uint64_t now;
+
+	while (p->i < p->n && pub_one(p))
+		p->stuck_since = 0;
+	now = now_ns(p->c);
+	if (p->i < p->n && !p->stuck_since)
+		p->stuck_since = now;
+	if (p->i >= p->n || now - p->stuck_since > PUB_PATIENCE_NS ||
+	    p->c->env.defer(p->c->env.arg, PUB_RETRY_NS, pub_step, p) < 0)
+		pub_unlink(p->c, p);
+}
+
+static void pub_collect(void *arg, uint64_t blk)
+{
+	struct resident *rs = arg;
+
+	rs->tier = CACHE_HOT;
+	resident_add(rs, blk);
+}
+
+void cache_publish(struct cache *c, const struct cache_obj *o)
+{
+	struct publisher *p;
+	struct resident rs = {0};
+
+	if (c->chain.n < 2)
+		return; /* the store alone: nothing to offer */
+	ring_each_block(c->tier[CACHE_HOT].ring, o->id, now_ns(c), pub_collect, &rs);
+	p = calloc(1, sizeof(*p));
+	if (rs.oom || !rs.n || !p) {
+		free(rs.v);
+		free(p);
+		return;
+	}
+	qsort(rs.v, rs.n, sizeof(*rs.v), cmp_u64);
+	for (size_t i = 0; i < rs.n; i++)
+		rs.v[i] >>= TIER_BITS;
+	*p = (struct publisher){.c = c, .o = *o, .blk = rs.v, .n = rs.n};
+	p->o.ctx = NULL;
+	pthread_mutex_lock(&c->lock);
+	p->next = c->pubs;
+	c->pubs = p;
+	pthread_mutex_unlock(&c->lock);
+	pub_step(p);
 }
 
 void cache_get_stats(struct cache *c, struct cache_stats *ret)

@@ -174,6 +174,8 @@ struct cache_tier_stats {
 	uint64_t lower_fallbacks; /* blocks a tier of the chain said it held (tier_ops.has) that
 				   * it then missed (CRC, read error, eviction): fetched from the
 				   * store, and charged to the limiter after the fact */
+	uint64_t written;         /* blocks written through the mount stored here (cache_put) */
+	uint64_t published;       /* written blocks offered to the chain's tiers (cache_publish) */
 	double tokens;            /* limiter tokens now (a tier with a limiter only) */
 	bool limited;             /* the tier has a rate limiter */
 	uint64_t rate;            /* its rate now, bytes/s; 0: unlimited, or the tier is off */
@@ -254,6 +256,34 @@ size_t cache_residency(struct cache *c, const struct cache_obj *o, char *buf, si
  */
 int cache_residency_text(struct cache *c, const struct cache_obj *o, size_t max_ranges,
 			 char *buf, size_t len);
+
+/*
+ * Write-through: a file written through the mount fills the tiers as it goes.
+ *
+ *   write ─► cache_put(provisional oid, blk)   each block, into the hot tier, as it completes
+ *   store acknowledges the object ─► cache_rekey(provisional, real oid) ─► cache_publish(o):
+ *                                    its blocks offered to the disk and fleet tiers, paced
+ *
+ * The provisional oid names the bytes until the store names the object's version (its ETag);
+ * nothing can read them under it. Written blocks are never charged to a limiter.
+ */
+
+/* Copy @len bytes at @src into the hot tier as block @key. @return 0, -EBUSY (every segment
+ * pinned: not stored, which costs a later reader a fetch, nothing more), -EINVAL (@len 0 or
+ * over block_size). */
+int cache_put(struct cache *c, struct cache_key key, const void *src, uint32_t len);
+
+/* The blocks of @from in the memory tiers become @to's (cache_rekey's ring_rekey). @return how
+ * many. */
+uint64_t cache_rekey(struct cache *c, struct cache_oid from, struct cache_oid to);
+
+/* Offer the blocks of @o held in the memory tiers to the chain's tiers as written blocks, in
+ * the background, no faster than their room allows (tier_ops.room); blocks evicted meanwhile
+ * are skipped. The object is not held: only its id, size and mtime are used. */
+void cache_publish(struct cache *c, const struct cache_obj *o);
+
+/* Forget object @oid in every tier (it was deleted): memory, and the chain's tiers' drop. */
+void cache_drop(struct cache *c, struct cache_oid oid);
 
 void cache_get_stats(struct cache *c, struct cache_stats *ret);
 

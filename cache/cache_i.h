@@ -107,6 +107,15 @@ bool ring_contains(struct ring *r, struct cache_key key, uint64_t now_ns);
 void ring_each_block(struct ring *r, struct cache_oid obj, uint64_t now_ns,
 		     void (*fn)(void *arg, uint64_t blk), void *arg);
 
+/* Give every committed block of object @from the key (@to, same block), in place.
+ * Blocks of @from in a segment whose index is full are dropped instead. Cost: a walk of every
+ * table. @return the blocks renamed. */
+uint64_t ring_rekey(struct ring *r, struct cache_oid from, struct cache_oid to);
+
+/* Forget every committed block of object @oid (pins already taken stay valid). Cost: a walk of
+ * every table. @return the blocks forgotten. */
+uint64_t ring_drop(struct ring *r, struct cache_oid oid);
+
 /* Take one more pin on the segment of @ref / drop one pin. */
 void ring_pin(struct ring *r, const struct ring_ref *ref);
 void ring_unpin(struct ring *r, const struct ring_ref *ref);
@@ -197,6 +206,8 @@ void chain_start(struct chain *ch, struct chain_req *const *reqs, unsigned n);
 void chain_put(const struct chain *ch, struct chain_req *r, int err);
 /* A block written through the mount: offered to every tier above the store. */
 void chain_put_written(const struct chain *ch, const struct tier_io *io);
+/* The least room of the tiers above the store (tier_ops.room). */
+uint64_t chain_room(const struct chain *ch);
 /* Every tier forgets @oid. */
 void chain_drop(const struct chain *ch, struct cache_oid oid);
 

@@ -60,6 +60,12 @@
  * keeping them in place. Lookup costs one hash and one short probe per unexpired, non-empty
  * segment (load factor at most 1/2).
  *
+ * Renaming and forgetting. ring_rekey() gives every committed block of one object version a
+ * new key, the bytes staying where they are (a block written through the mount is stored
+ * before the store names its version: under a provisional one, renamed once the store has
+ * answered); ring_drop() forgets them all (the object was deleted). Both walk every table, as
+ * ring_each_block() does, and a segment whose index is full keeps nothing of the renamed.
+ *
  * Workload: a FUSE read of a cached block does one ring_lookup() and one ring_unpin(); a miss
  * does one ring_reserve(), fills block_size bytes from the network, ring_commit() and
  * ring_unpin(). nseg is small (4 to a few dozen); segments hold from a few to thousands of
@@ -465,6 +471,68 @@ bool ring_contains(struct ring *r, struct cache_key key, uint64_t now_ns)
 	}
 	pthread_mutex_unlock(&r->lock);
 	return found;
+}
+
+/* Commit a copy of slot @e of @s (in segment @si) under @key, the bytes staying where they are
+ * (r->lock held). @return false if the segment's index is full. */
+static bool seg_alias(struct ring *r, struct seg *s, const struct slot *e, struct cache_key key)
+{
+	uint32_t i;
+
+	if (s->nentries >= r->max_entries)
+		return false;
+	for (i = (uint32_t)key_hash(key) & r->mask; s->table[i].gen == s->gen; i = (i + 1) & r->mask)
+		;
+	s->table[i] = (struct slot){.key = key, .off64 = e->off64, .len = e->len, .gen = s->gen,
+				    .state = SLOT_COMMITTED};
+	s->nentries++;
+	supersede(r, s, i);
+	return true;
+}
+
+uint64_t ring_rekey(struct ring *r, struct cache_oid from, struct cache_oid to)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&r->lock);
+	for (uint32_t si = 0; si < r->nseg; si++) {
+		struct seg *s = &r->segs[si];
+
+		for (uint32_t i = 0; s->nentries && i <= r->mask; i++) {
+			struct slot *e = &s->table[i];
+
+			if (e->gen != s->gen || e->state != SLOT_COMMITTED ||
+			    !cache_oid_eq(e->key.oid, from))
+				continue;
+			if (seg_alias(r, s, e, (struct cache_key){to, e->key.blk}))
+				n++;
+			e->state = SLOT_DEAD;
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+	return n;
+}
+
+uint64_t ring_drop(struct ring *r, struct cache_oid oid)
+{
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&r->lock);
+	for (uint32_t si = 0; si < r->nseg; si++) {
+		struct seg *s = &r->segs[si];
+
+		for (uint32_t i = 0; s->nentries && i <= r->mask; i++) {
+			struct slot *e = &s->table[i];
+
+			if (e->gen == s->gen && e->state == SLOT_COMMITTED &&
+			    cache_oid_eq(e->key.oid, oid)) {
+				e->state = SLOT_DEAD;
+				n++;
+			}
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+	return n;
 }
 
 void ring_each_block(struct ring *r, struct cache_oid obj, uint64_t now_ns,

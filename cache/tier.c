@@ -284,6 +284,19 @@ void chain_put_written(const struct chain *ch, const struct tier_io *io)
 	}
 }
 
+uint64_t chain_room(const struct chain *ch)
+{
+	uint64_t room = UINT64_MAX;
+
+	for (uint8_t i = 0; i + 1 < ch->n; i++) {
+		uint64_t r = ch->t[i].ops->room ? ch->t[i].ops->room(ch->t[i].self) : UINT64_MAX;
+
+		if (r < room)
+			room = r;
+	}
+	return room;
+}
+
 void chain_drop(const struct chain *ch, struct cache_oid oid)
 {
 	for (uint8_t i = 0; i < ch->n; i++)

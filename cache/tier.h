@@ -74,6 +74,10 @@ struct tier_ops {
 	void (*put)(void *self, const struct tier_io *io, int err);
 	/* Forget every block of @oid (the object was deleted or replaced). NULL: nothing. */
 	void (*drop)(void *self, struct cache_oid oid);
+	/* Bytes put may take now without dropping them for lack of room (its write queue's free
+	 * space); UINT64_MAX when it never lacks room, or would not keep them anyway. Blocks
+	 * written through the mount are offered at this pace (cache_publish). NULL: UINT64_MAX. */
+	uint64_t (*room)(void *self);
 };
 
 struct gate;

@@ -429,6 +429,54 @@ static void test_rotation_evicts_oldest(void **state)
 	ring_free(r);
 }
 
+/* ring_rekey renames an object's blocks in place (same bytes, no copy, pins untouched), leaves
+ * other objects alone, keeps one committed entry per key, and a segment whose index is full
+ * drops what it cannot rename; ring_drop forgets an object's blocks. */
+static void test_rekey_and_drop(void **state)
+{
+	/* 4 segments of 4096 bytes; an index holds 64 entries, 64-byte blocks fill one exactly */
+	struct ring *r = ring_make(4 * 4096, 4, 1024, 0);
+	struct ring_ref pinned;
+
+	(void)state;
+	assert_non_null(r);
+	assert_int_equal(put(r, KEY(7, 0), 1024, 1, 70, NULL), 0);
+	assert_int_equal(put(r, KEY(7, 1), 1000, 1, 71, NULL), 0);
+	assert_int_equal(put(r, KEY(9, 0), 1024, 1, 90, NULL), 0); /* another object */
+	assert_int_equal(ring_lookup(r, KEY(7, 0), 1, &pinned), 0); /* a reader holds block 0 */
+	assert_int_equal(ring_rekey(r, KEY(7, 0).oid, KEY(8, 0).oid), 2);
+	expect_gone(r, KEY(7, 0), 2);
+	expect_gone(r, KEY(7, 1), 2);
+	expect_block(r, KEY(8, 0), 2, 1024, 70);
+	expect_block(r, KEY(8, 1), 2, 1000, 71);
+	expect_block(r, KEY(9, 0), 2, 1024, 90);
+	expect_stats(r, 2, 3, 3048);
+	assert_true(pat_check(pinned.data, 1024, 70)); /* the pin still points at the bytes */
+	ring_unpin(r, &pinned);
+	assert_int_equal(ring_rekey(r, KEY(7, 0).oid, KEY(8, 0).oid), 0); /* nothing left */
+	assert_int_equal(ring_drop(r, KEY(8, 0).oid), 2);
+	expect_gone(r, KEY(8, 0), 3);
+	expect_gone(r, KEY(8, 1), 3);
+	expect_block(r, KEY(9, 0), 3, 1024, 90);
+	expect_stats(r, 3, 1, 1024);
+	/* a dropped object's key can be stored again */
+	assert_int_equal(put(r, KEY(8, 0), 256, 4, 5, NULL), 0);
+	expect_block(r, KEY(8, 0), 4, 256, 5);
+	ring_free(r);
+
+	/* a segment with a full index (64 entries) renames nothing, and drops what it had */
+	r = ring_make(4 * 4096, 4, 1024, 0);
+	for (uint64_t b = 0; b < 64; b++)
+		assert_int_equal(put(r, KEY(10, b), 64, 1, b, NULL), 0);
+	expect_stats(r, 1, 64, 64 * 64);
+	assert_int_equal(ring_rekey(r, KEY(10, 0).oid, KEY(11, 0).oid), 0);
+	for (uint64_t b = 0; b < 64; b++) {
+		expect_gone(r, KEY(10, b), 2);
+		expect_gone(r, KEY(11, b), 2);
+	}
+	ring_free(r);
+}
+
 static void test_pinned_busy(void **state)
 {
 	struct ring *r = ring_make(4 * 4096, 4, 1024, 0);
@@ -1274,6 +1322,7 @@ int main(void)
 	    cmocka_unit_test(test_ttl_boundary),
 	    cmocka_unit_test(test_rotation_evicts_oldest),
 	    cmocka_unit_test(test_pinned_busy),
+	    cmocka_unit_test(test_rekey_and_drop),
 	    cmocka_unit_test(test_max_entries),
 	    cmocka_unit_test(test_duplicates),
 	    cmocka_unit_test(test_geometries),
