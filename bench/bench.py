@@ -1321,7 +1321,7 @@ class Bench:
     def get_latency(sts):
         """The GET latency histogram summed over mounts' stats @sts: [(bound s, GETs
         answered within it, late answers included)], cumulative, the last bound inf."""
-        pre = 'tierfs_fleet_get_seconds_bucket{tier="shared",le="'
+        pre = 'tierfs_shared_get_seconds_bucket{tier="shared",le="'
         h = {}
         for st in sts:
             for k, v in st.items():
