@@ -6,9 +6,10 @@
  *                        then the text). `cat` it, or point a node exporter textfile at it.
  *   MNT/.tierfs/config   the effective settings, one name=value per line.
  *   getfattr -n user.tierfs.tier MNT/obj    also .etag, .cached (resident blocks)
- *   setfattr -n user.tierfs.lagging_rate -v 100M MNT     live change of an option marked
- *                        .live in opts.c's table (also lagging_burst, lagging_ops, hot_ttl);
- *                        getfattr -n on MNT shows the current values.
+ *   setfattr -n user.tierfs.lagging_rate -v 100M MNT     live change of an option with an
+ *                        apply hook in opts.c's table (also lagging_burst, lagging_ops,
+ *                        hot_ttl): parsed by fs_opts_set, applied by fs_opts_apply;
+ *                        getfattr -n on MNT shows the values in force (sizes as 100M).
  *
  * Who may do what. Reading (the files, getxattr) is open to everyone who can reach the mount:
  * it holds no secret, and each answer's cost is bounded by the tiers' sizes, never by an
@@ -320,19 +321,12 @@ int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, siz
 		return -ENODATA;
 	name += strlen(XATTR_PREFIX);
 	if (ino == 1) {
-		char line[64] = "";
+		char line[64];
 
-		if (!fs_opts_live(name))
-			return -ENODATA;
 		pthread_mutex_lock(&m->opts_lock);
-		if (strcmp(name, "lagging_burst") == 0 && !m->o->lagging_burst)
-			/* the burst in force, not the 0 that asks for the default */
-			snprintf(line, sizeof(line), "%llu",
-				 (unsigned long long)rl_burst(m->o->lagging_rate, 0));
-		else if (fs_opts_value(m->o, name, line, sizeof(line)) < 0)
-			line[0] = '\0';
+		r = fs_opts_live_value(m->o, name, line, sizeof(line));
 		pthread_mutex_unlock(&m->opts_lock);
-		if (!line[0])
+		if (r < 0)
 			return -ENODATA;
 		return xattr_answer(line, strlen(line), buf, size);
 	}
@@ -428,6 +422,7 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 		 const char *value, size_t size)
 {
 	char val[128], err[256], who[32];
+	struct fs_live live = {.c = m->c};
 	struct fs_opts saved;
 	int r;
 
@@ -457,11 +452,8 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 	pthread_mutex_lock(&m->opts_lock);
 	saved = *m->o;
 	r = fs_opts_set(m->o, name, val, err, sizeof(err));
-	if (r == 0 && strcmp(name, "hot_ttl") == 0)
-		r = cache_set_hot_ttl(m->c, m->o->hot_ttl);
-	else if (r == 0)
-		r = cache_set_limits(m->c, m->o->lagging_rate, m->o->lagging_burst,
-				     m->o->lagging_ops);
+	if (r == 0)
+		r = fs_opts_apply(m->o, name, &live);
 	if (r < 0)
 		*m->o = saved; /* numbers only: no string of the struct changes here */
 	pthread_mutex_unlock(&m->opts_lock);

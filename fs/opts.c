@@ -10,8 +10,9 @@
  *          │      ──► fs_opts_help()    one help line per row, grouped
  *          │      ──► fs_opts_man()     the same rows as roff: the tierfs(8) man page
  *          │      ──► fs_opts_format()  one name=value line per row (fs_opts_value: one value)
- *          └────────► fs_opts_live()    the rows marked .live: what setxattr may change on a
- *                                       running mount (control.c)
+ *          └────────► fs_opts_live()    the live rows, those with an apply hook: what setxattr
+ *                                       may change on a running mount (control.c), and
+ *                                       fs_opts_apply() runs the row's hook to change it
  *
  * Around it sit three short lists of names that are not settings:
  *
@@ -28,14 +29,19 @@
  * against block_size, by asking cache_tier_check: the rule is the ring's; disk_size, by asking
  * disk_geometry) run once at the
  * end, so their order on the line does not matter. They do not run in fs_opts_set(): the
- * options they involve are fixed for the life of a mount (only the .live rows change).
+ * options they involve are fixed for the life of a mount (only the live rows change).
  *
  * Output format (fs_opts_format): every row of the table in table order, numbers as plain
  * decimal integers (bytes, seconds, counts, ids), modes in octal with a leading 0 (0644), the
  * bool as on/off, a flag as its bare name when set and not at all when clear, a string as
  * stored and not at all when unset. Each line is
  * something fs_opts_set() accepts and gives back the same value, and the lines joined with
- * commas are a valid -o (once any comma inside a value is escaped).
+ * commas are a valid -o (once any comma inside a value is escaped). Scripts read numbers from
+ * it, so sizes stay in bytes there. A live value read back through getxattr
+ * (fs_opts_live_value) is for the person who set it: a size in the largest of K, M, G, T
+ * that divides it exactly ("10M" after setfattr -v 10M, or -v 10485760), else in bytes, and
+ * the value in force where the stored 0 means a default (lagging_burst); fs_opts_set takes
+ * that form back too.
  *
  * Sizes: K, M, G, T are powers of 1024 in any case, and "4M", "4MB" and "4MiB" are the same.
  * No sign, fraction, space or base prefix; a number too large for 64 bits is -ERANGE.
@@ -143,10 +149,34 @@ struct opt {
 	const char *meta;     /* help: what the value looks like, when the kind's word is vague */
 	const char *help;     /* help: one short line, without the default */
 	const char *def_help; /* help: the default as shown, when the bare value would mislead */
-	bool live;	      /* may change on a running mount (setxattr on its root) */
+	/* A live row (it may change on a running mount, through setxattr on its root): how the
+	 * value just set in @o reaches the running mount. @return 0 or -errno. NULL: fixed for
+	 * the life of a mount. */
+	int (*apply)(const struct fs_live *live, const struct fs_opts *o);
+	/* A live row whose stored 0 means "the default": the value in force, as getxattr shows
+	 * it. NULL: the stored value. */
+	uint64_t (*in_force)(const struct fs_opts *o);
 };
 
 #define OFF(field) offsetof(struct fs_opts, field)
+
+/* The apply hooks of the live rows. Each reads the settings it needs from @o, where
+ * fs_opts_set has just put the new value, and hands them to the part of the mount they steer. */
+static int apply_hot_ttl(const struct fs_live *live, const struct fs_opts *o)
+{
+	return cache_set_hot_ttl(live->c, o->hot_ttl);
+}
+
+static int apply_limits(const struct fs_live *live, const struct fs_opts *o)
+{
+	return cache_set_limits(live->c, o->lagging_rate, o->lagging_burst, o->lagging_ops);
+}
+
+/* lagging_burst=0 asks for the default burst: the one the limiter uses (ratelimit.c's rule). */
+static uint64_t burst_in_force(const struct fs_opts *o)
+{
+	return rl_burst(o->lagging_rate, o->lagging_burst);
+}
 
 /* clang-format off */
 static const struct opt opt_table[] = {
@@ -159,7 +189,7 @@ static const struct opt opt_table[] = {
 	 .help = "hot tier memory, >= 8 x block_size"},
 	{.name = "hot_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(hot_ttl),
 	 .min = 1, .max = HOT_TTL_MAX, .def = 60,
-	 .help = "objects younger than this are hot, <= 10 years", .live = true},
+	 .help = "objects younger than this are hot, <= 10 years", .apply = apply_hot_ttl},
 	{.name = "readahead", .kind = OPT_COUNT, .group = GROUP_CACHE, .off = OFF(readahead),
 	 .min = 0, .max = 64, .def = 2,
 	 .help = "first readahead window in blocks (it grows)"},
@@ -198,13 +228,14 @@ static const struct opt opt_table[] = {
 	 .help = "how long a lagging block stays cached"},
 	{.name = "lagging_rate", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_rate),
 	 .min = RATE_MIN, .max = RATE_MAX, .zero_ok = true, .def = 50 * MIB,
-	 .help = "bytes/s for lagging misses (0 or >= 64K)", .live = true},
+	 .help = "bytes/s for lagging misses (0 or >= 64K)", .apply = apply_limits},
 	{.name = "lagging_burst", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_burst),
 	 .min = RATE_MIN, .max = RATE_MAX, .zero_ok = true, .def = 0,
-	 .help = "burst of lagging misses, >= 64K", .def_help = "0 = 2 x rate", .live = true},
+	 .help = "burst of lagging misses, >= 64K", .def_help = "0 = 2 x rate",
+	 .apply = apply_limits, .in_force = burst_in_force},
 	{.name = "lagging_ops", .kind = OPT_COUNT, .group = GROUP_LAGGING, .off = OFF(lagging_ops),
 	 .min = OPS_MIN, .max = 1000000, .zero_ok = true, .def = 0,
-	 .help = "fetches/s for lagging misses (0 or >= 4)", .live = true},
+	 .help = "fetches/s for lagging misses (0 or >= 4)", .apply = apply_limits},
 	{.name = "lagging_page_cache", .kind = OPT_FLAG, .group = GROUP_LAGGING,
 	 .off = OFF(lagging_page_cache),
 	 .help = "keep the page cache for lagging files"},
@@ -883,7 +914,32 @@ bool fs_opts_live(const char *name)
 {
 	const struct opt *d = opt_find(name, strlen(name));
 
-	return d && d->live;
+	return d && d->apply;
+}
+
+int fs_opts_apply(const struct fs_opts *o, const char *name, const struct fs_live *live)
+{
+	const struct opt *d = opt_find(name, strlen(name));
+
+	if (!d || !d->apply)
+		return -ENOENT;
+	return d->apply(live, o);
+}
+
+int fs_opts_live_value(const struct fs_opts *o, const char *name, char *buf, size_t len)
+{
+	const struct opt *d = opt_find(name, strlen(name));
+	char v[32];
+
+	if (!d || !d->apply)
+		return -ENOENT;
+	if (d->kind != OPT_SIZE && !d->in_force)
+		return fs_opts_value(o, name, buf, len);
+	if (d->kind == OPT_SIZE)
+		human(d->in_force ? d->in_force(o) : u64_of(o, d), v, sizeof(v));
+	else
+		snprintf(v, sizeof(v), "%" PRIu64, d->in_force(o));
+	return (size_t)snprintf(buf, len, "%s", v) < len ? 0 : -ERANGE;
 }
 
 int fs_opts_value(const struct fs_opts *o, const char *name, char *buf, size_t len)
