@@ -1214,31 +1214,19 @@ static int short_flags(struct parse *p, int argc, char **argv, int i)
 	return 1;
 }
 
-/* s3://BUCKET[/PREFIX], http(s)://HOST[/PATH], file:///PATH. Lowercases the scheme. */
+/* s3://BUCKET[/PREFIX], http(s)://HOST[/PATH], file:///PATH: each scheme's rules are
+ * backend/'s (backend_url_check, which lowercases the scheme); control characters and the
+ * wording of a password's refusal are the command line's. */
 static int check_url(char *url, char *err, size_t errlen)
 {
-	static const char *const hint = "(use s3://, http://, https:// or file://)";
-	const char *a = after_scheme(url);
-	size_t n;
+	int r;
 
 	if (has_control(url))
 		return fail(err, errlen, -EINVAL, "URL: contains a control character");
-	if (!a || a == url + 3)
-		return fail(err, errlen, -EINVAL, "URL %s: no scheme %s", url, hint);
-	lower_scheme(url);
-	if (!backend_scheme_known(url))
-		return fail(err, errlen, -EINVAL, "URL %s: unsupported scheme %s", url, hint);
-	n = authority_len(a);
-	if (has_password(a, n))
+	r = backend_url_check(url, err, errlen);
+	if (r == -EACCES)
 		return fail(err, errlen, -EINVAL, "%s", SECRET_MSG);
-	if (!strncmp(url, "s3://", 5) && !n)
-		return fail(err, errlen, -EINVAL,
-			    "URL %s: no bucket name (use s3://BUCKET or s3://BUCKET/PREFIX)", url);
-	if (!strncmp(url, "http", 4) && !n)
-		return fail(err, errlen, -EINVAL, "URL %s: no host name", url);
-	if (!strncmp(url, "file://", 7) && a[0] != '/')
-		return fail(err, errlen, -EINVAL, "URL %s: use file:///ABSOLUTE/PATH", url);
-	return 0;
+	return r;
 }
 
 /* Checks between options: run once all are read, so their order does not matter. */
