@@ -724,68 +724,91 @@ static int absolute(const char *p, char **ret)
 	return 0;
 }
 
-static int set_string(struct fs_opts *o, const struct opt *d, const char *value, char *err,
-		      size_t errlen)
-{
-	char **slot = str_at(o, d), *s = NULL;
-	const char *a;
-	int r;
+#define LETTERS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
+/* The checks of string options that are a prefix and a set of characters. */
+static const struct {
+	const char *prefix; /* the value starts with it (case ignored) and goes on; NULL: none */
+	const char *chars;  /* every character after the prefix is one of these */
+	size_t max;	    /* the longest value; 0: any */
+	const char *what;   /* the message, after "name=value: " */
+} text_checks[] = {
+    [CHECK_REGION] = {NULL, LETTERS "0123456789-_.", 0,
+		      "not a region name (letters, digits, '-', '_' and '.')"},
+    [CHECK_REDIS_URL] = {"redis://", LETTERS "0123456789-_.:,[]", 0,
+			 "must be redis://HOST:PORT[,HOST:PORT...] (no password: use "
+			 "shared_password_file or TIERFS_SHARED_PASSWORD)"},
+    [CHECK_PREFIX] = {NULL, LETTERS "0123456789-_.:/{}", 64,
+		      "at most 64 letters, digits and -_.:/{}"},
+};
+
+static int check_text(const struct opt *d, const char *value, char *err, size_t errlen)
+{
+	const char *pre = text_checks[d->check].prefix, *rest = value;
+
+	if (pre && (!starts_with_ci(value, pre) || !value[strlen(pre)]))
+		goto bad;
+	rest += pre ? strlen(pre) : 0;
+	if (rest[strspn(rest, text_checks[d->check].chars)])
+		goto bad;
+	if (text_checks[d->check].max && strlen(value) > text_checks[d->check].max)
+		goto bad;
+	return 0;
+bad:
+	return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, text_checks[d->check].what);
+}
+
+static int check_http_url(const struct opt *d, const char *value, char *err, size_t errlen)
+{
+	const char *a;
+
+	if (!starts_with_ci(value, "http://") && !starts_with_ci(value, "https://"))
+		return fail(err, errlen, -EINVAL, "%s=%s: must start with http:// or https://",
+			    d->name, value);
+	a = after_scheme(value);
+	if (has_password(a, authority_len(a)))
+		return fail(err, errlen, -EINVAL, "%s", SECRET_MSG);
+	if (!authority_len(a))
+		return fail(err, errlen, -EINVAL, "%s=%s: no host name", d->name, value);
+	return 0;
+}
+
+/* The row's extra check of a string value. @return 0 or -EINVAL, with the message. */
+static int check_string(const struct opt *d, const char *value, char *err, size_t errlen)
+{
 	switch (d->check) {
 	case CHECK_HTTP_URL:
-		if (!starts_with_ci(value, "http://") && !starts_with_ci(value, "https://"))
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: must start with http:// or https://", d->name, value);
-		a = after_scheme(value);
-		if (has_password(a, authority_len(a)))
-			return fail(err, errlen, -EINVAL, "%s", SECRET_MSG);
-		if (!authority_len(a))
-			return fail(err, errlen, -EINVAL, "%s=%s: no host name", d->name, value);
-		break;
+		return check_http_url(d, value, err, errlen);
 	case CHECK_SEGMENT:
 		if (strchr(value, '/') || !strcmp(value, ".") || !strcmp(value, ".."))
 			return fail(err, errlen, -EINVAL,
 				    "%s=%s: must be a single name (no '/', not . or ..)", d->name,
 				    value);
-		break;
+		return 0;
 	case CHECK_REGION:
-		if (value[strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-					"0123456789-_.")])
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: not a region name (letters, digits, '-', '_' and '.')",
-				    d->name, value);
-		break;
 	case CHECK_REDIS_URL:
-		if (!starts_with_ci(value, "redis://") || !value[8] || strchr(value + 8, '@') ||
-		    value[8 + strspn(value + 8, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-						"0123456789-_.:,[]")])
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: must be redis://HOST:PORT[,HOST:PORT...] (no password: "
-				    "use shared_password_file or TIERFS_SHARED_PASSWORD)",
-				    d->name, value);
-		break;
 	case CHECK_PREFIX:
-		if (strlen(value) > 64 || value[strspn(value, "abcdefghijklmnopqrstuvwxyz"
-							      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-							      "0123456789-_.:/{}")])
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: at most 64 letters, digits and -_.:/{}", d->name,
-				    value);
-		break;
+		return check_text(d, value, err, errlen);
 	default:
-		break;
+		return 0;
 	}
+}
 
+static int set_string(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		      size_t errlen)
+{
+	char **slot = str_at(o, d), *s = NULL, eb[128];
+	int r = check_string(d, value, err, errlen);
+
+	if (r < 0)
+		return r;
 	if (d->kind == OPT_PATH) {
 		r = absolute(value, &s);
-		if (r < 0) {
-			char eb[128];
-
-			if (r == -ENOMEM)
-				return fail(err, errlen, r, "out of memory");
+		if (r == -ENOMEM)
+			return fail(err, errlen, r, "out of memory");
+		if (r < 0)
 			return fail(err, errlen, r, "%s=%s: cannot make the path absolute: %s",
 				    d->name, value, errstr(-r, eb, sizeof(eb)));
-		}
 	} else {
 		s = strdup(value);
 		if (!s)
@@ -824,6 +847,71 @@ static void range_text(const struct opt *d, char *buf, size_t len)
 			 d->kind == OPT_SECONDS ? " seconds" : "");
 }
 
+/* How each numeric kind is read, and what its refusal says after "name=value: ". */
+static const struct {
+	int (*parse)(const char *s, uint64_t *ret); /* 0, -EINVAL, -ERANGE */
+	const char *what;
+} number_kinds[] = {
+    [OPT_SIZE] = {fs_parse_size, "not a size (" SIZE_HINT ")"},
+    [OPT_SECONDS] = {fs_parse_seconds,
+		     "not a number of seconds (use a whole number, optionally followed by s)"},
+    [OPT_COUNT] = {parse_count, "not a whole number"},
+};
+
+/* A size, seconds or count: read, then held to the row's range. */
+static int set_number(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		      size_t errlen)
+{
+	char range[128], lo[32], hi[32];
+	uint64_t v = 0;
+	int r = number_kinds[d->kind].parse(value, &v);
+
+	if (r == -EINVAL)
+		return fail(err, errlen, r, "%s=%s: %s", d->name, value,
+			    number_kinds[d->kind].what);
+	range_text(d, range, sizeof(range));
+	if (r == -ERANGE && d->max == UINT64_MAX)
+		return fail(err, errlen, r, "%s=%s: too large", d->name, value);
+	if (r == -ERANGE)
+		return fail(err, errlen, r, "%s=%s: too large (%s)", d->name, value, range);
+	if (d->check == CHECK_POW2 && ((v & (v - 1)) || v < d->min || v > d->max))
+		return fail(err, errlen, -EINVAL, "%s=%s: not a power of two between %s and %s",
+			    d->name, value, human(d->min, lo, sizeof(lo)),
+			    human(d->max, hi, sizeof(hi)));
+	if ((v < d->min && !(d->zero_ok && v == 0)) || v > d->max)
+		return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, range);
+	*u64_at(o, d) = v;
+	return 0;
+}
+
+static int set_mode(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		    size_t errlen)
+{
+	uint64_t v;
+	int r = parse_mode(value, d->max, &v);
+
+	if (r == -EINVAL)
+		return fail(err, errlen, r, "%s=%s: not an octal mode (use digits 0-7, e.g. 0644)",
+			    d->name, value);
+	if (r == -ERANGE)
+		return fail(err, errlen, -EINVAL,
+			    "%s=%s: must be at most 0%" PRIo64 " (no setuid, setgid or sticky bits)",
+			    d->name, value, d->max);
+	*u64_at(o, d) = v;
+	return 0;
+}
+
+static int set_bool(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		    size_t errlen)
+{
+	bool b;
+
+	if (parse_bool(value, &b) < 0)
+		return fail(err, errlen, -EINVAL, "%s=%s: use on or off", d->name, value);
+	*bool_at(o, d) = b;
+	return 0;
+}
+
 /*
  * Parse @value for the option @d and store it in @o; on any error @o is unchanged.
  * @value is NULL for a bare name. @return 0, -EINVAL, -ERANGE (a number too large for 64
@@ -832,11 +920,6 @@ static void range_text(const struct opt *d, char *buf, size_t len)
 static int set_one(struct fs_opts *o, const struct opt *d, const char *value, char *err,
 		   size_t errlen)
 {
-	char range[128];
-	uint64_t v = 0;
-	bool b;
-	int r;
-
 	if (d->kind == OPT_FLAG) {
 		if (value)
 			return fail(err, errlen, -EINVAL, "%s takes no value", d->name);
@@ -849,65 +932,18 @@ static int set_one(struct fs_opts *o, const struct opt *d, const char *value, ch
 	if (has_control(value))
 		return fail(err, errlen, -EINVAL, "%s: the value contains a control character",
 			    d->name);
-
 	switch (d->kind) {
 	case OPT_SIZE:
-		r = fs_parse_size(value, &v);
-		if (r == -EINVAL)
-			return fail(err, errlen, r, "%s=%s: not a size (" SIZE_HINT ")", d->name,
-				    value);
-		break;
 	case OPT_SECONDS:
-		r = fs_parse_seconds(value, &v);
-		if (r == -EINVAL)
-			return fail(err, errlen, r,
-				    "%s=%s: not a number of seconds (use a whole number, "
-				    "optionally followed by s)",
-				    d->name, value);
-		break;
 	case OPT_COUNT:
-		r = parse_count(value, &v);
-		if (r == -EINVAL)
-			return fail(err, errlen, r, "%s=%s: not a whole number", d->name, value);
-		break;
+		return set_number(o, d, value, err, errlen);
 	case OPT_MODE:
-		r = parse_mode(value, d->max, &v);
-		if (r == -EINVAL)
-			return fail(err, errlen, r,
-				    "%s=%s: not an octal mode (use digits 0-7, e.g. 0644)", d->name,
-				    value);
-		if (r == -ERANGE)
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: must be at most 0%" PRIo64
-				    " (no setuid, setgid or sticky bits)",
-				    d->name, value, d->max);
-		*u64_at(o, d) = v;
-		return 0;
+		return set_mode(o, d, value, err, errlen);
 	case OPT_BOOL:
-		if (parse_bool(value, &b) < 0)
-			return fail(err, errlen, -EINVAL, "%s=%s: use on or off", d->name, value);
-		*bool_at(o, d) = b;
-		return 0;
+		return set_bool(o, d, value, err, errlen);
 	default:
 		return set_string(o, d, value, err, errlen);
 	}
-
-	range_text(d, range, sizeof(range));
-	if (r == -ERANGE && d->max == UINT64_MAX)
-		return fail(err, errlen, r, "%s=%s: too large", d->name, value);
-	if (r == -ERANGE)
-		return fail(err, errlen, r, "%s=%s: too large (%s)", d->name, value, range);
-	if (d->check == CHECK_POW2 && ((v & (v - 1)) || v < d->min || v > d->max)) {
-		char lo[32], hi[32];
-
-		return fail(err, errlen, -EINVAL, "%s=%s: not a power of two between %s and %s",
-			    d->name, value, human(d->min, lo, sizeof(lo)),
-			    human(d->max, hi, sizeof(hi)));
-	}
-	if ((v < d->min && !(d->zero_ok && v == 0)) || v > d->max)
-		return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, range);
-	*u64_at(o, d) = v;
-	return 0;
 }
 
 bool fs_opts_live(const char *name)
@@ -1048,6 +1084,51 @@ struct parse {
 	size_t errlen;
 };
 
+/* An option for the kernel or libfuse (fuse_names[]), copied raw into p->fuse; max_read is
+ * refused with the reason. @return 1 if @item is none of them, else 0 or -errno. */
+static int fuse_item(struct parse *p, const char *item, size_t namelen, const char *value,
+		     const char *raw, size_t n)
+{
+	for (size_t i = 0; i < sizeof(fuse_names) / sizeof(fuse_names[0]); i++) {
+		const char *name = fuse_names[i].name;
+
+		if (!name_is(item, namelen, name))
+			continue;
+		p->allow_other |= name_is(item, namelen, "allow_other");
+		p->allow_root |= name_is(item, namelen, "allow_root");
+		if (fuse_names[i].value && (!value || !*value))
+			return fail(p->err, p->errlen, -EINVAL, "%s needs a value", name);
+		if (!fuse_names[i].value && value)
+			return fail(p->err, p->errlen, -EINVAL, "%s takes no value", name);
+		if (value && has_control(value))
+			return fail(p->err, p->errlen, -EINVAL,
+				    "%s: the value contains a control character", name);
+		if (strbuf_add(&p->fuse, raw, n) < 0)
+			return fail(p->err, p->errlen, -ENOMEM, "out of memory");
+		return 0;
+	}
+	if (name_is(item, namelen, "max_read"))
+		return fail(p->err, p->errlen, -EINVAL,
+			    "max_read: tierfs sets it itself (1 MiB); remove the option");
+	return 1;
+}
+
+/* What mount(8) hands every helper: x-*, comment=*, noop_names[]; accepted and ignored.
+ * @return 1 if @item is none of them, else 0 or -EINVAL. */
+static int noop_item(struct parse *p, const char *item, size_t namelen, const char *value)
+{
+	if (!strncmp(item, "x-", 2) || !strncmp(item, "comment=", 8))
+		return 0;
+	for (size_t i = 0; i < sizeof(noop_names) / sizeof(noop_names[0]); i++) {
+		if (!name_is(item, namelen, noop_names[i]))
+			continue;
+		if (value && strcmp(noop_names[i], "user"))
+			return fail(p->err, p->errlen, -EINVAL, "%s takes no value", noop_names[i]);
+		return 0;
+	}
+	return 1;
+}
+
 /* One item of a -o list, @raw[0..n) still escaped. @return 0 or -errno (message in p->err). */
 static int parse_item(struct parse *p, const char *raw, size_t n)
 {
@@ -1055,7 +1136,7 @@ static int parse_item(struct parse *p, const char *raw, size_t n)
 	const struct opt *d;
 	size_t namelen, j = 0;
 	char *item;
-	int r = 0;
+	int r;
 
 	item = malloc(n + 1);
 	if (!item)
@@ -1070,49 +1151,13 @@ static int parse_item(struct parse *p, const char *raw, size_t n)
 	if (item[namelen])
 		value = item + namelen + 1;
 
-	if (is_secret(item, namelen)) {
+	if (is_secret(item, namelen))
 		r = fail(p->err, p->errlen, -EINVAL, "%s", SECRET_MSG);
-		goto out;
-	}
-	d = opt_find(item, namelen);
-	if (d) {
+	else if ((d = opt_find(item, namelen)))
 		r = set_one(&p->o, d, value, p->err, p->errlen);
-		goto out;
-	}
-	for (size_t i = 0; i < sizeof(fuse_names) / sizeof(fuse_names[0]); i++) {
-		if (!name_is(item, namelen, fuse_names[i].name))
-			continue;
-		if (fuse_names[i].value && (!value || !*value))
-			r = fail(p->err, p->errlen, -EINVAL, "%s needs a value",
-				 fuse_names[i].name);
-		else if (!fuse_names[i].value && value)
-			r = fail(p->err, p->errlen, -EINVAL, "%s takes no value",
-				 fuse_names[i].name);
-		else if (value && has_control(value))
-			r = fail(p->err, p->errlen, -EINVAL,
-				 "%s: the value contains a control character", fuse_names[i].name);
-		else if (strbuf_add(&p->fuse, raw, n) < 0)
-			r = fail(p->err, p->errlen, -ENOMEM, "out of memory");
-		p->allow_other |= name_is(item, namelen, "allow_other");
-		p->allow_root |= name_is(item, namelen, "allow_root");
-		goto out;
-	}
-	if (name_is(item, namelen, "max_read")) {
-		r = fail(p->err, p->errlen, -EINVAL,
-			 "max_read: tierfs sets it itself (1 MiB); remove the option");
-		goto out;
-	}
-	if (!strncmp(item, "x-", 2) || !strncmp(item, "comment=", 8))
-		goto out;
-	for (size_t i = 0; i < sizeof(noop_names) / sizeof(noop_names[0]); i++) {
-		if (!name_is(item, namelen, noop_names[i]))
-			continue;
-		if (value && strcmp(noop_names[i], "user"))
-			r = fail(p->err, p->errlen, -EINVAL, "%s takes no value", noop_names[i]);
-		goto out;
-	}
-	r = fail(p->err, p->errlen, -EINVAL, "unknown option '%.*s'", (int)namelen, item);
-out:
+	else if ((r = fuse_item(p, item, namelen, value, raw, n)) == 1 &&
+		 (r = noop_item(p, item, namelen, value)) == 1)
+		r = fail(p->err, p->errlen, -EINVAL, "unknown option '%.*s'", (int)namelen, item);
 	free(item);
 	return r;
 }
@@ -1290,10 +1335,54 @@ static int check_mountpoint(struct fs_opts *o, char *err, size_t errlen)
 	return 0;
 }
 
+/* The command line, left to right: positionals, "--", long and short options. The first
+ * error is kept in p->r, its message in the caller's buffer. */
+static void parse_argv(struct parse *p, int argc, char **argv)
+{
+	bool only_positionals = false;
+
+	for (int i = 1; i < argc;) {
+		const char *a = argv[i];
+
+		if (only_positionals || a[0] != '-' || !a[1]) {
+			positional(p, a);
+			i++;
+			continue;
+		}
+		if (a[1] != '-') {
+			i += short_flags(p, argc, argv, i);
+			continue;
+		}
+		if (!strcmp(a, "--"))
+			only_positionals = true;
+		else if (!strcmp(a, "--help"))
+			p->o.show_help = true;
+		else if (!strcmp(a, "--version"))
+			p->o.show_version = true;
+		else
+			note(p, fail(p->err, p->errlen, -EINVAL, "unknown option '%s'", a));
+		i++;
+	}
+}
+
+/* What is checked once the whole line is read. @return 0 or -errno, with the message. */
+static int check_all(struct parse *p, char *err, size_t errlen)
+{
+	int r;
+
+	if (p->npos < 2)
+		return fail(err, errlen, -EINVAL, USAGE);
+	r = check_url(p->o.url, err, errlen);
+	if (r == 0)
+		r = check_cross(p, err, errlen);
+	if (r == 0)
+		r = check_mountpoint(&p->o, err, errlen);
+	return r;
+}
+
 int fs_opts_parse(int argc, char **argv, struct fs_opts *ret, char *err, size_t errlen)
 {
 	struct parse p = {.err = err, .errlen = errlen};
-	bool only_positionals = false;
 	int r;
 
 	if (err && errlen)
@@ -1301,52 +1390,15 @@ int fs_opts_parse(int argc, char **argv, struct fs_opts *ret, char *err, size_t 
 	r = opts_init(&p.o);
 	if (r < 0)
 		return fail(err, errlen, r, "out of memory");
-
-	for (int i = 1; i < argc;) {
-		const char *a = argv[i];
-
-		if (only_positionals || a[0] != '-' || !a[1]) {
-			positional(&p, a);
-			i++;
-		} else if (!strcmp(a, "--")) {
-			only_positionals = true;
-			i++;
-		} else if (!strcmp(a, "--help")) {
-			p.o.show_help = true;
-			i++;
-		} else if (!strcmp(a, "--version")) {
-			p.o.show_version = true;
-			i++;
-		} else if (a[1] == '-') {
-			note(&p, fail(p.err, errlen, -EINVAL, "unknown option '%s'", a));
-			i++;
-		} else {
-			i += short_flags(&p, argc, argv, i);
-		}
-	}
-
+	parse_argv(&p, argc, argv);
 	/* -h and -V win over everything else on the line, even over mistakes. */
 	if (p.o.show_help || p.o.show_version) {
 		if (err && errlen)
 			err[0] = '\0';
 		r = 0;
-		goto done;
+	} else {
+		r = p.r < 0 ? p.r : check_all(&p, err, errlen);
 	}
-	r = p.r;
-	if (r < 0)
-		goto done;
-	if (p.npos < 2) {
-		r = fail(err, errlen, -EINVAL, USAGE);
-		goto done;
-	}
-	r = check_url(p.o.url, err, errlen);
-	if (r < 0)
-		goto done;
-	r = check_cross(&p, err, errlen);
-	if (r < 0)
-		goto done;
-	r = check_mountpoint(&p.o, err, errlen);
-done:
 	if (r < 0) {
 		free(p.fuse.s);
 		fs_opts_done(&p.o);
@@ -1547,6 +1599,63 @@ static const char *const man_tail[] = {
     ".BR mount.fuse3 (8)",
 };
 
+/* Lines of roff text: "" starts a paragraph, a line that is already roff (".SH ...") goes as
+ * it is if @raw_dots, anything else is escaped. */
+static void roff_lines(struct out *w, const char *const *lines, size_t n, bool raw_dots)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!lines[i][0]) {
+			out_printf(w, ".PP\n");
+		} else if (raw_dots && lines[i][0] == '.') {
+			out_printf(w, "%s\n", lines[i]);
+		} else {
+			roff(w, lines[i]);
+			out_printf(w, "\n");
+		}
+	}
+}
+
+/* The flags and FUSE options under the last group: items, and prose in its own paragraph. */
+static void man_mount_lines(struct out *w)
+{
+	for (size_t i = 0; i < N_OF(mount_lines); i++) {
+		if (mount_lines[i].left) {
+			roff_item(w, mount_lines[i].left, mount_lines[i].text);
+			continue;
+		}
+		if (i == 0 || mount_lines[i - 1].left)
+			out_printf(w, ".PP\n");
+		roff(w, mount_lines[i].text);
+		out_printf(w, "\n");
+	}
+}
+
+/* OPTIONS: one subsection per group of the table, one item per row. */
+static void man_options(struct out *w)
+{
+	out_printf(w, ".SH OPTIONS\n");
+	for (int g = 0; g < N_GROUPS; g++) {
+		char title[96];
+
+		/* "cache:" -> "cache" */
+		snprintf(title, sizeof(title), "%.*s", (int)strcspn(group_title[g], ":"),
+			 group_title[g]);
+		out_printf(w, ".SS ");
+		roff(w, title);
+		out_printf(w, "\n");
+		for (size_t i = 0; i < N_OPTS; i++) {
+			char left[48], text[160];
+
+			if (opt_table[i].group != (enum opt_group)g)
+				continue;
+			opt_row(&opt_table[i], left, sizeof(left), text, sizeof(text));
+			roff_item(w, left, text);
+		}
+		if (g == GROUP_MOUNT)
+			man_mount_lines(w);
+	}
+}
+
 size_t fs_opts_man(char *buf, size_t len)
 {
 	struct out w = {buf, len, 0};
@@ -1564,58 +1673,11 @@ size_t fs_opts_man(char *buf, size_t len)
 		       "[\\fB\\-s\\fR]\n.br\n.B tierfs \\-h\\fR | \\fB\\-V\n.br\n"
 		       ".B mount \\-t tierfs\n.I URL MOUNTPOINT\n[\\fB\\-o\\fR \\fIoptions\\fR]\n");
 	out_printf(&w, ".SH DESCRIPTION\n");
-	for (size_t i = 0; i < N_OF(man_description); i++) {
-		if (!man_description[i][0]) {
-			out_printf(&w, ".PP\n");
-			continue;
-		}
-		roff(&w, man_description[i]);
-		out_printf(&w, "\n");
-	}
+	roff_lines(&w, man_description, N_OF(man_description), false);
 	out_printf(&w, ".PP\n");
-	for (size_t i = 0; i < N_OF(intro_lines); i++) {
-		roff(&w, intro_lines[i]);
-		out_printf(&w, "\n");
-	}
-	out_printf(&w, ".SH OPTIONS\n");
-	for (int g = 0; g < N_GROUPS; g++) {
-		char title[96];
-
-		/* "cache:" -> "cache" */
-		snprintf(title, sizeof(title), "%.*s", (int)strcspn(group_title[g], ":"),
-			 group_title[g]);
-		out_printf(&w, ".SS ");
-		roff(&w, title);
-		out_printf(&w, "\n");
-		for (size_t i = 0; i < N_OPTS; i++) {
-			char left[48], text[160];
-
-			if (opt_table[i].group != (enum opt_group)g)
-				continue;
-			opt_row(&opt_table[i], left, sizeof(left), text, sizeof(text));
-			roff_item(&w, left, text);
-		}
-		if (g != GROUP_MOUNT)
-			continue;
-		for (size_t i = 0; i < N_OF(mount_lines); i++) {
-			if (mount_lines[i].left) {
-				roff_item(&w, mount_lines[i].left, mount_lines[i].text);
-				continue;
-			}
-			if (i == 0 || mount_lines[i - 1].left)
-				out_printf(&w, ".PP\n");
-			roff(&w, mount_lines[i].text);
-			out_printf(&w, "\n");
-		}
-	}
-	for (size_t i = 0; i < N_OF(man_tail); i++) {
-		if (man_tail[i][0] == '.')
-			out_printf(&w, "%s\n", man_tail[i]);
-		else {
-			roff(&w, man_tail[i]);
-			out_printf(&w, "\n");
-		}
-	}
+	roff_lines(&w, intro_lines, N_OF(intro_lines), false);
+	man_options(&w);
+	roff_lines(&w, man_tail, N_OF(man_tail), true);
 	return w.need;
 }
 
