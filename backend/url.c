@@ -23,8 +23,7 @@
 
 #include "scheme.h"
 
-__attribute__((format(printf, 4, 5))) int url_fail(char *err, size_t errlen, int r,
-						   const char *fmt, ...)
+int url_fail(char *err, size_t errlen, int r, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -50,8 +49,7 @@ int url_scheme(char *url, char *err, size_t errlen)
 
 /* The authority of @url (after "://") and its length. @return 0, or -EACCES when it carries
  * a password (user:password@host). */
-static int authority(const char *url, const char **ret_a, size_t *ret_n, char *err,
-		     size_t errlen)
+static int authority(const char *url, const char **ret_a, size_t *ret_n, char *err, size_t errlen)
 {
 	const char *a = strstr(url, "://") + 3;
 	size_t n = strcspn(a, "/?#");

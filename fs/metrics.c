@@ -56,14 +56,18 @@ static enum fs_metric_got tokens(struct fs_metric_value *ret, const struct cache
 	return FS_GOT_VALUE;
 }
 
-static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *counts,
-				  unsigned n, const uint64_t *bounds_us, uint64_t sum_us)
+static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *counts, unsigned n,
+				  const uint64_t *bounds_us, uint64_t sum_us)
 {
-	*ret = (struct fs_metric_value){.kind = FS_VALUE_BUCKETS, .counts = counts,
-					.bounds_us = bounds_us, .nbuckets = n, .sum_us = sum_us};
+	*ret = (struct fs_metric_value){.kind = FS_VALUE_BUCKETS,
+					.counts = counts,
+					.bounds_us = bounds_us,
+					.nbuckets = n,
+					.sum_us = sum_us};
 	return FS_GOT_VALUE;
 }
 
+/* clang-format off */
 #define TS (s->cache.tier[t])
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -83,6 +87,7 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 		return buckets(ret, s->redis.counts, N_OF(s->redis.counts), bounds_us,             \
 			       s->redis.sum_us);                                                   \
 	}
+/* clang-format on */
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
@@ -279,6 +284,7 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "1 while the fleet budget is on local limits only.")
 /* clang-format on */
 
+/* clang-format off */
 /* Each row's getter: its sources as the cases of a switch on the place. */
 #define GETTER(name, type, sources, help)                                                          \
 	static enum fs_metric_got get_##name(const struct fs_metrics_snap *s,                      \
@@ -293,9 +299,9 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	}
 METRICS(GETTER)
 
-#define ROW(name, type, sources, help)                                                             \
-	{"tierfs_" #name, FS_METRIC_##type, help, get_##name},
+#define ROW(name, type, sources, help) {"tierfs_" #name, FS_METRIC_##type, help, get_##name},
 const struct fs_metric fs_metrics[] = {METRICS(ROW)};
+/* clang-format on */
 const size_t fs_metrics_n = N_OF(fs_metrics);
 
 /* ---- the snapshot --------------------------------------------------------------------------- */
@@ -327,10 +333,10 @@ static const struct place {
 	const char *tier; /* the tier label, NULL for none; the memory tiers: cache_tier_name */
 	unsigned series;  /* how many: one per memory tier, else one */
 } places[FS_AT_N] = {
-	[FS_AT_MOUNT] = {NULL, 1},
-	[FS_AT_TIER] = {NULL, CACHE_NTIERS},
-	[FS_AT_DISK] = {"disk", 1},
-	[FS_AT_SHARED] = {"shared", 1},
+    [FS_AT_MOUNT] = {NULL, 1},
+    [FS_AT_TIER] = {NULL, CACHE_NTIERS},
+    [FS_AT_DISK] = {"disk", 1},
+    [FS_AT_SHARED] = {"shared", 1},
 };
 
 /* Has the mount this place: the disk tier, the shared tier? */
@@ -354,9 +360,9 @@ static const char *place_tier(enum fs_metric_at at, unsigned t)
 const char *fs_metric_type_name(enum fs_metric_type t)
 {
 	static const char *const names[] = {
-		[FS_METRIC_COUNTER] = "counter",
-		[FS_METRIC_GAUGE] = "gauge",
-		[FS_METRIC_HISTOGRAM] = "histogram",
+	    [FS_METRIC_COUNTER] = "counter",
+	    [FS_METRIC_GAUGE] = "gauge",
+	    [FS_METRIC_HISTOGRAM] = "histogram",
 	};
 
 	return names[t];
@@ -408,8 +414,8 @@ static int write_buckets(const struct fs_metrics_sink *k, const char *name, cons
 	}
 	labels(lab, sizeof(lab), tier, NULL);
 	if (r == 0)
-		r = emit(k, "%s_sum%s %.6f\n%s_count%s %llu\n", name, lab,
-			 (double)v->sum_us / 1e6, name, lab, (unsigned long long)cum);
+		r = emit(k, "%s_sum%s %.6f\n%s_count%s %llu\n", name, lab, (double)v->sum_us / 1e6,
+			 name, lab, (unsigned long long)cum);
 	return r;
 }
 

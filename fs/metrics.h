@@ -23,23 +23,23 @@
 /* The mount's own counters (ops.c, log.c), read with relaxed atomics. */
 struct fs_mount_stats {
 	uint64_t log_suppressed; /* log lines held back (struct fs_log) */
-	uint64_t reads;          /* read requests answered */
-	uint64_t read_errors;    /* ... with an error */
-	uint64_t read_bytes;     /* bytes answered */
-	uint64_t watched;        /* interrupted reads watched now */
+	uint64_t reads;		 /* read requests answered */
+	uint64_t read_errors;	 /* ... with an error */
+	uint64_t read_bytes;	 /* bytes answered */
+	uint64_t watched;	 /* interrupted reads watched now */
 };
 
 /* Every value the metrics show, taken at one moment. Plain values with no pointer into the
  * mount: a writer needs no lock, and a test fills one by hand. */
 struct fs_metrics_snap {
-	struct cache_stats cache;     /* cache_get_stats: the memory tiers */
-	struct bk_stats backend;      /* backend_get_stats */
+	struct cache_stats cache; /* cache_get_stats: the memory tiers */
+	struct bk_stats backend;  /* backend_get_stats */
 	struct fs_mount_stats mount;
-	bool disk_on;                 /* the mount has a disk tier, and disk holds its stats */
-	struct disk_stats disk;       /* disk_get_stats */
-	bool shared_on;               /* shared= is set, and fleet and redis hold its stats */
-	struct fs_fleet_stats fleet;  /* fs_fleet_get_stats */
-	struct bk_redis_stats redis;  /* ... its Redis client's part */
+	bool disk_on;		     /* the mount has a disk tier, and disk holds its stats */
+	struct disk_stats disk;	     /* disk_get_stats */
+	bool shared_on;		     /* shared= is set, and fleet and redis hold its stats */
+	struct fs_fleet_stats fleet; /* fs_fleet_get_stats */
+	struct bk_redis_stats redis; /* ... its Redis client's part */
 };
 
 /* Fill *ret from the running mount @m. Takes each module's lock in turn, never two at once,
@@ -88,14 +88,14 @@ enum fs_metric_got {
 /* One sample's value, and how it is printed. */
 struct fs_metric_value {
 	enum {
-		FS_VALUE_WHOLE,   /* n, as an integer */
-		FS_VALUE_NS,      /* n nanoseconds, printed as seconds (6 decimals) */
-		FS_VALUE_REAL,    /* x, rounded to an integer (may be negative) */
+		FS_VALUE_WHOLE,	  /* n, as an integer */
+		FS_VALUE_NS,	  /* n nanoseconds, printed as seconds (6 decimals) */
+		FS_VALUE_REAL,	  /* x, rounded to an integer (may be negative) */
 		FS_VALUE_BUCKETS, /* a histogram: counts[], its bounds and sum in microseconds */
 	} kind;
 	uint64_t n;
 	double x;
-	const uint64_t *counts;    /* nbuckets counts, each of its own bucket (not cumulative) */
+	const uint64_t *counts;	   /* nbuckets counts, each of its own bucket (not cumulative) */
 	const uint64_t *bounds_us; /* nbuckets - 1 upper bounds; the last bucket has none */
 	unsigned nbuckets;
 	uint64_t sum_us;

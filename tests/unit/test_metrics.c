@@ -317,10 +317,8 @@ static void test_sink_error(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_names),
-	    cmocka_unit_test(test_every_row_exported),
-	    cmocka_unit_test(test_known_values),
-	    cmocka_unit_test(test_optional_tiers),
+	    cmocka_unit_test(test_names),	 cmocka_unit_test(test_every_row_exported),
+	    cmocka_unit_test(test_known_values), cmocka_unit_test(test_optional_tiers),
 	    cmocka_unit_test(test_sink_error),
 	};
 

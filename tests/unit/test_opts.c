@@ -1104,7 +1104,7 @@ static void test_format(void **state)
 	fs_opts_done(&o);
 }
 
-/* The .live rows, and one value as the config file shows it. */
+/* The live rows (those with an apply hook), and one value as the config file shows it. */
 static void test_live(void **state)
 {
 	static const char *const live[] = {"lagging_rate", "lagging_burst", "lagging_ops",
