@@ -3,8 +3,8 @@
  * serves and who sets it up), and the interface calls forwarded to the scheme's operations.
  *
  *   fs/ ──► backend.c ──table──► s3.c, http.c, file.c ──► io.c (the I/O thread)
- *                                                      sigv4.c, s3xml.c, creds.c,
- *                                                      jsonidx.c, httphdr.c
+ *                  │                                   sigv4.c, s3xml.c, creds.c,
+ *                  └──► url.c (each row's URL rules)   jsonidx.c, httphdr.c
  *
  * Nothing below calls back up into this file: what the schemes share lives in io.c.
  * Locking: none here; see io.c.
@@ -17,15 +17,17 @@
 #include "io.h"
 #include "scheme.h"
 
-/* The schemes a URL may start with, compared ignoring case, and who sets each up. */
+/* The schemes a URL may start with, compared ignoring case, who sets each up, and what its
+ * URLs must look like (url.c). */
 static const struct {
 	const char *prefix;
 	int (*init)(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen);
+	int (*url_check)(const char *url, char *err, size_t errlen);
 } schemes[] = {
-    {"s3://", s3_init},
-    {"http://", http_init},
-    {"https://", http_init},
-    {"file://", file_init},
+    {"s3://", s3_init, s3_url_check},
+    {"http://", http_init, http_url_check},
+    {"https://", http_init, http_url_check},
+    {"file://", file_init, file_url_check},
 };
 
 static int scheme_find(const char *url)
@@ -39,6 +41,19 @@ static int scheme_find(const char *url)
 bool backend_scheme_known(const char *url)
 {
 	return scheme_find(url) >= 0;
+}
+
+int backend_url_check(char *url, char *err, size_t errlen)
+{
+	int i, r = url_scheme(url, err, errlen);
+
+	if (r < 0)
+		return r;
+	i = scheme_find(url);
+	if (i < 0)
+		return url_fail(err, errlen, -EINVAL, "URL %s: unsupported scheme %s", url,
+				URL_SCHEMES);
+	return schemes[i].url_check(url, err, errlen);
 }
 
 int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, size_t errlen)

@@ -55,8 +55,19 @@ int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, 
 void backend_free(struct backend *b);
 
 /* Does @url start with a scheme this backend serves (s3://, http://, https://, file://, in any
- * case)? The one list of schemes, asked by option parsing too. */
+ * case)? The one list of schemes; option parsing asks it through backend_url_check. */
 bool backend_scheme_known(const char *url);
+
+/*
+ * Check @url against the rules of its scheme (backend.c's table, url.c), before anything is
+ * set up, and lower-case its scheme in place ("HTTPS://h" -> "https://h": schemes are compared
+ * byte for byte later). A scheme must be there and known; s3:// names a bucket, http(s):// a
+ * host, file:// an absolute path; no scheme takes user:password@. @url holds no control
+ * character (the caller's check).
+ * @return 0; -EINVAL with one line in @err; -EACCES with one line in @err when the URL
+ * carries a password, which the caller may word its own way (where credentials go instead).
+ */
+int backend_url_check(char *url, char *err, size_t errlen);
 
 /* Start / stop the I/O thread. Metadata calls and reads need it running. Stopping fails every
  * queued or running read with -ESHUTDOWN. @return 0 or -errno. */

@@ -173,6 +173,110 @@ static int take_key(struct target *t, struct s3_creds *c, const char *path, unsi
 	return r;
 }
 
+/* The parse of one INI file, line by line. */
+struct ini {
+	const char *path;	 /* the file's name, for messages */
+	struct target *t;	 /* the profile read, and what was seen of it */
+	struct s3_creds *c;	 /* filled from the profile */
+	char *err;
+	size_t errlen;
+	unsigned line;		 /* number of the line being read, from 1 */
+	bool in_section;	 /* a [section] header was seen */
+	bool in_target;		 /* ... and it is the profile being read */
+	bool opt_active;	 /* a key line was read in this section */
+	bool opt_empty;		 /* ... and its value was empty (nested settings may follow) */
+	bool opt_ours;		 /* ... and it is one of keys[] in the profile being read */
+	size_t opt_indent;	 /* ... and was indented this much */
+};
+
+/* A "[name]" header at @p. @return 0 or -EINVAL. */
+static int ini_section(struct ini *s, char *p)
+{
+	char *end = strchr(p, ']'), *rest, *name;
+
+	/* After the ']' only blanks or a comment, as configparser allows. */
+	rest = end ? trim(end + 1) : NULL;
+	if (!end || (*rest && *rest != '#' && *rest != ';')) {
+		seterr(s->err, s->errlen, "%s:%u: malformed [section] header", s->path, s->line);
+		return -EINVAL;
+	}
+	*end = '\0';
+	name = trim(p + 1);
+	if (!*name) {
+		seterr(s->err, s->errlen, "%s:%u: empty [section] name", s->path, s->line);
+		return -EINVAL;
+	}
+	s->in_section = true;
+	s->in_target = strcmp(name, s->t->profile) == 0;
+	if (s->in_target)
+		s->t->found = true;
+	s->opt_active = false;
+	return 0;
+}
+
+/* A "name = value" line at @p, indented @indent. @return 0, -EINVAL, -ENAMETOOLONG. */
+static int ini_setting(struct ini *s, char *p, size_t indent)
+{
+	char *delim = p + strcspn(p, "=:"), *name, *value;
+
+	if (!*delim) {
+		seterr(s->err, s->errlen, "%s:%u: expected 'name = value' or a [section] header",
+		       s->path, s->line);
+		return -EINVAL;
+	}
+	if (!s->in_section) {
+		seterr(s->err, s->errlen, "%s:%u: setting before the first [section] header",
+		       s->path, s->line);
+		return -EINVAL;
+	}
+	*delim = '\0';
+	name = trim(p);
+	value = trim(delim + 1);
+	if (!*name) {
+		seterr(s->err, s->errlen, "%s:%u: setting without a name", s->path, s->line);
+		return -EINVAL;
+	}
+	s->opt_active = true;
+	s->opt_empty = !*value;
+	s->opt_indent = indent;
+	s->opt_ours = s->in_target && key_index(name) >= 0;
+	/* A key with an empty value counts as absent. */
+	if (!s->in_target || s->opt_empty)
+		return 0;
+	return take_key(s->t, s->c, s->path, s->line, name, value, s->err, s->errlen);
+}
+
+/* One line of @n bytes at @buf, its end of line removed. @return 0 or -errno. */
+static int ini_line(struct ini *s, char *buf, size_t n)
+{
+	char *p;
+	size_t indent;
+
+	if (strlen(buf) != n) {
+		seterr(s->err, s->errlen, "%s:%u: NUL byte in line", s->path, s->line);
+		return -EINVAL;
+	}
+	for (p = buf; blank(*p); p++)
+		;
+	indent = (size_t)(p - buf);
+	if (!*p || *p == '#' || *p == ';')
+		return 0;
+	if (s->opt_active && indent > s->opt_indent) {
+		/* A continuation line. Under an empty value it is a nested setting, which we
+		 * skip; a multi-line value for a key we use is refused. */
+		if (s->opt_ours && !s->opt_empty) {
+			seterr(s->err, s->errlen,
+			       "%s:%u: multi-line value in profile '%s' is not supported", s->path,
+			       s->line, s->t->profile);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	if (*p == '[')
+		return ini_section(s, p);
+	return ini_setting(s, p, indent);
+}
+
 /*
  * Read the INI file @f (named @path in messages) and fill @c from section t->profile.
  * @return 0 (t->found tells whether the section exists), -EINVAL, -ENAMETOOLONG, -ENOMEM, -EIO.
@@ -180,15 +284,10 @@ static int take_key(struct target *t, struct s3_creds *c, const char *path, unsi
 static int parse(FILE *f, const char *path, struct target *t, struct s3_creds *c, char *err,
 		 size_t errlen)
 {
-	char *buf = NULL;
-	size_t cap = 0;
+	struct ini s = {.path = path, .t = t, .c = c, .err = err, .errlen = errlen};
+	char *buf;
+	size_t cap;
 	ssize_t n;
-	unsigned line = 0;
-	bool in_section = false, in_target = false;
-	bool opt_active = false; /* a key line was read in this section */
-	bool opt_empty = false;	 /* ... and its value was empty (nested settings may follow) */
-	bool opt_ours = false;	 /* ... and it is one of keys[] in the profile being read */
-	size_t opt_indent = 0;	 /* ... and was indented this much */
 	int r = 0;
 
 	/* getline grows its buffer with realloc, which would leave a copy of the lines read so
@@ -201,99 +300,17 @@ static int parse(FILE *f, const char *path, struct target *t, struct s3_creds *c
 		return -ENOMEM;
 	}
 	errno = 0;
-	while ((n = getline(&buf, &cap, f)) >= 0) {
-		char *p, *delim, *name, *value;
-		size_t indent;
-
-		line++;
+	while (r == 0 && (n = getline(&buf, &cap, f)) >= 0) {
+		s.line++;
 		while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
 			buf[--n] = '\0';
-		if (strlen(buf) != (size_t)n) {
-			seterr(err, errlen, "%s:%u: NUL byte in line", path, line);
-			r = -EINVAL;
-			goto out;
-		}
-		for (p = buf; blank(*p); p++)
-			;
-		indent = (size_t)(p - buf);
-		if (!*p || *p == '#' || *p == ';')
-			continue;
-		if (opt_active && indent > opt_indent) {
-			/* A continuation line. Under an empty value it is a nested setting, which
-			 * we skip; a multi-line value for a key we use is refused. */
-			if (opt_ours && !opt_empty) {
-				seterr(err, errlen,
-				       "%s:%u: multi-line value in profile '%s' is not supported",
-				       path, line, t->profile);
-				r = -EINVAL;
-				goto out;
-			}
-			continue;
-		}
-		if (*p == '[') {
-			char *end = strchr(p, ']'), *rest;
-
-			/* After the ']' only blanks or a comment, as configparser allows. */
-			rest = end ? trim(end + 1) : NULL;
-			if (!end || (*rest && *rest != '#' && *rest != ';')) {
-				seterr(err, errlen, "%s:%u: malformed [section] header", path,
-				       line);
-				r = -EINVAL;
-				goto out;
-			}
-			*end = '\0';
-			name = trim(p + 1);
-			if (!*name) {
-				seterr(err, errlen, "%s:%u: empty [section] name", path, line);
-				r = -EINVAL;
-				goto out;
-			}
-			in_section = true;
-			in_target = strcmp(name, t->profile) == 0;
-			if (in_target)
-				t->found = true;
-			opt_active = false;
-			continue;
-		}
-		delim = p + strcspn(p, "=:");
-		if (!*delim) {
-			seterr(err, errlen, "%s:%u: expected 'name = value' or a [section] header",
-			       path, line);
-			r = -EINVAL;
-			goto out;
-		}
-		if (!in_section) {
-			seterr(err, errlen, "%s:%u: setting before the first [section] header",
-			       path, line);
-			r = -EINVAL;
-			goto out;
-		}
-		*delim = '\0';
-		name = trim(p);
-		value = trim(delim + 1);
-		if (!*name) {
-			seterr(err, errlen, "%s:%u: setting without a name", path, line);
-			r = -EINVAL;
-			goto out;
-		}
-		opt_active = true;
-		opt_empty = !*value;
-		opt_indent = indent;
-		opt_ours = in_target && key_index(name) >= 0;
-		if (in_target) {
-			/* A key with an empty value counts as absent. */
-			r = opt_empty ? 0 : take_key(t, c, path, line, name, value, err, errlen);
-			if (r < 0)
-				goto out;
-		}
+		r = ini_line(&s, buf, (size_t)n);
 	}
-	if (ferror(f)) {
+	if (r == 0 && ferror(f)) {
 		r = errno ? -errno : -EIO;
 		seterr(err, errlen, "cannot read %s: %s", path, strerror(-r));
 	}
-out:
-	if (buf)
-		explicit_bzero(buf, cap);
+	explicit_bzero(buf, cap);
 	free(buf);
 	return r;
 }
@@ -311,111 +328,147 @@ static int expand_home(const char *in, char *out, size_t outlen)
 	return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
 }
 
+/* Where the keys of a file come from: which profile, which file, and whether the user named
+ * each (argument or environment) or it is the default, which may be missing. */
+struct source {
+	const char *profile;
+	bool profile_named;
+	const char *file;	/* NULL: no file at all (the default one, without HOME) */
+	bool file_named;
+	char path[PATH_MAX];	/* file, with ~ expanded */
+};
+
+/* Fill @src from the arguments and the environment. @return 0, -ENOENT (a named profile and
+ * no file to find it in), -ENAMETOOLONG. */
+static int pick_source(const char *file, const char *profile, struct source *src, char *err,
+		       size_t errlen)
+{
+	if (!profile)
+		profile = getenv("AWS_PROFILE");
+	src->profile_named = set(profile);
+	src->profile = src->profile_named ? profile : "default";
+	if (!file)
+		file = getenv("AWS_SHARED_CREDENTIALS_FILE");
+	src->file_named = set(file);
+	src->file = src->file_named ? file : "~/.aws/credentials";
+	if (!src->file_named && !set(getenv("HOME"))) {
+		/* No home, no default file. */
+		src->file = NULL;
+		if (!src->profile_named)
+			return 0;
+		seterr(err, errlen,
+		       "profile '%s' not found: HOME is not set, so there is no ~/.aws/credentials",
+		       src->profile);
+		return -ENOENT;
+	}
+	if (expand_home(src->file, src->path, sizeof(src->path)) < 0) {
+		seterr(err, errlen, "credentials file path is too long");
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+/* Open the file of @src. @return 0 and *ret_f (NULL: the default file is not there, which
+ * means anonymous), or -errno. */
+static int open_source(const struct source *src, FILE **ret_f, char *err, size_t errlen)
+{
+	FILE *f = fopen(src->path, "re");
+	int r;
+
+	if (f) {
+		*ret_f = f;
+		return 0;
+	}
+	r = -errno;
+	if (r == -ENOENT && !src->file_named && !src->profile_named) {
+		*ret_f = NULL;
+		return 0;
+	}
+	if (r == -ENOENT && !src->file_named)
+		seterr(err, errlen, "profile '%s' not found: %s does not exist", src->profile,
+		       src->path);
+	else
+		seterr(err, errlen, "cannot open credentials file %s: %s", src->path,
+		       strerror(-r));
+	return r;
+}
+
+/* What a profile that was found must hold: both keys or neither (anonymous, only for the
+ * default profile). @return 0 (@c emptied when anonymous) or -EINVAL. */
+static int check_profile(const struct source *src, struct s3_creds *c, char *err,
+			 size_t errlen)
+{
+	const char *p = src->profile, *path = src->path;
+
+	if (c->access_key[0] && !c->secret_key[0]) {
+		seterr(err, errlen,
+		       "profile '%s' in %s has aws_access_key_id but no aws_secret_access_key", p,
+		       path);
+		return -EINVAL;
+	}
+	if (!c->access_key[0] && c->secret_key[0]) {
+		seterr(err, errlen,
+		       "profile '%s' in %s has aws_secret_access_key but no aws_access_key_id", p,
+		       path);
+		return -EINVAL;
+	}
+	if (!c->access_key[0] && src->profile_named) {
+		seterr(err, errlen,
+		       "profile '%s' in %s has no aws_access_key_id (only static keys are "
+		       "supported)",
+		       p, path);
+		return -EINVAL;
+	}
+	if (!c->access_key[0])
+		memset(c, 0, sizeof(*c)); /* an empty [default]: anonymous */
+	return 0;
+}
+
+/* The keys of @src's profile into @c, from a file opened with @iobuf as its stdio buffer.
+ * @return 0 (@c empty: anonymous) or -errno. */
+static int from_file(const struct source *src, struct s3_creds *c, char *iobuf, size_t iolen,
+		     char *err, size_t errlen)
+{
+	struct target t = {.profile = src->profile};
+	FILE *f = NULL;
+	int r;
+
+	if (!src->file)
+		return 0;
+	r = open_source(src, &f, err, errlen);
+	if (r < 0 || !f)
+		return r;
+	setvbuf(f, iobuf, _IOFBF, iolen);
+	r = parse(f, src->path, &t, c, err, errlen);
+	fclose(f);
+	if (r < 0)
+		return r;
+	if (t.found)
+		return check_profile(src, c, err, errlen);
+	memset(c, 0, sizeof(*c));
+	if (!src->profile_named)
+		return 0;
+	seterr(err, errlen, "profile '%s' not found in %s", src->profile, src->path);
+	return -ENOENT;
+}
+
 int creds_load(const char *file, const char *profile, struct s3_creds *ret, char *err,
 	       size_t errlen)
 {
-	char iobuf[BUFSIZ], path[PATH_MAX];
+	char iobuf[BUFSIZ];
 	struct s3_creds c;
-	struct target t = {0};
-	bool file_named, profile_named;
-	FILE *f = NULL;
+	struct source src;
 	int r;
 
 	memset(&c, 0, sizeof(c));
 	seterr(err, errlen, "%s", "");
-
 	if (set(getenv("AWS_ACCESS_KEY_ID")) || set(getenv("AWS_SECRET_ACCESS_KEY"))) {
 		r = from_env(&c, err, errlen);
-		goto out;
+	} else {
+		r = pick_source(file, profile, &src, err, errlen);
+		if (r == 0)
+			r = from_file(&src, &c, iobuf, sizeof(iobuf), err, errlen);
 	}
-
-	/* Which profile. */
-	profile_named = true;
-	if (!profile)
-		profile = getenv("AWS_PROFILE");
-	if (!set(profile)) {
-		profile = "default";
-		profile_named = false;
-	}
-	t.profile = profile;
-
-	/* Which file. */
-	file_named = true;
-	if (!file)
-		file = getenv("AWS_SHARED_CREDENTIALS_FILE");
-	if (!set(file)) {
-		file = "~/.aws/credentials";
-		file_named = false;
-		if (!set(getenv("HOME"))) {
-			/* No home, no default file. */
-			if (profile_named) {
-				seterr(err, errlen,
-				       "profile '%s' not found: HOME is not set, so there is no "
-				       "~/.aws/credentials",
-				       profile);
-				r = -ENOENT;
-			} else {
-				r = 0;
-			}
-			goto out;
-		}
-	}
-	r = expand_home(file, path, sizeof(path));
-	if (r < 0) {
-		seterr(err, errlen, "credentials file path is too long");
-		goto out;
-	}
-
-	f = fopen(path, "re");
-	if (!f) {
-		r = -errno;
-		if (r == -ENOENT && !file_named && !profile_named) {
-			r = 0; /* the default file, not there: anonymous */
-		} else if (r == -ENOENT && !file_named) {
-			seterr(err, errlen, "profile '%s' not found: %s does not exist", profile,
-			       path);
-		} else {
-			seterr(err, errlen, "cannot open credentials file %s: %s", path,
-			       strerror(-r));
-		}
-		goto out;
-	}
-	setvbuf(f, iobuf, _IOFBF, sizeof(iobuf));
-	r = parse(f, path, &t, &c, err, errlen);
-	if (r < 0)
-		goto out;
-	if (!t.found) {
-		if (profile_named) {
-			seterr(err, errlen, "profile '%s' not found in %s", profile, path);
-			r = -ENOENT;
-		}
-		memset(&c, 0, sizeof(c));
-		goto out;
-	}
-	if (c.access_key[0] && !c.secret_key[0]) {
-		seterr(err, errlen,
-		       "profile '%s' in %s has aws_access_key_id but no "
-		       "aws_secret_access_key",
-		       profile, path);
-		r = -EINVAL;
-	} else if (!c.access_key[0] && c.secret_key[0]) {
-		seterr(err, errlen,
-		       "profile '%s' in %s has aws_secret_access_key but no "
-		       "aws_access_key_id",
-		       profile, path);
-		r = -EINVAL;
-	} else if (!c.access_key[0] && profile_named) {
-		seterr(err, errlen,
-		       "profile '%s' in %s has no aws_access_key_id (only static "
-		       "keys are supported)",
-		       profile, path);
-		r = -EINVAL;
-	} else if (!c.access_key[0]) {
-		memset(&c, 0, sizeof(c)); /* an empty [default]: anonymous */
-	}
-out:
-	if (f)
-		fclose(f);
 	explicit_bzero(iobuf, sizeof(iobuf));
 	if (r == 0)
 		memcpy(ret, &c, sizeof(c));

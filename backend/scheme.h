@@ -39,4 +39,19 @@ int s3_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t 
 int http_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen);
 int file_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen);
 
+/* ---- url.c: the URL rules of the schemes, for backend_url_check ---------------------------- */
+
+#define URL_SCHEMES "(use s3://, http://, https:// or file://)"
+
+/* Write one line into @err (if any) and return @r. */
+int url_fail(char *err, size_t errlen, int r, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* "scheme://" is there: lower-case the scheme in place. @return 0 or -EINVAL. */
+int url_scheme(char *url, char *err, size_t errlen);
+/* A scheme's own rules, on a URL of that scheme. @return 0, -EINVAL, or -EACCES (a password
+ * in the authority), with one line in @err. */
+int s3_url_check(const char *url, char *err, size_t errlen);
+int http_url_check(const char *url, char *err, size_t errlen);
+int file_url_check(const char *url, char *err, size_t errlen);
+
 #endif

@@ -343,75 +343,106 @@ static bool str_ok(const char *s)
 	return s && s[0];
 }
 
+static bool input_ok(const struct sigv4_input *in)
+{
+	return in && str_ok(in->method) && str_ok(in->canonical_uri) && str_ok(in->payload_hash) &&
+	       in->amz_date && strlen(in->amz_date) == 16 && str_ok(in->region) &&
+	       str_ok(in->service) && str_ok(in->access_key) && in->secret_key &&
+	       (!in->nheaders || in->headers);
+}
+
+/* The canonical request into @creq, its hex SHA-256 into @hash, the signed header list into
+ * @shdrs. @return 0, -EINVAL (an empty header name) or -ENOMEM. */
+static int canonical_request(const struct sigv4_input *in, struct sbuf *creq, struct sbuf *shdrs,
+			     char hash[65])
+{
+	int r;
+
+	sb_add(creq, in->method);
+	sb_addc(creq, '\n');
+	sb_add(creq, in->canonical_uri);
+	sb_addc(creq, '\n');
+	sb_add(creq, in->canonical_query ? in->canonical_query : "");
+	sb_addc(creq, '\n');
+	sb_add(shdrs, ""); /* so shdrs->p is a string even with no headers */
+	r = canonical_headers(in->headers, in->nheaders, creq, shdrs);
+	if (r < 0)
+		return r;
+	sb_addc(creq, '\n');
+	sb_add(creq, shdrs->p);
+	sb_addc(creq, '\n');
+	sb_add(creq, in->payload_hash);
+	if (creq->oom || shdrs->oom)
+		return -ENOMEM;
+	sigv4_sha256_hex(creq->p, creq->len, hash);
+	return hash[0] ? 0 : -ENOMEM;
+}
+
+/* "AWS4-HMAC-SHA256\n<amz date>\n<date>/<region>/<service>/aws4_request\n<hash>" into @sts.
+ * @return 0 or -ENOMEM. */
+static int string_to_sign(const struct sigv4_input *in, const char *date, const char *creq_hash,
+			  struct sbuf *sts)
+{
+	sb_add(sts, "AWS4-HMAC-SHA256\n");
+	sb_add(sts, in->amz_date);
+	sb_addc(sts, '\n');
+	sb_add(sts, date);
+	sb_addc(sts, '/');
+	sb_add(sts, in->region);
+	sb_addc(sts, '/');
+	sb_add(sts, in->service);
+	sb_add(sts, "/aws4_request\n");
+	sb_add(sts, creq_hash);
+	return sts->oom ? -ENOMEM : 0;
+}
+
+/* The signature of @sts, in hex, into @ret: HMAC with the signing key, which is AWS4+secret ->
+ * date -> region -> service -> aws4_request. Every key and the signature's bytes are cleansed
+ * before return; the buffer of AWS4+secret is sized once, so no realloc leaves a copy of the
+ * secret behind. @return 0, -EINVAL or -ENOMEM. */
+static int signature(const struct sigv4_input *in, const char *date, const char *sts,
+		     char ret[2 * SHA256_LEN + 1])
+{
+	unsigned char k1[SHA256_LEN], k2[SHA256_LEN], sig[SHA256_LEN];
+	size_t klen = 4 + strlen(in->secret_key);
+	char *kbuf = malloc(klen + 1);
+	int r;
+
+	if (!kbuf)
+		return -ENOMEM;
+	memcpy(kbuf, "AWS4", 4);
+	memcpy(kbuf + 4, in->secret_key, klen - 4 + 1);
+	if ((r = hmac256(kbuf, klen, date, k1)) == 0 &&
+	    (r = hmac256(k1, SHA256_LEN, in->region, k2)) == 0 &&
+	    (r = hmac256(k2, SHA256_LEN, in->service, k1)) == 0 &&
+	    (r = hmac256(k1, SHA256_LEN, "aws4_request", k2)) == 0 &&
+	    (r = hmac256(k2, SHA256_LEN, sts, sig)) == 0)
+		hex_encode(sig, SHA256_LEN, ret);
+	OPENSSL_cleanse(k1, sizeof(k1));
+	OPENSSL_cleanse(k2, sizeof(k2));
+	OPENSSL_cleanse(sig, sizeof(sig));
+	OPENSSL_cleanse(kbuf, klen + 1);
+	free(kbuf);
+	return r;
+}
+
 int sigv4_sign(const struct sigv4_input *in, char *ret, size_t len)
 {
 	struct sbuf creq = {0}, shdrs = {0}, sts = {0};
-	unsigned char k1[SHA256_LEN], k2[SHA256_LEN], sig[SHA256_LEN];
-	char *kbuf = NULL;
-	size_t klen = 0;
 	char creq_hash[65], sig_hex[2 * SHA256_LEN + 1], date[9];
 	int need, r;
 
-	if (!in || !str_ok(in->method) || !str_ok(in->canonical_uri) || !str_ok(in->payload_hash) ||
-	    !in->amz_date || strlen(in->amz_date) != 16 || !str_ok(in->region) ||
-	    !str_ok(in->service) || !str_ok(in->access_key) || !in->secret_key ||
-	    (in->nheaders && !in->headers))
+	if (!input_ok(in))
 		return -EINVAL;
 	memcpy(date, in->amz_date, 8);
 	date[8] = '\0';
-
-	/* Canonical request. */
-	sb_add(&creq, in->method);
-	sb_addc(&creq, '\n');
-	sb_add(&creq, in->canonical_uri);
-	sb_addc(&creq, '\n');
-	sb_add(&creq, in->canonical_query ? in->canonical_query : "");
-	sb_addc(&creq, '\n');
-	sb_add(&shdrs, ""); /* so shdrs.p is a string even with no headers */
-	r = canonical_headers(in->headers, in->nheaders, &creq, &shdrs);
+	r = canonical_request(in, &creq, &shdrs, creq_hash);
+	if (r == 0)
+		r = string_to_sign(in, date, creq_hash, &sts);
+	if (r == 0)
+		r = signature(in, date, sts.p, sig_hex);
 	if (r < 0)
 		goto out;
-	sb_addc(&creq, '\n');
-	sb_add(&creq, shdrs.p);
-	sb_addc(&creq, '\n');
-	sb_add(&creq, in->payload_hash);
-	r = -ENOMEM;
-	if (creq.oom || shdrs.oom)
-		goto out;
-	sigv4_sha256_hex(creq.p, creq.len, creq_hash);
-	if (!creq_hash[0])
-		goto out;
-
-	/* String to sign. */
-	sb_add(&sts, "AWS4-HMAC-SHA256\n");
-	sb_add(&sts, in->amz_date);
-	sb_addc(&sts, '\n');
-	sb_add(&sts, date);
-	sb_addc(&sts, '/');
-	sb_add(&sts, in->region);
-	sb_addc(&sts, '/');
-	sb_add(&sts, in->service);
-	sb_add(&sts, "/aws4_request\n");
-	sb_add(&sts, creq_hash);
-	if (sts.oom)
-		goto out;
-
-	/* Signing key: AWS4+secret -> date -> region -> service -> aws4_request. The buffer is
-	 * sized once, so no realloc leaves a copy of the secret behind. */
-	klen = 4 + strlen(in->secret_key);
-	kbuf = malloc(klen + 1);
-	if (!kbuf)
-		goto out;
-	memcpy(kbuf, "AWS4", 4);
-	memcpy(kbuf + 4, in->secret_key, klen - 4 + 1);
-	if ((r = hmac256(kbuf, klen, date, k1)) < 0 ||
-	    (r = hmac256(k1, SHA256_LEN, in->region, k2)) < 0 ||
-	    (r = hmac256(k2, SHA256_LEN, in->service, k1)) < 0 ||
-	    (r = hmac256(k1, SHA256_LEN, "aws4_request", k2)) < 0 ||
-	    (r = hmac256(k2, SHA256_LEN, sts.p, sig)) < 0)
-		goto out;
-	hex_encode(sig, SHA256_LEN, sig_hex);
-
 	r = -ENOMEM;
 	need = snprintf(NULL, 0, AUTH_FMT, in->access_key, date, in->region, in->service, shdrs.p,
 			sig_hex);
@@ -424,12 +455,6 @@ int sigv4_sign(const struct sigv4_input *in, char *ret, size_t len)
 		 sig_hex);
 	r = 0;
 out:
-	OPENSSL_cleanse(k1, sizeof(k1));
-	OPENSSL_cleanse(k2, sizeof(k2));
-	OPENSSL_cleanse(sig, sizeof(sig));
-	if (kbuf)
-		OPENSSL_cleanse(kbuf, klen + 1);
-	free(kbuf);
 	OPENSSL_cleanse(sig_hex, sizeof(sig_hex));
 	sb_free(&creq); /* holds x-amz-security-token */
 	sb_free(&shdrs);

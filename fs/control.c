@@ -2,12 +2,14 @@
  * control.c - seeing into the cache and steering it from a shell.
  *
  *   MNT/.tierfs/stats    Prometheus text exposition: per-tier cache counters, limiter,
- *                        backend totals. `cat` it, or point a node exporter textfile at it.
+ *                        backend totals, printed by metrics.c from its table (a snapshot,
+ *                        then the text). `cat` it, or point a node exporter textfile at it.
  *   MNT/.tierfs/config   the effective settings, one name=value per line.
  *   getfattr -n user.tierfs.tier MNT/obj    also .etag, .cached (resident blocks)
- *   setfattr -n user.tierfs.lagging_rate -v 100M MNT     live change of an option marked
- *                        .live in opts.c's table (also lagging_burst, lagging_ops, hot_ttl);
- *                        getfattr -n on MNT shows the current values.
+ *   setfattr -n user.tierfs.lagging_rate -v 100M MNT     live change of an option with an
+ *                        apply hook in opts.c's table (also lagging_burst, lagging_ops,
+ *                        hot_ttl): parsed by fs_opts_set, applied by fs_opts_apply;
+ *                        getfattr -n on MNT shows the values in force (sizes as 100M).
  *
  * Who may do what. Reading (the files, getxattr) is open to everyone who can reach the mount:
  * it holds no secret, and each answer's cost is bounded by the tiers' sizes, never by an
@@ -41,7 +43,7 @@
 #include <fuse_log.h>
 
 #include "fs_i.h"
-#include "redis.h"
+#include "metrics.h"
 
 #define XATTR_PREFIX "user.tierfs."
 
@@ -143,287 +145,23 @@ static void put(struct text *t, const char *fmt, ...)
 	}
 }
 
-/* One metric family with a value per tier. */
-static void tier_metric(struct text *t, const struct cache_stats *cs, const char *name,
-			const char *type, const char *help, size_t field)
+/* The stats file's sink (metrics.h): the text grows as the writer goes. */
+static int text_write(void *arg, const char *s, size_t n)
 {
-	put(t, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\n", name, help, name, type);
-	for (int i = 0; i < CACHE_NTIERS; i++) {
-		const uint64_t *v = (const uint64_t *)((const char *)&cs->tier[i] + field);
+	struct text *t = arg;
 
-		put(t, "tierfs_%s{tier=\"%s\"} %llu\n", name, cache_tier_name(i),
-		    (unsigned long long)*v);
-	}
+	put(t, "%.*s", (int)n, s);
+	return t->oom ? -ENOMEM : 0;
 }
 
-static void mount_metric(struct text *t, const char *name, const char *type, const char *help,
-			 uint64_t v)
+/* A snapshot of the counters first, then the text: no lock is held while it is written. */
+static int stats_text(struct mount *m, struct text *t)
 {
-	put(t, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\ntierfs_%s %llu\n", name, help, name, type,
-	    name, (unsigned long long)v);
-}
+	struct fs_metrics_snap snap;
+	struct fs_metrics_sink sink = {.write = text_write, .arg = t};
 
-/* One metric family of the shared tier, labelled like the memory tiers' ones. */
-static void shared_metric(struct text *t, const char *name, const char *type, const char *help,
-			  uint64_t v)
-{
-	put(t, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\ntierfs_%s{tier=\"shared\"} %llu\n", name,
-	    help, name, type, name, (unsigned long long)v);
-}
-
-static void shared_text(struct mount *m, struct text *t)
-{
-	struct fs_fleet_stats s;
-	struct bk_redis_stats r;
-	uint64_t cum = 0;
-
-	fs_fleet_get_stats(m->fleet, &s, &r);
-	shared_metric(t, "shared_hits_total", "counter",
-		      "Blocks served from the shared tier, their value checked.", s.hits);
-	shared_metric(t, "shared_served_bytes_total", "counter",
-		      "Bytes of blocks served from the shared tier.", s.hit_bytes);
-	shared_metric(t, "shared_misses_total", "counter", "Blocks the shared tier did not hold.",
-		      s.misses);
-	shared_metric(t, "shared_rejected_total", "counter",
-		      "Values refused by the check (wrong bytes, truncated, another block's, "
-		      "foreign): read from the store instead.", s.rejected);
-	shared_metric(t, "shared_unavailable_total", "counter",
-		      "Lookups Redis did not answer in time, or answered with an error, or "
-		      "could not take (down).", s.unavailable);
-	shared_metric(t, "shared_timeouts_total", "counter",
-		      "Redis calls abandoned after shared_timeout.", r.timeouts);
-	shared_metric(t, "shared_timeouts_extended_total", "counter",
-		      "Timeouts a call waited past because the server was sending other replies, "
-		      "or answering the ones written before it.", r.extended);
-	shared_metric(t, "shared_errors_total", "counter",
-		      "Redis calls failed: server down, connection lost, error reply.", r.errors);
-	shared_metric(t, "shared_received_bytes_total", "counter",
-		      "Value bytes received from Redis.", r.bytes_in);
-	shared_metric(t, "shared_puts_total", "counter", "Blocks written to Redis.", r.puts);
-	shared_metric(t, "shared_put_bytes_total", "counter", "Value bytes written to Redis.",
-		      r.put_bytes);
-	shared_metric(t, "shared_put_drops_total", "counter",
-		      "Blocks not written: too many bytes queued, or the server down.", r.put_drops);
-	shared_metric(t, "shared_put_errors_total", "counter",
-		      "Writes refused by Redis or lost with the connection.", r.put_errors);
-	shared_metric(t, "shared_put_queued_bytes", "gauge",
-		      "Bytes of writes sent to Redis and not answered yet.", r.put_queued);
-	shared_metric(t, "shared_store_fetches_total", "counter",
-		      "Blocks fetched from the store after the shared tier.", s.store_fetches);
-	shared_metric(t, "shared_lock_wins_total", "counter",
-		      "Misses that took the block's fetch lock and fetched it from the store.",
-		      s.lock_wins);
-	shared_metric(t, "shared_lock_waits_total", "counter",
-		      "Misses that found another mount fetching the block, and waited for it.",
-		      s.lock_waits);
-	shared_metric(t, "shared_lock_wait_hits_total", "counter",
-		      "Waits served the other mount's value.", s.lock_wait_hits);
-	shared_metric(t, "shared_lock_gave_up_total", "counter",
-		      "Waits that went to the store after the bound (10 x shared_timeout).",
-		      s.lock_gave_up);
-	put(t, "# HELP tierfs_shared_get_seconds Time from a GET written to Redis to its answer (a "
-	       "value or none), late answers included: compare with shared_timeout.\n"
-	       "# TYPE tierfs_shared_get_seconds histogram\n");
-	for (int i = 0; i < BK_REDIS_LAT_BUCKETS; i++) {
-		cum += r.get_lat[i];
-		if (i < BK_REDIS_LAT_BUCKETS - 1)
-			put(t, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"%g\"} %llu\n",
-			    (double)bk_redis_lat_bounds_us[i] / 1e6, (unsigned long long)cum);
-		else
-			put(t, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"+Inf\"} %llu\n",
-			    (unsigned long long)cum);
-	}
-	put(t, "tierfs_shared_get_seconds_sum{tier=\"shared\"} %.6f\n"
-	       "tierfs_shared_get_seconds_count{tier=\"shared\"} %llu\n",
-	    (double)r.get_lat_sum_us / 1e6, (unsigned long long)cum);
-	shared_metric(t, "shared_servers", "gauge", "Redis servers configured.", r.servers);
-	shared_metric(t, "shared_servers_down", "gauge", "Redis servers thought down now.",
-		      r.servers_down);
-	shared_metric(t, "fleet_calls_total", "counter", "Fleet budget grant scripts called.",
-		      s.fleet_calls);
-	shared_metric(t, "fleet_grants_total", "counter", "Fleet budget chunks granted.",
-		      s.fleet_grants);
-	shared_metric(t, "fleet_waits_total", "counter",
-		      "Fleet budget calls told to wait (a chunk lent ahead, or refused): the "
-		      "fleet is at its rate.", s.fleet_waits);
-	shared_metric(t, "fleet_errors_total", "counter", "Fleet budget calls that failed.",
-		      s.fleet_errors);
-	shared_metric(t, "fleet_queued_fetches_total", "counter",
-		      "Lagging fetches that waited for fleet tokens.", s.fleet_queued);
-	shared_metric(t, "fleet_fallbacks_total", "counter",
-		      "Times the fleet budget fell back to local limits (Redis failed).",
-		      s.fleet_fallbacks);
-	shared_metric(t, "fleet_fallback", "gauge",
-		      "1 while the fleet budget is on local limits only.", s.fleet_fallback);
-}
-
-#define F(field) offsetof(struct cache_tier_stats, field)
-
-/* The disk tier's line of the family just printed, when there is a disk tier. */
-static void disk_line(struct text *t, const struct disk_stats *ds, const char *name, uint64_t v)
-{
-	if (ds)
-		put(t, "tierfs_%s{tier=\"disk\"} %llu\n", name, (unsigned long long)v);
-}
-
-/* A family only the disk tier has. */
-static void disk_metric(struct text *t, const struct disk_stats *ds, const char *name,
-			const char *type, const char *help, uint64_t v)
-{
-	if (!ds)
-		return;
-	put(t, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\n", name, help, name, type);
-	disk_line(t, ds, name, v);
-}
-
-static void stats_text(struct mount *m, struct text *t)
-{
-	struct cache_stats cs;
-	struct bk_stats bs;
-	struct disk_stats dstat, *ds = NULL;
-
-	cache_get_stats(m->c, &cs);
-	backend_get_stats(m->b, &bs);
-	if (m->disk) {
-		disk_get_stats(m->disk, &dstat);
-		ds = &dstat;
-	}
-	/* the disk tier answers misses of the memory tiers: its hits and misses are blocks
-	 * asked of it, its served bytes what it read back (checked) */
-	tier_metric(t, &cs, "cache_hits_total", "counter", "Block lookups answered by the tier.",
-		    F(hits));
-	disk_line(t, ds, "cache_hits_total", ds ? ds->hits : 0);
-	tier_metric(t, &cs, "cache_misses_total", "counter",
-		    "Blocks a reader wanted that were fetched into the tier.", F(misses));
-	disk_line(t, ds, "cache_misses_total", ds ? ds->misses : 0);
-	tier_metric(t, &cs, "cache_served_bytes_total", "counter",
-		    "Bytes answered to readers from the tier.", F(bytes_served));
-	disk_line(t, ds, "cache_served_bytes_total", ds ? ds->bytes_served : 0);
-	disk_metric(t, ds, "disk_writes_total", "counter", "Blocks written to the disk tier.",
-		    ds ? ds->writes : 0);
-	disk_metric(t, ds, "disk_written_bytes_total", "counter",
-		    "Bytes written to the disk tier.", ds ? ds->bytes_written : 0);
-	disk_metric(t, ds, "disk_write_errors_total", "counter",
-		    "Writes to the disk tier that failed (the first turns writes off).",
-		    ds ? ds->write_errors : 0);
-	disk_metric(t, ds, "disk_write_drops_total", "counter",
-		    "Blocks not written to the disk tier: its queue was full, or writes are off.",
-		    ds ? ds->write_drops : 0);
-	disk_metric(t, ds, "disk_writable", "gauge", "1 while the disk tier takes writes.",
-		    ds ? ds->writable : 0);
-	disk_metric(t, ds, "disk_queued_bytes", "gauge", "Bytes waiting to be written to disk.",
-		    ds ? ds->queued_bytes : 0);
-	disk_metric(t, ds, "disk_crc_failures_total", "counter",
-		    "Disk records whose CRC-32C did not match: dropped and fetched again.",
-		    ds ? ds->crc_failures : 0);
-	disk_metric(t, ds, "disk_read_errors_total", "counter",
-		    "Disk reads that failed (EIO...): served from the store.",
-		    ds ? ds->read_errors : 0);
-	disk_metric(t, ds, "disk_direct_reads_total", "counter",
-		    "Disk hits read with O_DIRECT, past the page cache (the rest: buffered).",
-		    ds ? ds->direct_reads : 0);
-	disk_metric(t, ds, "disk_recovered_blocks", "gauge",
-		    "Blocks the disk tier found by its scan at mount.",
-		    ds ? ds->recovered_blocks : 0);
-	disk_metric(t, ds, "disk_recovery_ms", "gauge", "How long that scan took, ms.",
-		    ds ? ds->recovery_ms : 0);
-	tier_metric(t, &cs, "cache_fetched_bytes_total", "counter",
-		    "Bytes fetched from the store into the tier.", F(bytes_fetched));
-	tier_metric(t, &cs, "cache_fetches_total", "counter",
-		    "Block fetches started for the tier, readahead included.", F(fetches));
-	tier_metric(t, &cs, "cache_fetch_errors_total", "counter", "Block fetches that failed.",
-		    F(fetch_errors));
-	tier_metric(t, &cs, "cache_readaheads_total", "counter",
-		    "Block fetches started by readahead.", F(readaheads));
-	tier_metric(t, &cs, "cache_part_fetches_total", "counter",
-		    "Fetches of part of a block (64-256 KiB), for random reads of lagging "
-		    "objects and of hot ones larger than the tiers.",
-		    F(parts));
-	tier_metric(t, &cs, "cache_singleflight_joins_total", "counter",
-		    "Block waits that joined a fetch already under way.", F(joins));
-	tier_metric(t, &cs, "cache_evictions_total", "counter",
-		    "Segment rotations (each evicts one segment).", F(rotations));
-	disk_line(t, ds, "cache_evictions_total", ds ? ds->rotations : 0);
-	tier_metric(t, &cs, "cache_bounces_total", "counter",
-		    "Fetches answered but not stored: every segment was pinned.", F(bounces));
-	tier_metric(t, &cs, "cache_lower_fallbacks_total", "counter",
-		    "Blocks the disk tier listed but did not serve (CRC, read error): fetched from "
-		    "the store, charged to the limiter.", F(lower_fallbacks));
-	tier_metric(t, &cs, "cache_memory_waits_total", "counter",
-		    "Fetches that waited for memory (a ring slot or bounce room).", F(mem_waits));
-	tier_metric(t, &cs, "cache_memory_queued_fetches", "gauge",
-		    "Fetches waiting for memory now.", F(mem_queued));
-	mount_metric(t, "cache_bounce_bytes", "gauge", "Bounce buffers mapped now, both tiers.",
-		     cs.bounce_bytes);
-	mount_metric(t, "cache_bounce_peak_bytes", "gauge",
-		     "The most bounce buffer bytes mapped at once since the mount.", cs.bounce_peak);
-	mount_metric(t, "cache_bounce_limit_bytes", "gauge",
-		     "Bounce buffer bytes allowed at once (one more block only when nothing else "
-		     "holds memory).", cs.bounce_limit);
-	tier_metric(t, &cs, "cache_resident_blocks", "gauge", "Blocks resident in the tier.",
-		    F(blocks));
-	disk_line(t, ds, "cache_resident_blocks", ds ? ds->blocks : 0);
-	tier_metric(t, &cs, "cache_resident_bytes", "gauge", "Bytes resident in the tier.",
-		    F(bytes));
-	disk_line(t, ds, "cache_resident_bytes", ds ? ds->bytes : 0);
-	tier_metric(t, &cs, "cache_size_bytes", "gauge", "Configured size of the tier.", F(size));
-	disk_line(t, ds, "cache_size_bytes", ds ? ds->size : 0);
-	tier_metric(t, &cs, "cache_inflight_fetches", "gauge", "Fetches running now.",
-		    F(inflight));
-	tier_metric(t, &cs, "throttle_waits_total", "counter",
-		    "Fetches that waited for the rate limiter.", F(throttle_waits));
-	put(t, "# HELP tierfs_throttled_seconds_total Time fetches waited for the rate limiter.\n"
-	       "# TYPE tierfs_throttled_seconds_total counter\n");
-	for (int i = 0; i < CACHE_NTIERS; i++)
-		put(t, "tierfs_throttled_seconds_total{tier=\"%s\"} %.6f\n", cache_tier_name(i),
-		    (double)cs.tier[i].throttled_ns / 1e9);
-	tier_metric(t, &cs, "throttle_queued_fetches", "gauge",
-		    "Fetches waiting for the rate limiter now.", F(queued));
-	put(t, "# HELP tierfs_limiter_tokens Rate limiter tokens (bytes) now; negative is debt.\n"
-	       "# TYPE tierfs_limiter_tokens gauge\n");
-	for (int i = 0; i < CACHE_NTIERS; i++)
-		if (cs.tier[i].limited)
-			put(t, "tierfs_limiter_tokens{tier=\"%s\"} %.0f\n", cache_tier_name(i),
-			    cs.tier[i].rate ? cs.tier[i].tokens : 0.0);
-	put(t, "# HELP tierfs_limiter_rate_bytes Rate limit in bytes per second (0: unlimited).\n"
-	       "# TYPE tierfs_limiter_rate_bytes gauge\n");
-	for (int i = 0; i < CACHE_NTIERS; i++)
-		if (cs.tier[i].limited)
-			put(t, "tierfs_limiter_rate_bytes{tier=\"%s\"} %llu\n", cache_tier_name(i),
-			    (unsigned long long)cs.tier[i].rate);
-	mount_metric(t, "log_suppressed_total", "counter",
-		     "Log lines held back: repeats of an (object, cause) within a minute, or "
-		     "beyond the mount's line budget.",
-		     __atomic_load_n(&m->log.suppressed, __ATOMIC_RELAXED));
-	mount_metric(t, "reads_total", "counter", "Read requests answered.",
-		     __atomic_load_n(&m->reads, __ATOMIC_RELAXED));
-	mount_metric(t, "read_errors_total", "counter", "Read requests answered with an error.",
-		     __atomic_load_n(&m->read_errors, __ATOMIC_RELAXED));
-	mount_metric(t, "read_bytes_total", "counter", "Bytes answered to readers, all tiers.",
-		     __atomic_load_n(&m->read_bytes, __ATOMIC_RELAXED));
-	mount_metric(t, "interrupted_reads_watched", "gauge",
-		     "Interrupted reads still waiting, watched until answered or their reader dies.",
-		     __atomic_load_n(&m->nwatch, __ATOMIC_RELAXED));
-	mount_metric(t, "backend_requests_total", "counter",
-		     "Requests sent to the store, retries included.", bs.requests);
-	mount_metric(t, "backend_retries_total", "counter", "Requests tried again.", bs.retries);
-	mount_metric(t, "backend_errors_total", "counter", "Requests that failed after retries.",
-		     bs.errors);
-	mount_metric(t, "backend_received_bytes_total", "counter",
-		     "Bytes of range reads received from the store.", bs.bytes);
-	mount_metric(t, "backend_active_requests", "gauge", "Requests running now.", bs.active);
-	mount_metric(t, "backend_queued_requests", "gauge", "Requests waiting for a connection.",
-		     bs.queued);
-	mount_metric(t, "backend_merged_reads_total", "counter",
-		     "Range reads sent inside the request of the read before them (readahead of "
-		     "consecutive blocks, merged up to 16 MiB).", bs.merged);
-	mount_metric(t, "backend_slowdowns_total", "counter",
-		     "503 SlowDown and 429 answers: each halves the request window.", bs.slowdowns);
-	mount_metric(t, "backend_request_window", "gauge",
-		     "Requests allowed at once now (AIMD; max_conns when the store is happy).",
-		     bs.window);
-	if (m->fleet)
-		shared_text(m, t);
+	fs_metrics_snap(m, &snap);
+	return fs_metrics_write(&snap, &sink);
 }
 
 int ctl_read_all(struct mount *m, uint64_t ino, char **ret, size_t *ret_len)
@@ -431,7 +169,12 @@ int ctl_read_all(struct mount *m, uint64_t ino, char **ret, size_t *ret_len)
 	struct text t = {0};
 
 	if (ino == CTL_STATS_INO) {
-		stats_text(m, &t);
+		int r = stats_text(m, &t);
+
+		if (r < 0 && !t.oom) {
+			free(t.s);
+			return r;
+		}
 	} else if (ino == CTL_CONFIG_INO) {
 		pthread_mutex_lock(&m->opts_lock);
 		size_t n = fs_opts_format(m->o, NULL, 0);
@@ -578,19 +321,12 @@ int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, siz
 		return -ENODATA;
 	name += strlen(XATTR_PREFIX);
 	if (ino == 1) {
-		char line[64] = "";
+		char line[64];
 
-		if (!fs_opts_live(name))
-			return -ENODATA;
 		pthread_mutex_lock(&m->opts_lock);
-		if (strcmp(name, "lagging_burst") == 0 && !m->o->lagging_burst)
-			/* the burst in force, not the 0 that asks for the default */
-			snprintf(line, sizeof(line), "%llu",
-				 (unsigned long long)rl_burst(m->o->lagging_rate, 0));
-		else if (fs_opts_value(m->o, name, line, sizeof(line)) < 0)
-			line[0] = '\0';
+		r = fs_opts_live_value(m->o, name, line, sizeof(line));
 		pthread_mutex_unlock(&m->opts_lock);
-		if (!line[0])
+		if (r < 0)
 			return -ENODATA;
 		return xattr_answer(line, strlen(line), buf, size);
 	}
@@ -686,6 +422,7 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 		 const char *value, size_t size)
 {
 	char val[128], err[256], who[32];
+	struct fs_live live = {.c = m->c};
 	struct fs_opts saved;
 	int r;
 
@@ -715,11 +452,8 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 	pthread_mutex_lock(&m->opts_lock);
 	saved = *m->o;
 	r = fs_opts_set(m->o, name, val, err, sizeof(err));
-	if (r == 0 && strcmp(name, "hot_ttl") == 0)
-		r = cache_set_hot_ttl(m->c, m->o->hot_ttl);
-	else if (r == 0)
-		r = cache_set_limits(m->c, m->o->lagging_rate, m->o->lagging_burst,
-				     m->o->lagging_ops);
+	if (r == 0)
+		r = fs_opts_apply(m->o, name, &live);
 	if (r < 0)
 		*m->o = saved; /* numbers only: no string of the struct changes here */
 	pthread_mutex_unlock(&m->opts_lock);

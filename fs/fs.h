@@ -94,8 +94,27 @@ int fs_opts_set(struct fs_opts *o, const char *name, const char *value, char *er
 		size_t errlen);
 
 /* @return true if option @name may be changed on a running mount (through setxattr on its
- * root; the table's .live rows). */
+ * root; the table's rows with an apply hook). */
 bool fs_opts_live(const char *name);
+
+struct cache;
+
+/* What a live change reaches on a running mount: the handles the apply hooks of the live rows
+ * steer. */
+struct fs_live {
+	struct cache *c; /* the block cache: hot_ttl, the lagging tier's limiter */
+};
+
+/* Apply the live option @name, just set in @o by fs_opts_set, to the running mount @live
+ * (the row's apply hook). @o is left as it is: a caller that wants the old value back on
+ * failure keeps a copy. @return 0, -ENOENT (not a live option), or the hook's -errno. */
+int fs_opts_apply(const struct fs_opts *o, const char *name, const struct fs_live *live);
+
+/* The value in force of live option @name, as getxattr on the mount's root shows it, into
+ * @buf: a size in the largest of K, M, G, T that divides it ("10M"), else as fs_opts_value;
+ * lagging_burst=0 shows the burst the limiter uses. fs_opts_set accepts it back.
+ * @return 0, -ENOENT (not a live option), or -ERANGE (@buf too short). */
+int fs_opts_live_value(const struct fs_opts *o, const char *name, char *buf, size_t len);
 
 /* The value of option @name as fs_opts_format writes it (without "name="), into @buf.
  * @return 0, -ENOENT (no such option), -ENODATA (a clear flag, an unset string), or -ERANGE

@@ -1,14 +1,18 @@
 /*
  * mount.c - a mount's life: settings to configurations, setup, the session loop, teardown.
  *
- *   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
- *           ──► fs_fleet_new (shared=: the Redis tier below the cache, fleet.c)
- *           ──► disk_cfg    ──► disk_open (cache_dir: the disk tier, rebuilt by a scan)
- *           ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, timers, references;
- *                                          and chain_of: disk, fleet, store below memory)
- *           ──► ns_cfg      ──► ns_new (the root's first listing starts once the I/O
- *                                        thread runs)
- *           ──► FUSE args   ──► fuse_session_new(fs_ops) ─► mount ─► daemonize ─► loop
+ *   fs_main, one step each:
+ *   open_backend   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
+ *                          ──► fs_fleet_new (shared=: the Redis tier below the cache, fleet.c)
+ *   open_disk              ──► disk_cfg    ──► disk_open (cache_dir: the disk tier, rebuilt by
+ *                                              a scan)
+ *   open_cache             ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, timers,
+ *                                              references; chain_of: disk, fleet, store)
+ *   open_ns                ──► ns_cfg      ──► ns_new (the root's first listing starts once
+ *                                              the I/O thread runs)
+ *   open_session           ──► FUSE args   ──► fuse_session_new(fs_ops), signal handlers
+ *   mount_session, daemonize, serve            ─► mount ─► daemonize ─► loop
+ *   teardown                                   everything above, in the opposite order
  *
  * Everything that can fail before mounting fails with one line on stderr and exit status 1.
  * The backend's I/O thread is stopped across fuse_daemonize (a fork keeps only the calling
@@ -150,9 +154,52 @@ static void prime_done(void *arg, int err, struct ns_dir *d)
 	ns_dir_put(d);
 }
 
-int fs_main(struct fs_opts *o)
+/* What fs_main sets up besides the struct mount, for its teardown. */
+struct session {
+	struct fuse_args args;      /* the FUSE options given to fuse_session_new */
+	struct fuse_loop_config *lc; /* the multi-threaded loop's, or NULL */
+	char *fsname;               /* "fsname=URL,subtype=tierfs" */
+	char *store;                /* the store's name in object ids (store_name) */
+	bool handlers;              /* the signal handlers are installed */
+	bool mounted;               /* fuse_session_mount succeeded */
+};
+
+static void mount_init(struct mount *m, struct fs_opts *o)
 {
-	struct mount m = {.o = o};
+	*m = (struct mount){.o = o};
+	fs_log_init(&m->log);
+	pthread_mutex_init(&m->inval_lock, NULL);
+	pthread_mutex_init(&m->opts_lock, NULL);
+	pthread_cond_init(&m->inval_done, NULL);
+	pthread_mutex_init(&m->handles_lock, NULL);
+	pthread_mutex_init(&m->watch_lock, NULL);
+}
+
+static void mount_done(struct mount *m)
+{
+	fs_log_done(&m->log);
+	pthread_mutex_destroy(&m->inval_lock);
+	pthread_mutex_destroy(&m->opts_lock);
+	pthread_cond_destroy(&m->inval_done);
+	pthread_mutex_destroy(&m->handles_lock);
+	pthread_mutex_destroy(&m->watch_lock);
+}
+
+/* "tierfs: ERR" for a step that failed before mounting. @return @r. */
+static int setup_failed(int r, const char *err)
+{
+	fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
+	return r;
+}
+
+/*
+ * The store: set up, the shared tier attached to its I/O loop (before the loop starts: the
+ * Redis sockets join it), the I/O thread started, and the store asked once at its root.
+ * @return 0 or -errno, with one line on stderr.
+ */
+static int open_backend(struct mount *m)
+{
+	const struct fs_opts *o = m->o;
 	struct backend_cfg bc = {
 		.url = o->url,
 		.endpoint = o->endpoint,
@@ -167,8 +214,32 @@ int fs_main(struct fs_opts *o)
 		.timeout_s = (unsigned)o->timeout,
 		.retries = (unsigned)o->retries,
 		.log = fs_backend_log,
-		.log_arg = &m.log,
+		.log_arg = &m->log,
 	};
+	char err[512] = "";
+	int r = backend_new(&bc, &m->b, err, sizeof(err));
+
+	if (r < 0)
+		return setup_failed(r, err);
+	if (o->shared) {
+		r = fs_fleet_new(m, o, &m->fleet, err, sizeof(err));
+		if (r < 0)
+			return setup_failed(r, err);
+	}
+	r = backend_start(m->b);
+	if (r == 0)
+		r = backend_check(m->b, err, sizeof(err));
+	return r < 0 ? setup_failed(r, err) : 0;
+}
+
+/*
+ * The memory tiers, given the mount's environment (fs_cache_env: clocks, fetches through the
+ * shared tier and the store, the disk tier below). The environment is copied to *ret_env, so
+ * the namespace runs on the same clock. @return 0 or -errno, with one line on stderr.
+ */
+static int open_cache(struct mount *m, struct cache_env *ret_env)
+{
+	const struct fs_opts *o = m->o;
 	struct cache_cfg cc = {
 		.block_size = (uint32_t)o->block_size,
 		.hot_size = o->hot_size,
@@ -183,63 +254,42 @@ int fs_main(struct fs_opts *o)
 		.prefault = o->prefault,
 		.bounce_limit = CACHE_BOUNCE_LIMIT,
 	};
-	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct fuse_loop_config *lc = NULL;
-	char err[512] = "", *fsname = NULL, *store = NULL;
-	int r, status = 1;
-	bool mounted = false, handlers = false;
+	struct cache_env env;
+	struct tier chain[TIER_CHAIN_MAX];
+	int r;
 
-	fs_log_init(&m.log);
-	pthread_mutex_init(&m.inval_lock, NULL);
-	pthread_mutex_init(&m.opts_lock, NULL);
-	pthread_cond_init(&m.inval_done, NULL);
-	pthread_mutex_init(&m.handles_lock, NULL);
-	pthread_mutex_init(&m.watch_lock, NULL);
-	r = backend_new(&bc, &m.b, err, sizeof(err));
-	if (r < 0) {
-		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
-		goto out;
-	}
-	/* the shared tier's sockets join the I/O loop: attach before it starts */
-	if (o->shared) {
-		r = fs_fleet_new(&m, o, &m.fleet, err, sizeof(err));
-		if (r < 0) {
-			fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
-			goto out;
-		}
-	}
-	r = backend_start(m.b);
-	if (r == 0)
-		r = backend_check(m.b, err, sizeof(err));
-	if (r < 0) {
-		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
-		goto out;
-	}
-	if (o->cache_dir && open_disk(&m) < 0)
-		goto out;
 	/* random reads of a hot object that the local tiers cannot hold as whole blocks fetch
 	 * parts (the disk tier counts if it opened); with shared=, whole blocks also serve the
 	 * fleet: keep them */
 	if (!o->shared) {
-		uint64_t d = m.disk ? o->disk_size : 0;
+		uint64_t d = m->disk ? o->disk_size : 0;
 
 		cc.hot_parts_above = o->hot_size > UINT64_MAX - d ? UINT64_MAX : o->hot_size + d;
 	}
-	struct cache_env env = fs_cache_env(&m);
-	struct tier chain[TIER_CHAIN_MAX];
-
+	env = fs_cache_env(m);
 	cc.chain = chain;
-	cc.nchain = chain_of(&m, chain);
-	r = cache_new(&cc, &env, &m.c);
+	cc.nchain = chain_of(m, chain);
+	r = cache_new(&cc, &env, &m->c);
 	if (r < 0) {
 		fprintf(stderr, "tierfs: cannot allocate the cache (hot_size + lagging_size): %s\n",
 			strerror(-r));
-		goto out;
+		return r;
 	}
-	store = store_name(o->url);
+	*ret_env = env;
+	return 0;
+}
+
+/* The namespace, on the cache's clock @env. @return 0 or -ENOMEM. */
+static int open_ns(struct mount *m, const struct cache_env *env, struct session *se)
+{
+	const struct fs_opts *o = m->o;
+
+	se->store = store_name(o->url);
+	if (!se->store)
+		return -ENOMEM;
 	struct ns_cfg nc = {
-		.backend = m.b,
-		.store = store,
+		.backend = m->b,
+		.store = se->store,
 		.metadata_ttl = o->metadata_ttl,
 		.negative_ttl = o->negative_ttl,
 		.immutable = o->immutable,
@@ -249,109 +299,161 @@ int fs_main(struct fs_opts *o)
 		.dir_mode = (mode_t)o->dir_mode,
 		.block_size = (uint32_t)o->block_size,
 		.log = ns_log,
-		.log_arg = &m.log,
-		.now_ns = env.mono_ns, /* one clock for the cache and the namespace */
-		.clock_arg = env.arg,
+		.log_arg = &m->log,
+		.now_ns = env->mono_ns, /* one clock for the cache and the namespace */
+		.clock_arg = env->arg,
 	};
-	m.ns = store ? ns_new(&nc) : NULL;
-	fsname = fsname_opt(o->url);
-	/* default_permissions always: the kernel enforces uid, gid and the modes, so another
-	 * user of an allow_other mount gets only what the modes give (and no setxattr on the
-	 * root unless dir_mode lets them write it) */
-	if (!m.ns || !fsname || fuse_opt_add_arg(&args, "tierfs") < 0 ||
-	    fuse_opt_add_arg(&args, "-o") < 0 || fuse_opt_add_arg(&args, fsname) < 0 ||
-	    fuse_opt_add_arg(&args, "-o") < 0 ||
-	    fuse_opt_add_arg(&args, "default_permissions") < 0 ||
-	    (o->fuse_opts && (fuse_opt_add_arg(&args, "-o") < 0 ||
-			      fuse_opt_add_arg(&args, o->fuse_opts) < 0)) ||
-	    (o->debug && fuse_opt_add_arg(&args, "-d") < 0)) {
+	m->ns = ns_new(&nc);
+	return m->ns ? 0 : -ENOMEM;
+}
+
+/*
+ * The FUSE session: its options (always default_permissions: the kernel enforces uid, gid and
+ * the modes, so another user of an allow_other mount gets only what the modes give, and no
+ * setxattr on the root unless dir_mode lets them write it), then the session and its signal
+ * handlers. @return 0 or -errno, with one line on stderr.
+ */
+static int open_session(struct mount *m, struct session *se)
+{
+	const struct fs_opts *o = m->o;
+	struct fuse_args *a = &se->args;
+
+	se->fsname = fsname_opt(o->url);
+	if (!se->fsname || fuse_opt_add_arg(a, "tierfs") < 0 || fuse_opt_add_arg(a, "-o") < 0 ||
+	    fuse_opt_add_arg(a, se->fsname) < 0 || fuse_opt_add_arg(a, "-o") < 0 ||
+	    fuse_opt_add_arg(a, "default_permissions") < 0 ||
+	    (o->fuse_opts &&
+	     (fuse_opt_add_arg(a, "-o") < 0 || fuse_opt_add_arg(a, o->fuse_opts) < 0)) ||
+	    (o->debug && fuse_opt_add_arg(a, "-d") < 0)) {
 		fprintf(stderr, "tierfs: out of memory\n");
-		goto out;
+		return -ENOMEM;
 	}
-	m.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), &m);
-	if (!m.se) {
+	m->se = fuse_session_new(a, &fs_ops, sizeof(fs_ops), m);
+	if (!m->se) {
 		fprintf(stderr, "tierfs: libfuse refused the FUSE options '%s'\n",
 			o->fuse_opts ? o->fuse_opts : "");
-		goto out;
+		return -EINVAL;
 	}
-	if (fuse_set_signal_handlers(m.se) < 0) {
+	if (fuse_set_signal_handlers(m->se) < 0) {
 		fprintf(stderr, "tierfs: cannot install signal handlers\n");
-		goto out;
+		return -EIO;
 	}
-	handlers = true;
-	if (fuse_session_mount(m.se, o->mountpoint) < 0) {
+	se->handlers = true;
+	return 0;
+}
+
+static int mount_session(struct mount *m, struct session *se)
+{
+	if (fuse_session_mount(m->se, m->o->mountpoint) < 0) {
 		fprintf(stderr, "tierfs: cannot mount on %s (is /dev/fuse usable, fusermount3 "
 				"installed, and the mountpoint not already mounted?)\n",
-			o->mountpoint);
-		goto out;
+			m->o->mountpoint);
+		return -EIO;
 	}
-	mounted = true;
-	fs_tune_readahead(o->mountpoint, FS_MAX_REQUEST / 1024); /* best effort */
+	se->mounted = true;
+	fs_tune_readahead(m->o->mountpoint, FS_MAX_REQUEST / 1024); /* best effort */
+	return 0;
+}
 
-	/* the I/O thread must not exist across the fork in fuse_daemonize */
-	backend_stop(m.b);
-	if (!o->foreground) {
+/* Into the background (unless -f), with the I/O thread stopped across the fork, which keeps
+ * only the calling thread; from here on lines go to syslog. @return 0 or -errno. */
+static int daemonize(struct mount *m)
+{
+	int r;
+
+	backend_stop(m->b);
+	if (!m->o->foreground) {
 		openlog("tierfs", LOG_PID, LOG_DAEMON);
 		fuse_set_log_func(syslog_func);
 	}
-	if (fuse_daemonize(o->foreground) < 0)
-		goto out;
-	__atomic_store_n(&m.log.live, true, __ATOMIC_RELAXED);
-	r = backend_start(m.b);
-	if (r < 0) {
+	if (fuse_daemonize(m->o->foreground) < 0)
+		return -EIO;
+	__atomic_store_n(&m->log.live, true, __ATOMIC_RELAXED);
+	r = backend_start(m->b);
+	if (r < 0)
 		fuse_log(FUSE_LOG_ERR, "tierfs: cannot start the I/O thread: %s\n", strerror(-r));
-		goto out;
-	}
+	return r;
+}
+
+/* Serve until unmounted. @return the exit status. */
+static int serve(struct mount *m, struct session *se)
+{
+	int r;
+
 	/* the root's first listing starts now, so that the first ls and the control
 	 * directory's lookup find it (or find it in flight) */
-	ns_opendir_async(m.ns, 1, prime_done, NULL);
-	if (o->single_thread) {
-		r = fuse_session_loop(m.se);
+	ns_opendir_async(m->ns, 1, prime_done, NULL);
+	if (m->o->single_thread) {
+		r = fuse_session_loop(m->se);
 	} else {
-		lc = fuse_loop_cfg_create();
-		if (!lc)
-			goto out;
-		fuse_loop_cfg_set_max_threads(lc, 16);
-		r = fuse_session_loop_mt(m.se, lc);
+		se->lc = fuse_loop_cfg_create();
+		if (!se->lc)
+			return 1;
+		fuse_loop_cfg_set_max_threads(se->lc, 16);
+		r = fuse_session_loop_mt(m->se, se->lc);
 	}
 	/* -ECONNABORTED: a worker took a request off the device while the unmount was tearing
 	 * the connection down (the kernel disconnects the processing queue first, and a read
 	 * that dequeued a request then fails with it; seen after a lazy unmount, when closing
 	 * the last file queues a RELEASE as the superblock goes). libfuse reports it as a read
 	 * error, but the mount ended as it does with -ENODEV. */
-	status = r < 0 && r != -ECONNABORTED ? 1 : 0;
-out:
+	return r < 0 && r != -ECONNABORTED ? 1 : 0;
+}
+
+/* Everything set up, in the opposite order; each part may be missing. */
+static void teardown(struct mount *m, struct session *se)
+{
 	/* answer everything still waiting before the cache goes, and before the device closes:
 	 * the answers and the helpers' notifications write to it */
-	if (m.b)
-		backend_stop(m.b);
+	if (m->b)
+		backend_stop(m->b);
 	/* disk reads still queued complete (a miss finds the backend stopped) before the cache
 	 * they answer goes */
-	if (m.disk)
-		disk_stop_reads(m.disk);
-	fs_ops_quiesce(&m);
-	if (mounted)
-		fuse_session_unmount(m.se);
-	if (handlers)
-		fuse_remove_signal_handlers(m.se);
-	fs_ops_drain(&m);
-	cache_free(m.c);
-	disk_close(m.disk); /* after the cache: no put can come; the queue is written */
-	ns_free(m.ns);
-	fs_fleet_free(m.fleet);
-	backend_free(m.b);
-	if (m.se)
-		fuse_session_destroy(m.se);
-	if (lc)
-		fuse_loop_cfg_destroy(lc);
-	fuse_opt_free_args(&args);
-	free(fsname);
-	free(store);
-	fs_log_done(&m.log);
-	pthread_mutex_destroy(&m.inval_lock);
-	pthread_mutex_destroy(&m.opts_lock);
-	pthread_cond_destroy(&m.inval_done);
-	pthread_mutex_destroy(&m.handles_lock);
-	pthread_mutex_destroy(&m.watch_lock);
+	if (m->disk)
+		disk_stop_reads(m->disk);
+	fs_ops_quiesce(m);
+	if (se->mounted)
+		fuse_session_unmount(m->se);
+	if (se->handlers)
+		fuse_remove_signal_handlers(m->se);
+	fs_ops_drain(m);
+	cache_free(m->c);
+	disk_close(m->disk); /* after the cache: no put can come; the queue is written */
+	ns_free(m->ns);
+	fs_fleet_free(m->fleet);
+	backend_free(m->b);
+	if (m->se)
+		fuse_session_destroy(m->se);
+	if (se->lc)
+		fuse_loop_cfg_destroy(se->lc);
+	fuse_opt_free_args(&se->args);
+	free(se->fsname);
+	free(se->store);
+}
+
+int fs_main(struct fs_opts *o)
+{
+	struct mount m;
+	struct session se = {.args = FUSE_ARGS_INIT(0, NULL)};
+	struct cache_env env;
+	int status = 1;
+
+	mount_init(&m, o);
+	if (open_backend(&m) < 0)
+		goto out;
+	if (o->cache_dir && open_disk(&m) < 0)
+		goto out;
+	if (open_cache(&m, &env) < 0)
+		goto out;
+	if (open_ns(&m, &env, &se) < 0) {
+		fprintf(stderr, "tierfs: out of memory\n");
+		goto out;
+	}
+	if (open_session(&m, &se) < 0 || mount_session(&m, &se) < 0 || daemonize(&m) < 0)
+		goto out;
+	status = serve(&m, &se);
+out:
+	teardown(&m, &se);
+	mount_done(&m);
 	return status;
 }

@@ -10,8 +10,9 @@
  *          │      ──► fs_opts_help()    one help line per row, grouped
  *          │      ──► fs_opts_man()     the same rows as roff: the tierfs(8) man page
  *          │      ──► fs_opts_format()  one name=value line per row (fs_opts_value: one value)
- *          └────────► fs_opts_live()    the rows marked .live: what setxattr may change on a
- *                                       running mount (control.c)
+ *          └────────► fs_opts_live()    the live rows, those with an apply hook: what setxattr
+ *                                       may change on a running mount (control.c), and
+ *                                       fs_opts_apply() runs the row's hook to change it
  *
  * Around it sit three short lists of names that are not settings:
  *
@@ -28,14 +29,19 @@
  * against block_size, by asking cache_tier_check: the rule is the ring's; disk_size, by asking
  * disk_geometry) run once at the
  * end, so their order on the line does not matter. They do not run in fs_opts_set(): the
- * options they involve are fixed for the life of a mount (only the .live rows change).
+ * options they involve are fixed for the life of a mount (only the live rows change).
  *
  * Output format (fs_opts_format): every row of the table in table order, numbers as plain
  * decimal integers (bytes, seconds, counts, ids), modes in octal with a leading 0 (0644), the
  * bool as on/off, a flag as its bare name when set and not at all when clear, a string as
  * stored and not at all when unset. Each line is
  * something fs_opts_set() accepts and gives back the same value, and the lines joined with
- * commas are a valid -o (once any comma inside a value is escaped).
+ * commas are a valid -o (once any comma inside a value is escaped). Scripts read numbers from
+ * it, so sizes stay in bytes there. A live value read back through getxattr
+ * (fs_opts_live_value) is for the person who set it: a size in the largest of K, M, G, T
+ * that divides it exactly ("10M" after setfattr -v 10M, or -v 10485760), else in bytes, and
+ * the value in force where the stored 0 means a default (lagging_burst); fs_opts_set takes
+ * that form back too.
  *
  * Sizes: K, M, G, T are powers of 1024 in any case, and "4M", "4MB" and "4MiB" are the same.
  * No sign, fraction, space or base prefix; a number too large for 64 bits is -ERANGE.
@@ -143,10 +149,34 @@ struct opt {
 	const char *meta;     /* help: what the value looks like, when the kind's word is vague */
 	const char *help;     /* help: one short line, without the default */
 	const char *def_help; /* help: the default as shown, when the bare value would mislead */
-	bool live;	      /* may change on a running mount (setxattr on its root) */
+	/* A live row (it may change on a running mount, through setxattr on its root): how the
+	 * value just set in @o reaches the running mount. @return 0 or -errno. NULL: fixed for
+	 * the life of a mount. */
+	int (*apply)(const struct fs_live *live, const struct fs_opts *o);
+	/* A live row whose stored 0 means "the default": the value in force, as getxattr shows
+	 * it. NULL: the stored value. */
+	uint64_t (*in_force)(const struct fs_opts *o);
 };
 
 #define OFF(field) offsetof(struct fs_opts, field)
+
+/* The apply hooks of the live rows. Each reads the settings it needs from @o, where
+ * fs_opts_set has just put the new value, and hands them to the part of the mount they steer. */
+static int apply_hot_ttl(const struct fs_live *live, const struct fs_opts *o)
+{
+	return cache_set_hot_ttl(live->c, o->hot_ttl);
+}
+
+static int apply_limits(const struct fs_live *live, const struct fs_opts *o)
+{
+	return cache_set_limits(live->c, o->lagging_rate, o->lagging_burst, o->lagging_ops);
+}
+
+/* lagging_burst=0 asks for the default burst: the one the limiter uses (ratelimit.c's rule). */
+static uint64_t burst_in_force(const struct fs_opts *o)
+{
+	return rl_burst(o->lagging_rate, o->lagging_burst);
+}
 
 /* clang-format off */
 static const struct opt opt_table[] = {
@@ -159,7 +189,7 @@ static const struct opt opt_table[] = {
 	 .help = "hot tier memory, >= 8 x block_size"},
 	{.name = "hot_ttl", .kind = OPT_SECONDS, .group = GROUP_CACHE, .off = OFF(hot_ttl),
 	 .min = 1, .max = HOT_TTL_MAX, .def = 60,
-	 .help = "objects younger than this are hot, <= 10 years", .live = true},
+	 .help = "objects younger than this are hot, <= 10 years", .apply = apply_hot_ttl},
 	{.name = "readahead", .kind = OPT_COUNT, .group = GROUP_CACHE, .off = OFF(readahead),
 	 .min = 0, .max = 64, .def = 2,
 	 .help = "first readahead window in blocks (it grows)"},
@@ -198,13 +228,14 @@ static const struct opt opt_table[] = {
 	 .help = "how long a lagging block stays cached"},
 	{.name = "lagging_rate", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_rate),
 	 .min = RATE_MIN, .max = RATE_MAX, .zero_ok = true, .def = 50 * MIB,
-	 .help = "bytes/s for lagging misses (0 or >= 64K)", .live = true},
+	 .help = "bytes/s for lagging misses (0 or >= 64K)", .apply = apply_limits},
 	{.name = "lagging_burst", .kind = OPT_SIZE, .group = GROUP_LAGGING, .off = OFF(lagging_burst),
 	 .min = RATE_MIN, .max = RATE_MAX, .zero_ok = true, .def = 0,
-	 .help = "burst of lagging misses, >= 64K", .def_help = "0 = 2 x rate", .live = true},
+	 .help = "burst of lagging misses, >= 64K", .def_help = "0 = 2 x rate",
+	 .apply = apply_limits, .in_force = burst_in_force},
 	{.name = "lagging_ops", .kind = OPT_COUNT, .group = GROUP_LAGGING, .off = OFF(lagging_ops),
 	 .min = OPS_MIN, .max = 1000000, .zero_ok = true, .def = 0,
-	 .help = "fetches/s for lagging misses (0 or >= 4)", .live = true},
+	 .help = "fetches/s for lagging misses (0 or >= 4)", .apply = apply_limits},
 	{.name = "lagging_page_cache", .kind = OPT_FLAG, .group = GROUP_LAGGING,
 	 .off = OFF(lagging_page_cache),
 	 .help = "keep the page cache for lagging files"},
@@ -693,68 +724,91 @@ static int absolute(const char *p, char **ret)
 	return 0;
 }
 
-static int set_string(struct fs_opts *o, const struct opt *d, const char *value, char *err,
-		      size_t errlen)
-{
-	char **slot = str_at(o, d), *s = NULL;
-	const char *a;
-	int r;
+#define LETTERS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
+/* The checks of string options that are a prefix and a set of characters. */
+static const struct {
+	const char *prefix; /* the value starts with it (case ignored) and goes on; NULL: none */
+	const char *chars;  /* every character after the prefix is one of these */
+	size_t max;	    /* the longest value; 0: any */
+	const char *what;   /* the message, after "name=value: " */
+} text_checks[] = {
+    [CHECK_REGION] = {NULL, LETTERS "0123456789-_.", 0,
+		      "not a region name (letters, digits, '-', '_' and '.')"},
+    [CHECK_REDIS_URL] = {"redis://", LETTERS "0123456789-_.:,[]", 0,
+			 "must be redis://HOST:PORT[,HOST:PORT...] (no password: use "
+			 "shared_password_file or TIERFS_SHARED_PASSWORD)"},
+    [CHECK_PREFIX] = {NULL, LETTERS "0123456789-_.:/{}", 64,
+		      "at most 64 letters, digits and -_.:/{}"},
+};
+
+static int check_text(const struct opt *d, const char *value, char *err, size_t errlen)
+{
+	const char *pre = text_checks[d->check].prefix, *rest = value;
+
+	if (pre && (!starts_with_ci(value, pre) || !value[strlen(pre)]))
+		goto bad;
+	rest += pre ? strlen(pre) : 0;
+	if (rest[strspn(rest, text_checks[d->check].chars)])
+		goto bad;
+	if (text_checks[d->check].max && strlen(value) > text_checks[d->check].max)
+		goto bad;
+	return 0;
+bad:
+	return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, text_checks[d->check].what);
+}
+
+static int check_http_url(const struct opt *d, const char *value, char *err, size_t errlen)
+{
+	const char *a;
+
+	if (!starts_with_ci(value, "http://") && !starts_with_ci(value, "https://"))
+		return fail(err, errlen, -EINVAL, "%s=%s: must start with http:// or https://",
+			    d->name, value);
+	a = after_scheme(value);
+	if (has_password(a, authority_len(a)))
+		return fail(err, errlen, -EINVAL, "%s", SECRET_MSG);
+	if (!authority_len(a))
+		return fail(err, errlen, -EINVAL, "%s=%s: no host name", d->name, value);
+	return 0;
+}
+
+/* The row's extra check of a string value. @return 0 or -EINVAL, with the message. */
+static int check_string(const struct opt *d, const char *value, char *err, size_t errlen)
+{
 	switch (d->check) {
 	case CHECK_HTTP_URL:
-		if (!starts_with_ci(value, "http://") && !starts_with_ci(value, "https://"))
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: must start with http:// or https://", d->name, value);
-		a = after_scheme(value);
-		if (has_password(a, authority_len(a)))
-			return fail(err, errlen, -EINVAL, "%s", SECRET_MSG);
-		if (!authority_len(a))
-			return fail(err, errlen, -EINVAL, "%s=%s: no host name", d->name, value);
-		break;
+		return check_http_url(d, value, err, errlen);
 	case CHECK_SEGMENT:
 		if (strchr(value, '/') || !strcmp(value, ".") || !strcmp(value, ".."))
 			return fail(err, errlen, -EINVAL,
 				    "%s=%s: must be a single name (no '/', not . or ..)", d->name,
 				    value);
-		break;
+		return 0;
 	case CHECK_REGION:
-		if (value[strspn(value, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-					"0123456789-_.")])
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: not a region name (letters, digits, '-', '_' and '.')",
-				    d->name, value);
-		break;
 	case CHECK_REDIS_URL:
-		if (!starts_with_ci(value, "redis://") || !value[8] || strchr(value + 8, '@') ||
-		    value[8 + strspn(value + 8, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-						"0123456789-_.:,[]")])
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: must be redis://HOST:PORT[,HOST:PORT...] (no password: "
-				    "use shared_password_file or TIERFS_SHARED_PASSWORD)",
-				    d->name, value);
-		break;
 	case CHECK_PREFIX:
-		if (strlen(value) > 64 || value[strspn(value, "abcdefghijklmnopqrstuvwxyz"
-							      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-							      "0123456789-_.:/{}")])
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: at most 64 letters, digits and -_.:/{}", d->name,
-				    value);
-		break;
+		return check_text(d, value, err, errlen);
 	default:
-		break;
+		return 0;
 	}
+}
 
+static int set_string(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		      size_t errlen)
+{
+	char **slot = str_at(o, d), *s = NULL, eb[128];
+	int r = check_string(d, value, err, errlen);
+
+	if (r < 0)
+		return r;
 	if (d->kind == OPT_PATH) {
 		r = absolute(value, &s);
-		if (r < 0) {
-			char eb[128];
-
-			if (r == -ENOMEM)
-				return fail(err, errlen, r, "out of memory");
+		if (r == -ENOMEM)
+			return fail(err, errlen, r, "out of memory");
+		if (r < 0)
 			return fail(err, errlen, r, "%s=%s: cannot make the path absolute: %s",
 				    d->name, value, errstr(-r, eb, sizeof(eb)));
-		}
 	} else {
 		s = strdup(value);
 		if (!s)
@@ -793,6 +847,71 @@ static void range_text(const struct opt *d, char *buf, size_t len)
 			 d->kind == OPT_SECONDS ? " seconds" : "");
 }
 
+/* How each numeric kind is read, and what its refusal says after "name=value: ". */
+static const struct {
+	int (*parse)(const char *s, uint64_t *ret); /* 0, -EINVAL, -ERANGE */
+	const char *what;
+} number_kinds[] = {
+    [OPT_SIZE] = {fs_parse_size, "not a size (" SIZE_HINT ")"},
+    [OPT_SECONDS] = {fs_parse_seconds,
+		     "not a number of seconds (use a whole number, optionally followed by s)"},
+    [OPT_COUNT] = {parse_count, "not a whole number"},
+};
+
+/* A size, seconds or count: read, then held to the row's range. */
+static int set_number(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		      size_t errlen)
+{
+	char range[128], lo[32], hi[32];
+	uint64_t v = 0;
+	int r = number_kinds[d->kind].parse(value, &v);
+
+	if (r == -EINVAL)
+		return fail(err, errlen, r, "%s=%s: %s", d->name, value,
+			    number_kinds[d->kind].what);
+	range_text(d, range, sizeof(range));
+	if (r == -ERANGE && d->max == UINT64_MAX)
+		return fail(err, errlen, r, "%s=%s: too large", d->name, value);
+	if (r == -ERANGE)
+		return fail(err, errlen, r, "%s=%s: too large (%s)", d->name, value, range);
+	if (d->check == CHECK_POW2 && ((v & (v - 1)) || v < d->min || v > d->max))
+		return fail(err, errlen, -EINVAL, "%s=%s: not a power of two between %s and %s",
+			    d->name, value, human(d->min, lo, sizeof(lo)),
+			    human(d->max, hi, sizeof(hi)));
+	if ((v < d->min && !(d->zero_ok && v == 0)) || v > d->max)
+		return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, range);
+	*u64_at(o, d) = v;
+	return 0;
+}
+
+static int set_mode(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		    size_t errlen)
+{
+	uint64_t v;
+	int r = parse_mode(value, d->max, &v);
+
+	if (r == -EINVAL)
+		return fail(err, errlen, r, "%s=%s: not an octal mode (use digits 0-7, e.g. 0644)",
+			    d->name, value);
+	if (r == -ERANGE)
+		return fail(err, errlen, -EINVAL,
+			    "%s=%s: must be at most 0%" PRIo64 " (no setuid, setgid or sticky bits)",
+			    d->name, value, d->max);
+	*u64_at(o, d) = v;
+	return 0;
+}
+
+static int set_bool(struct fs_opts *o, const struct opt *d, const char *value, char *err,
+		    size_t errlen)
+{
+	bool b;
+
+	if (parse_bool(value, &b) < 0)
+		return fail(err, errlen, -EINVAL, "%s=%s: use on or off", d->name, value);
+	*bool_at(o, d) = b;
+	return 0;
+}
+
 /*
  * Parse @value for the option @d and store it in @o; on any error @o is unchanged.
  * @value is NULL for a bare name. @return 0, -EINVAL, -ERANGE (a number too large for 64
@@ -801,11 +920,6 @@ static void range_text(const struct opt *d, char *buf, size_t len)
 static int set_one(struct fs_opts *o, const struct opt *d, const char *value, char *err,
 		   size_t errlen)
 {
-	char range[128];
-	uint64_t v = 0;
-	bool b;
-	int r;
-
 	if (d->kind == OPT_FLAG) {
 		if (value)
 			return fail(err, errlen, -EINVAL, "%s takes no value", d->name);
@@ -818,72 +932,50 @@ static int set_one(struct fs_opts *o, const struct opt *d, const char *value, ch
 	if (has_control(value))
 		return fail(err, errlen, -EINVAL, "%s: the value contains a control character",
 			    d->name);
-
 	switch (d->kind) {
 	case OPT_SIZE:
-		r = fs_parse_size(value, &v);
-		if (r == -EINVAL)
-			return fail(err, errlen, r, "%s=%s: not a size (" SIZE_HINT ")", d->name,
-				    value);
-		break;
 	case OPT_SECONDS:
-		r = fs_parse_seconds(value, &v);
-		if (r == -EINVAL)
-			return fail(err, errlen, r,
-				    "%s=%s: not a number of seconds (use a whole number, "
-				    "optionally followed by s)",
-				    d->name, value);
-		break;
 	case OPT_COUNT:
-		r = parse_count(value, &v);
-		if (r == -EINVAL)
-			return fail(err, errlen, r, "%s=%s: not a whole number", d->name, value);
-		break;
+		return set_number(o, d, value, err, errlen);
 	case OPT_MODE:
-		r = parse_mode(value, d->max, &v);
-		if (r == -EINVAL)
-			return fail(err, errlen, r,
-				    "%s=%s: not an octal mode (use digits 0-7, e.g. 0644)", d->name,
-				    value);
-		if (r == -ERANGE)
-			return fail(err, errlen, -EINVAL,
-				    "%s=%s: must be at most 0%" PRIo64
-				    " (no setuid, setgid or sticky bits)",
-				    d->name, value, d->max);
-		*u64_at(o, d) = v;
-		return 0;
+		return set_mode(o, d, value, err, errlen);
 	case OPT_BOOL:
-		if (parse_bool(value, &b) < 0)
-			return fail(err, errlen, -EINVAL, "%s=%s: use on or off", d->name, value);
-		*bool_at(o, d) = b;
-		return 0;
+		return set_bool(o, d, value, err, errlen);
 	default:
 		return set_string(o, d, value, err, errlen);
 	}
-
-	range_text(d, range, sizeof(range));
-	if (r == -ERANGE && d->max == UINT64_MAX)
-		return fail(err, errlen, r, "%s=%s: too large", d->name, value);
-	if (r == -ERANGE)
-		return fail(err, errlen, r, "%s=%s: too large (%s)", d->name, value, range);
-	if (d->check == CHECK_POW2 && ((v & (v - 1)) || v < d->min || v > d->max)) {
-		char lo[32], hi[32];
-
-		return fail(err, errlen, -EINVAL, "%s=%s: not a power of two between %s and %s",
-			    d->name, value, human(d->min, lo, sizeof(lo)),
-			    human(d->max, hi, sizeof(hi)));
-	}
-	if ((v < d->min && !(d->zero_ok && v == 0)) || v > d->max)
-		return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, range);
-	*u64_at(o, d) = v;
-	return 0;
 }
 
 bool fs_opts_live(const char *name)
 {
 	const struct opt *d = opt_find(name, strlen(name));
 
-	return d && d->live;
+	return d && d->apply;
+}
+
+int fs_opts_apply(const struct fs_opts *o, const char *name, const struct fs_live *live)
+{
+	const struct opt *d = opt_find(name, strlen(name));
+
+	if (!d || !d->apply)
+		return -ENOENT;
+	return d->apply(live, o);
+}
+
+int fs_opts_live_value(const struct fs_opts *o, const char *name, char *buf, size_t len)
+{
+	const struct opt *d = opt_find(name, strlen(name));
+	char v[32];
+
+	if (!d || !d->apply)
+		return -ENOENT;
+	if (d->kind != OPT_SIZE && !d->in_force)
+		return fs_opts_value(o, name, buf, len);
+	if (d->kind == OPT_SIZE)
+		human(d->in_force ? d->in_force(o) : u64_of(o, d), v, sizeof(v));
+	else
+		snprintf(v, sizeof(v), "%" PRIu64, d->in_force(o));
+	return (size_t)snprintf(buf, len, "%s", v) < len ? 0 : -ERANGE;
 }
 
 int fs_opts_value(const struct fs_opts *o, const char *name, char *buf, size_t len)
@@ -992,6 +1084,51 @@ struct parse {
 	size_t errlen;
 };
 
+/* An option for the kernel or libfuse (fuse_names[]), copied raw into p->fuse; max_read is
+ * refused with the reason. @return 1 if @item is none of them, else 0 or -errno. */
+static int fuse_item(struct parse *p, const char *item, size_t namelen, const char *value,
+		     const char *raw, size_t n)
+{
+	for (size_t i = 0; i < sizeof(fuse_names) / sizeof(fuse_names[0]); i++) {
+		const char *name = fuse_names[i].name;
+
+		if (!name_is(item, namelen, name))
+			continue;
+		p->allow_other |= name_is(item, namelen, "allow_other");
+		p->allow_root |= name_is(item, namelen, "allow_root");
+		if (fuse_names[i].value && (!value || !*value))
+			return fail(p->err, p->errlen, -EINVAL, "%s needs a value", name);
+		if (!fuse_names[i].value && value)
+			return fail(p->err, p->errlen, -EINVAL, "%s takes no value", name);
+		if (value && has_control(value))
+			return fail(p->err, p->errlen, -EINVAL,
+				    "%s: the value contains a control character", name);
+		if (strbuf_add(&p->fuse, raw, n) < 0)
+			return fail(p->err, p->errlen, -ENOMEM, "out of memory");
+		return 0;
+	}
+	if (name_is(item, namelen, "max_read"))
+		return fail(p->err, p->errlen, -EINVAL,
+			    "max_read: tierfs sets it itself (1 MiB); remove the option");
+	return 1;
+}
+
+/* What mount(8) hands every helper: x-*, comment=*, noop_names[]; accepted and ignored.
+ * @return 1 if @item is none of them, else 0 or -EINVAL. */
+static int noop_item(struct parse *p, const char *item, size_t namelen, const char *value)
+{
+	if (!strncmp(item, "x-", 2) || !strncmp(item, "comment=", 8))
+		return 0;
+	for (size_t i = 0; i < sizeof(noop_names) / sizeof(noop_names[0]); i++) {
+		if (!name_is(item, namelen, noop_names[i]))
+			continue;
+		if (value && strcmp(noop_names[i], "user"))
+			return fail(p->err, p->errlen, -EINVAL, "%s takes no value", noop_names[i]);
+		return 0;
+	}
+	return 1;
+}
+
 /* One item of a -o list, @raw[0..n) still escaped. @return 0 or -errno (message in p->err). */
 static int parse_item(struct parse *p, const char *raw, size_t n)
 {
@@ -999,7 +1136,7 @@ static int parse_item(struct parse *p, const char *raw, size_t n)
 	const struct opt *d;
 	size_t namelen, j = 0;
 	char *item;
-	int r = 0;
+	int r;
 
 	item = malloc(n + 1);
 	if (!item)
@@ -1014,49 +1151,13 @@ static int parse_item(struct parse *p, const char *raw, size_t n)
 	if (item[namelen])
 		value = item + namelen + 1;
 
-	if (is_secret(item, namelen)) {
+	if (is_secret(item, namelen))
 		r = fail(p->err, p->errlen, -EINVAL, "%s", SECRET_MSG);
-		goto out;
-	}
-	d = opt_find(item, namelen);
-	if (d) {
+	else if ((d = opt_find(item, namelen)))
 		r = set_one(&p->o, d, value, p->err, p->errlen);
-		goto out;
-	}
-	for (size_t i = 0; i < sizeof(fuse_names) / sizeof(fuse_names[0]); i++) {
-		if (!name_is(item, namelen, fuse_names[i].name))
-			continue;
-		if (fuse_names[i].value && (!value || !*value))
-			r = fail(p->err, p->errlen, -EINVAL, "%s needs a value",
-				 fuse_names[i].name);
-		else if (!fuse_names[i].value && value)
-			r = fail(p->err, p->errlen, -EINVAL, "%s takes no value",
-				 fuse_names[i].name);
-		else if (value && has_control(value))
-			r = fail(p->err, p->errlen, -EINVAL,
-				 "%s: the value contains a control character", fuse_names[i].name);
-		else if (strbuf_add(&p->fuse, raw, n) < 0)
-			r = fail(p->err, p->errlen, -ENOMEM, "out of memory");
-		p->allow_other |= name_is(item, namelen, "allow_other");
-		p->allow_root |= name_is(item, namelen, "allow_root");
-		goto out;
-	}
-	if (name_is(item, namelen, "max_read")) {
-		r = fail(p->err, p->errlen, -EINVAL,
-			 "max_read: tierfs sets it itself (1 MiB); remove the option");
-		goto out;
-	}
-	if (!strncmp(item, "x-", 2) || !strncmp(item, "comment=", 8))
-		goto out;
-	for (size_t i = 0; i < sizeof(noop_names) / sizeof(noop_names[0]); i++) {
-		if (!name_is(item, namelen, noop_names[i]))
-			continue;
-		if (value && strcmp(noop_names[i], "user"))
-			r = fail(p->err, p->errlen, -EINVAL, "%s takes no value", noop_names[i]);
-		goto out;
-	}
-	r = fail(p->err, p->errlen, -EINVAL, "unknown option '%.*s'", (int)namelen, item);
-out:
+	else if ((r = fuse_item(p, item, namelen, value, raw, n)) == 1 &&
+		 (r = noop_item(p, item, namelen, value)) == 1)
+		r = fail(p->err, p->errlen, -EINVAL, "unknown option '%.*s'", (int)namelen, item);
 	free(item);
 	return r;
 }
@@ -1158,31 +1259,19 @@ static int short_flags(struct parse *p, int argc, char **argv, int i)
 	return 1;
 }
 
-/* s3://BUCKET[/PREFIX], http(s)://HOST[/PATH], file:///PATH. Lowercases the scheme. */
+/* s3://BUCKET[/PREFIX], http(s)://HOST[/PATH], file:///PATH: each scheme's rules are
+ * backend/'s (backend_url_check, which lowercases the scheme); control characters and the
+ * wording of a password's refusal are the command line's. */
 static int check_url(char *url, char *err, size_t errlen)
 {
-	static const char *const hint = "(use s3://, http://, https:// or file://)";
-	const char *a = after_scheme(url);
-	size_t n;
+	int r;
 
 	if (has_control(url))
 		return fail(err, errlen, -EINVAL, "URL: contains a control character");
-	if (!a || a == url + 3)
-		return fail(err, errlen, -EINVAL, "URL %s: no scheme %s", url, hint);
-	lower_scheme(url);
-	if (!backend_scheme_known(url))
-		return fail(err, errlen, -EINVAL, "URL %s: unsupported scheme %s", url, hint);
-	n = authority_len(a);
-	if (has_password(a, n))
+	r = backend_url_check(url, err, errlen);
+	if (r == -EACCES)
 		return fail(err, errlen, -EINVAL, "%s", SECRET_MSG);
-	if (!strncmp(url, "s3://", 5) && !n)
-		return fail(err, errlen, -EINVAL,
-			    "URL %s: no bucket name (use s3://BUCKET or s3://BUCKET/PREFIX)", url);
-	if (!strncmp(url, "http", 4) && !n)
-		return fail(err, errlen, -EINVAL, "URL %s: no host name", url);
-	if (!strncmp(url, "file://", 7) && a[0] != '/')
-		return fail(err, errlen, -EINVAL, "URL %s: use file:///ABSOLUTE/PATH", url);
-	return 0;
+	return r;
 }
 
 /* Checks between options: run once all are read, so their order does not matter. */
@@ -1246,10 +1335,54 @@ static int check_mountpoint(struct fs_opts *o, char *err, size_t errlen)
 	return 0;
 }
 
+/* The command line, left to right: positionals, "--", long and short options. The first
+ * error is kept in p->r, its message in the caller's buffer. */
+static void parse_argv(struct parse *p, int argc, char **argv)
+{
+	bool only_positionals = false;
+
+	for (int i = 1; i < argc;) {
+		const char *a = argv[i];
+
+		if (only_positionals || a[0] != '-' || !a[1]) {
+			positional(p, a);
+			i++;
+			continue;
+		}
+		if (a[1] != '-') {
+			i += short_flags(p, argc, argv, i);
+			continue;
+		}
+		if (!strcmp(a, "--"))
+			only_positionals = true;
+		else if (!strcmp(a, "--help"))
+			p->o.show_help = true;
+		else if (!strcmp(a, "--version"))
+			p->o.show_version = true;
+		else
+			note(p, fail(p->err, p->errlen, -EINVAL, "unknown option '%s'", a));
+		i++;
+	}
+}
+
+/* What is checked once the whole line is read. @return 0 or -errno, with the message. */
+static int check_all(struct parse *p, char *err, size_t errlen)
+{
+	int r;
+
+	if (p->npos < 2)
+		return fail(err, errlen, -EINVAL, USAGE);
+	r = check_url(p->o.url, err, errlen);
+	if (r == 0)
+		r = check_cross(p, err, errlen);
+	if (r == 0)
+		r = check_mountpoint(&p->o, err, errlen);
+	return r;
+}
+
 int fs_opts_parse(int argc, char **argv, struct fs_opts *ret, char *err, size_t errlen)
 {
 	struct parse p = {.err = err, .errlen = errlen};
-	bool only_positionals = false;
 	int r;
 
 	if (err && errlen)
@@ -1257,52 +1390,15 @@ int fs_opts_parse(int argc, char **argv, struct fs_opts *ret, char *err, size_t 
 	r = opts_init(&p.o);
 	if (r < 0)
 		return fail(err, errlen, r, "out of memory");
-
-	for (int i = 1; i < argc;) {
-		const char *a = argv[i];
-
-		if (only_positionals || a[0] != '-' || !a[1]) {
-			positional(&p, a);
-			i++;
-		} else if (!strcmp(a, "--")) {
-			only_positionals = true;
-			i++;
-		} else if (!strcmp(a, "--help")) {
-			p.o.show_help = true;
-			i++;
-		} else if (!strcmp(a, "--version")) {
-			p.o.show_version = true;
-			i++;
-		} else if (a[1] == '-') {
-			note(&p, fail(p.err, errlen, -EINVAL, "unknown option '%s'", a));
-			i++;
-		} else {
-			i += short_flags(&p, argc, argv, i);
-		}
-	}
-
+	parse_argv(&p, argc, argv);
 	/* -h and -V win over everything else on the line, even over mistakes. */
 	if (p.o.show_help || p.o.show_version) {
 		if (err && errlen)
 			err[0] = '\0';
 		r = 0;
-		goto done;
+	} else {
+		r = p.r < 0 ? p.r : check_all(&p, err, errlen);
 	}
-	r = p.r;
-	if (r < 0)
-		goto done;
-	if (p.npos < 2) {
-		r = fail(err, errlen, -EINVAL, USAGE);
-		goto done;
-	}
-	r = check_url(p.o.url, err, errlen);
-	if (r < 0)
-		goto done;
-	r = check_cross(&p, err, errlen);
-	if (r < 0)
-		goto done;
-	r = check_mountpoint(&p.o, err, errlen);
-done:
 	if (r < 0) {
 		free(p.fuse.s);
 		fs_opts_done(&p.o);
@@ -1503,6 +1599,63 @@ static const char *const man_tail[] = {
     ".BR mount.fuse3 (8)",
 };
 
+/* Lines of roff text: "" starts a paragraph, a line that is already roff (".SH ...") goes as
+ * it is if @raw_dots, anything else is escaped. */
+static void roff_lines(struct out *w, const char *const *lines, size_t n, bool raw_dots)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!lines[i][0]) {
+			out_printf(w, ".PP\n");
+		} else if (raw_dots && lines[i][0] == '.') {
+			out_printf(w, "%s\n", lines[i]);
+		} else {
+			roff(w, lines[i]);
+			out_printf(w, "\n");
+		}
+	}
+}
+
+/* The flags and FUSE options under the last group: items, and prose in its own paragraph. */
+static void man_mount_lines(struct out *w)
+{
+	for (size_t i = 0; i < N_OF(mount_lines); i++) {
+		if (mount_lines[i].left) {
+			roff_item(w, mount_lines[i].left, mount_lines[i].text);
+			continue;
+		}
+		if (i == 0 || mount_lines[i - 1].left)
+			out_printf(w, ".PP\n");
+		roff(w, mount_lines[i].text);
+		out_printf(w, "\n");
+	}
+}
+
+/* OPTIONS: one subsection per group of the table, one item per row. */
+static void man_options(struct out *w)
+{
+	out_printf(w, ".SH OPTIONS\n");
+	for (int g = 0; g < N_GROUPS; g++) {
+		char title[96];
+
+		/* "cache:" -> "cache" */
+		snprintf(title, sizeof(title), "%.*s", (int)strcspn(group_title[g], ":"),
+			 group_title[g]);
+		out_printf(w, ".SS ");
+		roff(w, title);
+		out_printf(w, "\n");
+		for (size_t i = 0; i < N_OPTS; i++) {
+			char left[48], text[160];
+
+			if (opt_table[i].group != (enum opt_group)g)
+				continue;
+			opt_row(&opt_table[i], left, sizeof(left), text, sizeof(text));
+			roff_item(w, left, text);
+		}
+		if (g == GROUP_MOUNT)
+			man_mount_lines(w);
+	}
+}
+
 size_t fs_opts_man(char *buf, size_t len)
 {
 	struct out w = {buf, len, 0};
@@ -1520,58 +1673,11 @@ size_t fs_opts_man(char *buf, size_t len)
 		       "[\\fB\\-s\\fR]\n.br\n.B tierfs \\-h\\fR | \\fB\\-V\n.br\n"
 		       ".B mount \\-t tierfs\n.I URL MOUNTPOINT\n[\\fB\\-o\\fR \\fIoptions\\fR]\n");
 	out_printf(&w, ".SH DESCRIPTION\n");
-	for (size_t i = 0; i < N_OF(man_description); i++) {
-		if (!man_description[i][0]) {
-			out_printf(&w, ".PP\n");
-			continue;
-		}
-		roff(&w, man_description[i]);
-		out_printf(&w, "\n");
-	}
+	roff_lines(&w, man_description, N_OF(man_description), false);
 	out_printf(&w, ".PP\n");
-	for (size_t i = 0; i < N_OF(intro_lines); i++) {
-		roff(&w, intro_lines[i]);
-		out_printf(&w, "\n");
-	}
-	out_printf(&w, ".SH OPTIONS\n");
-	for (int g = 0; g < N_GROUPS; g++) {
-		char title[96];
-
-		/* "cache:" -> "cache" */
-		snprintf(title, sizeof(title), "%.*s", (int)strcspn(group_title[g], ":"),
-			 group_title[g]);
-		out_printf(&w, ".SS ");
-		roff(&w, title);
-		out_printf(&w, "\n");
-		for (size_t i = 0; i < N_OPTS; i++) {
-			char left[48], text[160];
-
-			if (opt_table[i].group != (enum opt_group)g)
-				continue;
-			opt_row(&opt_table[i], left, sizeof(left), text, sizeof(text));
-			roff_item(&w, left, text);
-		}
-		if (g != GROUP_MOUNT)
-			continue;
-		for (size_t i = 0; i < N_OF(mount_lines); i++) {
-			if (mount_lines[i].left) {
-				roff_item(&w, mount_lines[i].left, mount_lines[i].text);
-				continue;
-			}
-			if (i == 0 || mount_lines[i - 1].left)
-				out_printf(&w, ".PP\n");
-			roff(&w, mount_lines[i].text);
-			out_printf(&w, "\n");
-		}
-	}
-	for (size_t i = 0; i < N_OF(man_tail); i++) {
-		if (man_tail[i][0] == '.')
-			out_printf(&w, "%s\n", man_tail[i]);
-		else {
-			roff(&w, man_tail[i]);
-			out_printf(&w, "\n");
-		}
-	}
+	roff_lines(&w, intro_lines, N_OF(intro_lines), false);
+	man_options(&w);
+	roff_lines(&w, man_tail, N_OF(man_tail), true);
 	return w.need;
 }
 

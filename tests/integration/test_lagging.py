@@ -584,7 +584,7 @@ def test_live_lagging_rate_raises_fetch_rate(mount, store, record_property):
                            20, "the limiter to throttle the replay")
         before, _, s_b = _window_rate(m, 2.5)
         os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"40M")
-        assert lu.xattr(m.mnt, "lagging_rate") == str(40 * MIB)
+        assert lu.xattr(m.mnt, "lagging_rate") == "40M"
         assert lu.stats(m.mnt).v("limiter_rate_bytes", "lagging") == 40 * MIB
         after, _, s_a = _window_rate(m, 2.5)
         os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"10M")
@@ -638,18 +638,22 @@ def test_live_setting_refuses_bad_values(mount, store, name):
 
 
 def test_live_settings_take_effect(mount, store):
-    """Good values are parsed like mount options and show everywhere: getxattr, the config
-    file, the limiter gauge."""
+    """Good values are parsed like mount options and show everywhere: getxattr (a size in the
+    largest unit that divides it, as it was most likely typed), the config file (bytes), the
+    limiter gauge."""
     m = mount(store.nginx.url, BASE + ["lagging_rate=20M", "lagging_burst=4M"])
-    for name, value, want in [("lagging_rate", b"100M", 100 * MIB),
-                              ("lagging_rate", b"1g", 1 << 30),
-                              ("lagging_burst", b"8M", 8 * MIB),
-                              ("lagging_ops", b"50", 50),
-                              ("hot_ttl", b"3600s", 3600),
-                              ("lagging_rate", b"7M\n", 7 * MIB),  # as echo would send it
-                              ("lagging_rate", b"0", 0)]:
+    for name, value, shown, want in [("lagging_rate", b"100M", "100M", 100 * MIB),
+                                     ("lagging_rate", b"1g", "1G", 1 << 30),
+                                     ("lagging_rate", b"1048576", "1M", MIB),
+                                     ("lagging_rate", b"100000", "100000", 100000),
+                                     ("lagging_burst", b"8M", "8M", 8 * MIB),
+                                     ("lagging_ops", b"50", "50", 50),
+                                     ("hot_ttl", b"3600s", "3600", 3600),
+                                     # as echo would send it
+                                     ("lagging_rate", b"7M\n", "7M", 7 * MIB),
+                                     ("lagging_rate", b"0", "0", 0)]:
         os.setxattr(m.mnt, "user.tierfs." + name, value)
-        assert lu.xattr(m.mnt, name) == str(want), (name, value)
+        assert lu.xattr(m.mnt, name) == shown, (name, value)
         assert lu.config(m.mnt)[name] == str(want), (name, value)
     assert lu.stats(m.mnt).v("limiter_rate_bytes", "lagging") == 0
     # answered by name, never listed (cp -a would copy them): test_security_control.py
@@ -858,7 +862,7 @@ def test_config_shows_effective_settings(mount, store):
             "control_dir": ".tierfs"}
     assert {k: cfg.get(k) for k in want} == want, cfg
     # the default burst is twice the rate
-    assert lu.xattr(m.mnt, "lagging_burst") == str(66 * MIB)
+    assert lu.xattr(m.mnt, "lagging_burst") == "66M"
     s = lu.stats(m.mnt)
     assert s.v("cache_size_bytes", "hot") == 64 * MIB
     assert s.v("cache_size_bytes", "lagging") == 16 * MIB

@@ -22,6 +22,8 @@
 
 #include <cmocka.h>
 
+#include "cache.h"
+#include "tier.h"
 #include "fs.h"
 
 #define KIB (UINT64_C(1) << 10)
@@ -1103,7 +1105,7 @@ static void test_format(void **state)
 	fs_opts_done(&o);
 }
 
-/* The .live rows, and one value as the config file shows it. */
+/* The live rows (those with an apply hook), and one value as the config file shows it. */
 static void test_live(void **state)
 {
 	static const char *const live[] = {"lagging_rate", "lagging_burst", "lagging_ops",
@@ -1132,6 +1134,113 @@ static void test_live(void **state)
 	assert_int_equal(fs_opts_value(&o, "nonesuch", v, sizeof(v)), -ENOENT);
 	assert_int_equal(fs_opts_value(&o, "hot_ttl", v, 2), -ERANGE);
 	fs_opts_done(&o);
+}
+
+/* getxattr's form of a live value: sizes in the largest exact unit, the burst in force, and
+ * each one taken back by fs_opts_set as the same value. */
+static void test_live_value(void **state)
+{
+	static const struct {
+		const char *opts, *name, *want;
+	} cases[] = {
+	    {"lagging_rate=10485760", "lagging_rate", "10M"},
+	    {"lagging_rate=1g", "lagging_rate", "1G"},
+	    {"lagging_rate=100000", "lagging_rate", "100000"},
+	    {"lagging_rate=1536K", "lagging_rate", "1536K"},
+	    {"lagging_rate=1T", "lagging_rate", "1T"},
+	    {"lagging_rate=0", "lagging_rate", "0"},
+	    {"lagging_rate=10M,lagging_burst=0", "lagging_burst", "20M"},
+	    {"lagging_rate=10M,lagging_burst=4M", "lagging_burst", "4M"},
+	    {"lagging_ops=50", "lagging_ops", "50"},
+	    {"hot_ttl=3600s", "hot_ttl", "3600"},
+	};
+	struct fs_opts o, back;
+	char v[64], err[256], a[64], b[64];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		expect_ok(cases[i].opts, &o);
+		assert_int_equal(fs_opts_live_value(&o, cases[i].name, v, sizeof(v)), 0);
+		assert_string_equal(v, cases[i].want);
+		expect_ok(cases[i].opts, &back);
+		assert_int_equal(fs_opts_set(&back, cases[i].name, v, err, sizeof(err)), 0);
+		/* the same number, but for a burst of 0: it comes back as the one in force */
+		assert_int_equal(fs_opts_value(&o, cases[i].name, a, sizeof(a)), 0);
+		assert_int_equal(fs_opts_value(&back, cases[i].name, b, sizeof(b)), 0);
+		if (strcmp(cases[i].opts, "lagging_rate=10M,lagging_burst=0"))
+			assert_string_equal(a, b);
+		else
+			assert_string_equal(b, "20971520");
+		fs_opts_done(&back);
+		fs_opts_done(&o);
+	}
+	expect_ok("", &o);
+	assert_int_equal(fs_opts_live_value(&o, "block_size", v, sizeof(v)), -ENOENT);
+	assert_int_equal(fs_opts_live_value(&o, "nonesuch", v, sizeof(v)), -ENOENT);
+	assert_int_equal(fs_opts_live_value(&o, "lagging_rate", v, 3), -ERANGE);
+	fs_opts_done(&o);
+}
+
+static uint64_t no_clock(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static int64_t no_wall(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+/* A store that fails every read: the cache's chain needs one. */
+static int no_get(void *self, struct tier_io *io)
+{
+	return -EIO;
+}
+
+static const struct tier_ops no_store = {.name = "store", .get = no_get};
+
+static int no_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg)
+{
+	return -ENOSYS;
+}
+
+static void no_ref(void *ctx)
+{
+	(void)ctx;
+}
+
+/* Every live row's hook reaches the running mount's cache; a fixed option has none. */
+static void test_live_apply(void **state)
+{
+	struct tier store = {.ops = &no_store};
+	struct cache_cfg cc = {.block_size = 64 * KIB, .hot_size = 8 * 64 * KIB, .hot_ttl = 60,
+			       .lagging = true, .lagging_size = 8 * 64 * KIB, .lagging_ttl = 5,
+			       .lagging_rate = 10 * MIB, .chain = &store, .nchain = 1};
+	struct cache_env env = {.mono_ns = no_clock, .wall_s = no_wall, .defer = no_defer,
+				.hold = no_ref, .release = no_ref};
+	struct cache_stats cs;
+	struct fs_live live;
+	struct fs_opts o;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(cache_new(&cc, &env, &live.c), 0);
+	expect_ok("lagging_rate=10M", &o);
+	assert_int_equal(fs_opts_set(&o, "lagging_rate", "20M", err, sizeof(err)), 0);
+	assert_int_equal(fs_opts_apply(&o, "lagging_rate", &live), 0);
+	cache_get_stats(live.c, &cs);
+	assert_true(cs.tier[CACHE_LAG].limited);
+	assert_int_equal(cs.tier[CACHE_LAG].rate, 20 * MIB);
+	assert_int_equal(fs_opts_set(&o, "lagging_ops", "0", err, sizeof(err)), 0);
+	assert_int_equal(fs_opts_apply(&o, "lagging_ops", &live), 0);
+	assert_int_equal(fs_opts_set(&o, "hot_ttl", "3600", err, sizeof(err)), 0);
+	assert_int_equal(fs_opts_apply(&o, "hot_ttl", &live), 0);
+	assert_int_equal(fs_opts_apply(&o, "block_size", &live), -ENOENT);
+	assert_int_equal(fs_opts_apply(&o, "nonesuch", &live), -ENOENT);
+	fs_opts_done(&o);
+	cache_free(live.c);
 }
 
 static void test_set(void **state)
@@ -1289,7 +1398,8 @@ int main(void)
 	    cmocka_unit_test(test_command_line),  cmocka_unit_test(test_positionals),
 	    cmocka_unit_test(test_help_version),  cmocka_unit_test(test_help_text),
 	    cmocka_unit_test(test_format),	  cmocka_unit_test(test_set),
-	    cmocka_unit_test(test_live),
+	    cmocka_unit_test(test_live),	  cmocka_unit_test(test_live_value),
+	    cmocka_unit_test(test_live_apply),
 	    cmocka_unit_test(test_url),		  cmocka_unit_test(test_mountpoint),
 	    cmocka_unit_test(test_ids_and_modes),
 	};

@@ -1,0 +1,483 @@
+/*
+ * metrics.c - every metric of a mount, defined once, and the one writer that prints them.
+ *
+ * A counter is counted in its module (cache/, backend/, fs/), copied out by that module's
+ * *_get_stats into a snapshot, and printed from a row of METRICS below. The row names the
+ * metric, its type, the snapshot fields its series read (and so their labels) and its help:
+ *
+ *   cache_get_stats  ─┐
+ *   backend_get_stats ┤                             METRICS rows
+ *   disk_get_stats   ─┼─► struct fs_metrics_snap ──► fs_metrics_write ──► sink: the stats file
+ *   fs_fleet_get_stats┤   (fs_metrics_snap)          (one family per row,    (control.c), an
+ *   the mount's own  ─┘                               one sample per series)  HTTP endpoint, a test
+ *
+ * Each row becomes a getter function (GETTER below expands the row's sources into the cases of
+ * a switch on the series' place) and an entry of fs_metrics[]. A new metric is one row: its
+ * field in the module's stats struct, and the row that prints it. Values are read by field
+ * name, so a stats struct may change its layout freely; a field that goes away breaks the
+ * build here, not the output.
+ *
+ * Series. A family has up to four places (enum fs_metric_at), printed in this order: the mount
+ * (no label), the memory tiers (tier="hot", tier="lagging", cache_tier_name), the disk tier
+ * (tier="disk", when the mount has one) and the shared tier (tier="shared", with shared=). A
+ * family none of whose places the mount has is left out whole (the disk tier's rows without a
+ * disk tier); a place that is there but has no value now (a limiter gauge of a tier without a
+ * limiter) prints no sample under the family's HELP and TYPE.
+ *
+ * Locking: none. fs_metrics_snap takes each module's own lock in turn through its
+ * *_get_stats, never two at once; the writer reads only the snapshot. Workload: a `cat` of the
+ * stats file, or a scrape, every few seconds at most; a snapshot is a few hundred loads.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "metrics.h"
+
+/* ---- sources: where a row's series read their values ---------------------------------------- */
+
+static enum fs_metric_got whole(struct fs_metric_value *ret, uint64_t n)
+{
+	*ret = (struct fs_metric_value){.kind = FS_VALUE_WHOLE, .n = n};
+	return FS_GOT_VALUE;
+}
+
+static enum fs_metric_got nanoseconds(struct fs_metric_value *ret, uint64_t ns)
+{
+	*ret = (struct fs_metric_value){.kind = FS_VALUE_NS, .n = ns};
+	return FS_GOT_VALUE;
+}
+
+/* A limiter's tokens: 0 while its rate is unlimited, when the bucket means nothing. */
+static enum fs_metric_got tokens(struct fs_metric_value *ret, const struct cache_tier_stats *ts)
+{
+	*ret = (struct fs_metric_value){.kind = FS_VALUE_REAL, .x = ts->rate ? ts->tokens : 0.0};
+	return FS_GOT_VALUE;
+}
+
+static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *counts, unsigned n,
+				  const uint64_t *bounds_us, uint64_t sum_us)
+{
+	*ret = (struct fs_metric_value){.kind = FS_VALUE_BUCKETS,
+					.counts = counts,
+					.bounds_us = bounds_us,
+					.nbuckets = n,
+					.sum_us = sum_us};
+	return FS_GOT_VALUE;
+}
+
+/* clang-format off */
+#define TS (s->cache.tier[t])
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+#define MOUNT(f)   case FS_AT_MOUNT: return whole(ret, s->mount.f);
+#define CACHE(f)   case FS_AT_MOUNT: return whole(ret, s->cache.f);
+#define BACKEND(f) case FS_AT_MOUNT: return whole(ret, s->backend.f);
+#define TIER(f)    case FS_AT_TIER: return whole(ret, TS.f);
+#define TIER_NS(f) case FS_AT_TIER: return nanoseconds(ret, TS.f);
+#define LIMITER(f) case FS_AT_TIER: return TS.limited ? whole(ret, TS.f) : FS_GOT_SKIP;
+#define LIMITER_TOKENS() case FS_AT_TIER: return TS.limited ? tokens(ret, &TS) : FS_GOT_SKIP;
+#define DISK(f)    case FS_AT_DISK: return whole(ret, s->disk.f);
+#define FLEET(f)   case FS_AT_SHARED: return whole(ret, s->fleet.f);
+#define REDIS(f)   case FS_AT_SHARED: return whole(ret, s->redis.f);
+#define REDIS_HIST(counts, sum_us, bounds_us)                                                      \
+	case FS_AT_SHARED: {                                                                       \
+		_Static_assert(N_OF(bounds_us) + 1 == N_OF(s->redis.counts), "one bound less");    \
+		return buckets(ret, s->redis.counts, N_OF(s->redis.counts), bounds_us,             \
+			       s->redis.sum_us);                                                   \
+	}
+/* clang-format on */
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+/*
+ * One row per family:  X(name without "tierfs_", COUNTER | GAUGE | HISTOGRAM, sources, help)
+ *
+ *   sources               series (label)                  value
+ *   MOUNT(f) CACHE(f)     one, no label                   snap.mount.f, .cache.f, .backend.f
+ *     BACKEND(f)
+ *   TIER(f)               tier="hot", tier="lagging"      snap.cache.tier[t].f
+ *   TIER_NS(f)            the same                        .f nanoseconds, printed as seconds
+ *   LIMITER(f)            the memory tiers that have a    snap.cache.tier[t].f
+ *   LIMITER_TOKENS()        rate limiter                  its tokens (0 while unlimited)
+ *   DISK(f)               tier="disk", with a disk tier   snap.disk.f
+ *   FLEET(f) REDIS(f)     tier="shared", with shared=     snap.fleet.f, snap.redis.f
+ *   REDIS_HIST(c, s, b)   the same, as a histogram        snap.redis.c[] over bounds b[] (us),
+ *                                                         sum snap.redis.s (us), in seconds
+ *
+ * Two sources of one row may not share a place (the switch would have a duplicate case).
+ * Counters end in _total. The help is one line without a backslash.
+ */
+/* clang-format off */
+#define METRICS(X)                                                                                 \
+	X(cache_hits_total, COUNTER, TIER(hits) DISK(hits),                                        \
+	  "Block lookups answered by the tier.")                                                   \
+	X(cache_misses_total, COUNTER, TIER(misses) DISK(misses),                                  \
+	  "Blocks a reader wanted that were fetched into the tier.")                               \
+	X(cache_served_bytes_total, COUNTER, TIER(bytes_served) DISK(bytes_served),                \
+	  "Bytes answered to readers from the tier.")                                              \
+	X(disk_writes_total, COUNTER, DISK(writes),                                                \
+	  "Blocks written to the disk tier.")                                                      \
+	X(disk_written_bytes_total, COUNTER, DISK(bytes_written),                                  \
+	  "Bytes written to the disk tier.")                                                       \
+	X(disk_write_errors_total, COUNTER, DISK(write_errors),                                    \
+	  "Writes to the disk tier that failed (the first turns writes off).")                     \
+	X(disk_write_drops_total, COUNTER, DISK(write_drops),                                      \
+	  "Blocks not written to the disk tier: its queue was full, or writes are off.")           \
+	X(disk_writable, GAUGE, DISK(writable),                                                    \
+	  "1 while the disk tier takes writes.")                                                   \
+	X(disk_queued_bytes, GAUGE, DISK(queued_bytes),                                            \
+	  "Bytes waiting to be written to disk.")                                                  \
+	X(disk_crc_failures_total, COUNTER, DISK(crc_failures),                                    \
+	  "Disk records whose CRC-32C did not match: dropped and fetched again.")                  \
+	X(disk_read_errors_total, COUNTER, DISK(read_errors),                                      \
+	  "Disk reads that failed (EIO...): served from the store.")                               \
+	X(disk_direct_reads_total, COUNTER, DISK(direct_reads),                                    \
+	  "Disk hits read with O_DIRECT, past the page cache (the rest: buffered).")               \
+	X(disk_recovered_blocks, GAUGE, DISK(recovered_blocks),                                    \
+	  "Blocks the disk tier found by its scan at mount.")                                      \
+	X(disk_recovery_ms, GAUGE, DISK(recovery_ms),                                              \
+	  "How long that scan took, ms.")                                                          \
+	X(cache_fetched_bytes_total, COUNTER, TIER(bytes_fetched),                                 \
+	  "Bytes fetched from the store into the tier.")                                           \
+	X(cache_fetches_total, COUNTER, TIER(fetches),                                             \
+	  "Block fetches started for the tier, readahead included.")                               \
+	X(cache_fetch_errors_total, COUNTER, TIER(fetch_errors),                                   \
+	  "Block fetches that failed.")                                                            \
+	X(cache_readaheads_total, COUNTER, TIER(readaheads),                                       \
+	  "Block fetches started by readahead.")                                                   \
+	X(cache_part_fetches_total, COUNTER, TIER(parts),                                          \
+	  "Fetches of part of a block (64-256 KiB), for random reads of lagging objects and of "   \
+	  "hot ones larger than the tiers.")                                                       \
+	X(cache_singleflight_joins_total, COUNTER, TIER(joins),                                    \
+	  "Block waits that joined a fetch already under way.")                                    \
+	X(cache_evictions_total, COUNTER, TIER(rotations) DISK(rotations),                         \
+	  "Segment rotations (each evicts one segment).")                                          \
+	X(cache_bounces_total, COUNTER, TIER(bounces),                                             \
+	  "Fetches answered but not stored: every segment was pinned.")                            \
+	X(cache_lower_hits_total, COUNTER, TIER(lower_hits),                                       \
+	  "Misses of the tier answered by a tier below it (disk, shared), not the store.")         \
+	X(cache_lower_fallbacks_total, COUNTER, TIER(lower_fallbacks),                             \
+	  "Blocks the disk tier listed but did not serve (CRC, read error): fetched from the "     \
+	  "store, charged to the limiter.")                                                        \
+	X(cache_written_blocks_total, COUNTER, TIER(written),                                      \
+	  "Blocks written through the mount and stored in the tier as they were written.")        \
+	X(cache_published_blocks_total, COUNTER, TIER(published),                                  \
+	  "Written blocks offered to the disk and shared tiers once the store had the object.")   \
+	X(cache_memory_waits_total, COUNTER, TIER(mem_waits),                                      \
+	  "Fetches that waited for memory (a ring slot or bounce room).")                          \
+	X(cache_memory_queued_fetches, GAUGE, TIER(mem_queued),                                    \
+	  "Fetches waiting for memory now.")                                                       \
+	X(cache_bounce_bytes, GAUGE, CACHE(bounce_bytes),                                          \
+	  "Bounce buffers mapped now, both tiers.")                                                \
+	X(cache_bounce_peak_bytes, GAUGE, CACHE(bounce_peak),                                      \
+	  "The most bounce buffer bytes mapped at once since the mount.")                          \
+	X(cache_bounce_limit_bytes, GAUGE, CACHE(bounce_limit),                                    \
+	  "Bounce buffer bytes allowed at once (one more block only when nothing else holds "      \
+	  "memory).")                                                                              \
+	X(cache_resident_blocks, GAUGE, TIER(blocks) DISK(blocks),                                 \
+	  "Blocks resident in the tier.")                                                          \
+	X(cache_resident_bytes, GAUGE, TIER(bytes) DISK(bytes),                                    \
+	  "Bytes resident in the tier.")                                                           \
+	X(cache_size_bytes, GAUGE, TIER(size) DISK(size),                                          \
+	  "Configured size of the tier.")                                                          \
+	X(cache_inflight_fetches, GAUGE, TIER(inflight),                                           \
+	  "Fetches running now.")                                                                  \
+	X(throttle_waits_total, COUNTER, TIER(throttle_waits),                                     \
+	  "Fetches that waited for the rate limiter.")                                             \
+	X(throttled_seconds_total, COUNTER, TIER_NS(throttled_ns),                                 \
+	  "Time fetches waited for the rate limiter.")                                             \
+	X(throttle_queued_fetches, GAUGE, TIER(queued),                                            \
+	  "Fetches waiting for the rate limiter now.")                                             \
+	X(limiter_tokens, GAUGE, LIMITER_TOKENS(),                                                 \
+	  "Rate limiter tokens (bytes) now; negative is debt.")                                    \
+	X(limiter_rate_bytes, GAUGE, LIMITER(rate),                                                \
+	  "Rate limit in bytes per second (0: unlimited).")                                        \
+	X(log_suppressed_total, COUNTER, MOUNT(log_suppressed),                                    \
+	  "Log lines held back: repeats of an (object, cause) within a minute, or beyond the "     \
+	  "mount's line budget.")                                                                  \
+	X(reads_total, COUNTER, MOUNT(reads),                                                      \
+	  "Read requests answered.")                                                               \
+	X(read_errors_total, COUNTER, MOUNT(read_errors),                                          \
+	  "Read requests answered with an error.")                                                 \
+	X(read_bytes_total, COUNTER, MOUNT(read_bytes),                                            \
+	  "Bytes answered to readers, all tiers.")                                                 \
+	X(interrupted_reads_watched, GAUGE, MOUNT(watched),                                        \
+	  "Interrupted reads still waiting, watched until answered or their reader dies.")         \
+	X(backend_requests_total, COUNTER, BACKEND(requests),                                      \
+	  "Requests sent to the store, retries included.")                                         \
+	X(backend_retries_total, COUNTER, BACKEND(retries),                                        \
+	  "Requests tried again.")                                                                 \
+	X(backend_errors_total, COUNTER, BACKEND(errors),                                          \
+	  "Requests that failed after retries.")                                                   \
+	X(backend_received_bytes_total, COUNTER, BACKEND(bytes),                                   \
+	  "Bytes of range reads received from the store.")                                         \
+	X(backend_active_requests, GAUGE, BACKEND(active),                                         \
+	  "Requests running now.")                                                                 \
+	X(backend_queued_requests, GAUGE, BACKEND(queued),                                         \
+	  "Requests waiting for a connection.")                                                    \
+	X(backend_merged_reads_total, COUNTER, BACKEND(merged),                                    \
+	  "Range reads sent inside the request of the read before them (readahead of "             \
+	  "consecutive blocks, merged up to 16 MiB).")                                             \
+	X(backend_slowdowns_total, COUNTER, BACKEND(slowdowns),                                    \
+	  "503 SlowDown and 429 answers: each halves the request window.")                         \
+	X(backend_request_window, GAUGE, BACKEND(window),                                          \
+	  "Requests allowed at once now (AIMD; max_conns when the store is happy).")               \
+	X(shared_hits_total, COUNTER, FLEET(hits),                                                 \
+	  "Blocks served from the shared tier, their value checked.")                              \
+	X(shared_served_bytes_total, COUNTER, FLEET(hit_bytes),                                    \
+	  "Bytes of blocks served from the shared tier.")                                          \
+	X(shared_misses_total, COUNTER, FLEET(misses),                                             \
+	  "Blocks the shared tier did not hold.")                                                  \
+	X(shared_rejected_total, COUNTER, FLEET(rejected),                                         \
+	  "Values refused by the check (wrong bytes, truncated, another block's, foreign): read "  \
+	  "from the store instead.")                                                               \
+	X(shared_unavailable_total, COUNTER, FLEET(unavailable),                                   \
+	  "Lookups Redis did not answer in time, or answered with an error, or could not take "    \
+	  "(down).")                                                                               \
+	X(shared_timeouts_total, COUNTER, REDIS(timeouts),                                         \
+	  "Redis calls abandoned after shared_timeout.")                                           \
+	X(shared_timeouts_extended_total, COUNTER, REDIS(extended),                                \
+	  "Timeouts a call waited past because the server was sending other replies, or "          \
+	  "answering the ones written before it.")                                                 \
+	X(shared_errors_total, COUNTER, REDIS(errors),                                             \
+	  "Redis calls failed: server down, connection lost, error reply.")                        \
+	X(shared_received_bytes_total, COUNTER, REDIS(bytes_in),                                   \
+	  "Value bytes received from Redis.")                                                      \
+	X(shared_puts_total, COUNTER, REDIS(puts),                                                 \
+	  "Blocks written to Redis.")                                                              \
+	X(shared_put_bytes_total, COUNTER, REDIS(put_bytes),                                       \
+	  "Value bytes written to Redis.")                                                         \
+	X(shared_put_drops_total, COUNTER, REDIS(put_drops),                                       \
+	  "Blocks not written: too many bytes queued, or the server down.")                        \
+	X(shared_put_errors_total, COUNTER, REDIS(put_errors),                                     \
+	  "Writes refused by Redis or lost with the connection.")                                  \
+	X(shared_put_queued_bytes, GAUGE, REDIS(put_queued),                                       \
+	  "Bytes of writes sent to Redis and not answered yet.")                                   \
+	X(shared_store_fetches_total, COUNTER, FLEET(store_fetches),                               \
+	  "Blocks fetched from the store after the shared tier.")                                  \
+	X(shared_lock_wins_total, COUNTER, FLEET(lock_wins),                                       \
+	  "Misses that took the block's fetch lock and fetched it from the store.")                \
+	X(shared_lock_waits_total, COUNTER, FLEET(lock_waits),                                     \
+	  "Misses that found another mount fetching the block, and waited for it.")                \
+	X(shared_lock_wait_hits_total, COUNTER, FLEET(lock_wait_hits),                             \
+	  "Waits served the other mount's value.")                                                 \
+	X(shared_lock_gave_up_total, COUNTER, FLEET(lock_gave_up),                                 \
+	  "Waits that went to the store after the bound (10 x shared_timeout).")                   \
+	X(shared_get_seconds, HISTOGRAM, REDIS_HIST(get_lat, get_lat_sum_us,                       \
+						    bk_redis_lat_bounds_us),                       \
+	  "Time from a GET written to Redis to its answer (a value or none), late answers "        \
+	  "included: compare with shared_timeout.")                                                \
+	X(shared_servers, GAUGE, REDIS(servers),                                                   \
+	  "Redis servers configured.")                                                             \
+	X(shared_servers_down, GAUGE, REDIS(servers_down),                                         \
+	  "Redis servers thought down now.")                                                       \
+	X(fleet_calls_total, COUNTER, FLEET(fleet_calls),                                          \
+	  "Fleet budget grant scripts called.")                                                    \
+	X(fleet_grants_total, COUNTER, FLEET(fleet_grants),                                        \
+	  "Fleet budget chunks granted.")                                                          \
+	X(fleet_waits_total, COUNTER, FLEET(fleet_waits),                                          \
+	  "Fleet budget calls told to wait (a chunk lent ahead, or refused): the fleet is at its " \
+	  "rate.")                                                                                 \
+	X(fleet_errors_total, COUNTER, FLEET(fleet_errors),                                        \
+	  "Fleet budget calls that failed.")                                                       \
+	X(fleet_queued_fetches_total, COUNTER, FLEET(fleet_queued),                                \
+	  "Lagging fetches that waited for fleet tokens.")                                         \
+	X(fleet_fallbacks_total, COUNTER, FLEET(fleet_fallbacks),                                  \
+	  "Times the fleet budget fell back to local limits (Redis failed).")                      \
+	X(fleet_fallback, GAUGE, FLEET(fleet_fallback),                                            \
+	  "1 while the fleet budget is on local limits only.")
+/* clang-format on */
+
+/* clang-format off */
+/* Each row's getter: its sources as the cases of a switch on the place. */
+#define GETTER(name, type, sources, help)                                                          \
+	static enum fs_metric_got get_##name(const struct fs_metrics_snap *s,                      \
+					     enum fs_metric_at at, unsigned t,                     \
+					     struct fs_metric_value *ret)                          \
+	{                                                                                          \
+		switch (at) {                                                                      \
+			sources                                                                    \
+		default:                                                                           \
+			return FS_GOT_NONE;                                                        \
+		}                                                                                  \
+	}
+METRICS(GETTER)
+
+#define ROW(name, type, sources, help) {"tierfs_" #name, FS_METRIC_##type, help, get_##name},
+const struct fs_metric fs_metrics[] = {METRICS(ROW)};
+/* clang-format on */
+const size_t fs_metrics_n = N_OF(fs_metrics);
+
+/* ---- the snapshot --------------------------------------------------------------------------- */
+
+void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	cache_get_stats(m->c, &ret->cache);
+	backend_get_stats(m->b, &ret->backend);
+	ret->mount.log_suppressed = __atomic_load_n(&m->log.suppressed, __ATOMIC_RELAXED);
+	ret->mount.reads = __atomic_load_n(&m->reads, __ATOMIC_RELAXED);
+	ret->mount.read_errors = __atomic_load_n(&m->read_errors, __ATOMIC_RELAXED);
+	ret->mount.read_bytes = __atomic_load_n(&m->read_bytes, __ATOMIC_RELAXED);
+	ret->mount.watched = __atomic_load_n(&m->nwatch, __ATOMIC_RELAXED);
+	if (m->disk) {
+		ret->disk_on = true;
+		disk_get_stats(m->disk, &ret->disk);
+	}
+	if (m->fleet) {
+		ret->shared_on = true;
+		fs_fleet_get_stats(m->fleet, &ret->fleet, &ret->redis);
+	}
+}
+
+/* ---- the writer ----------------------------------------------------------------------------- */
+
+/* The places of a family's series, in the order they are printed. */
+static const struct place {
+	const char *tier; /* the tier label, NULL for none; the memory tiers: cache_tier_name */
+	unsigned series;  /* how many: one per memory tier, else one */
+} places[FS_AT_N] = {
+    [FS_AT_MOUNT] = {NULL, 1},
+    [FS_AT_TIER] = {NULL, CACHE_NTIERS},
+    [FS_AT_DISK] = {"disk", 1},
+    [FS_AT_SHARED] = {"shared", 1},
+};
+
+/* Has the mount this place: the disk tier, the shared tier? */
+static bool place_on(const struct fs_metrics_snap *s, enum fs_metric_at at)
+{
+	switch (at) {
+	case FS_AT_DISK:
+		return s->disk_on;
+	case FS_AT_SHARED:
+		return s->shared_on;
+	default:
+		return true;
+	}
+}
+
+static const char *place_tier(enum fs_metric_at at, unsigned t)
+{
+	return at == FS_AT_TIER ? cache_tier_name((enum cache_tier)t) : places[at].tier;
+}
+
+const char *fs_metric_type_name(enum fs_metric_type t)
+{
+	static const char *const names[] = {
+	    [FS_METRIC_COUNTER] = "counter",
+	    [FS_METRIC_GAUGE] = "gauge",
+	    [FS_METRIC_HISTOGRAM] = "histogram",
+	};
+
+	return names[t];
+}
+
+/* One line (or a few) into the sink, formatted in a bounded buffer. */
+__attribute__((format(printf, 2, 3))) static int emit(const struct fs_metrics_sink *k,
+						      const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(line))
+		return -EOVERFLOW;
+	return k->write(k->arg, line, (size_t)n);
+}
+
+/* "{tier="hot",le="0.001"}", "{tier="hot"}" or "" into @buf. */
+static void labels(char *buf, size_t len, const char *tier, const char *le)
+{
+	if (tier && le)
+		snprintf(buf, len, "{tier=\"%s\",le=\"%s\"}", tier, le);
+	else if (tier || le)
+		snprintf(buf, len, "{%s=\"%s\"}", tier ? "tier" : "le", tier ? tier : le);
+	else
+		buf[0] = '\0';
+}
+
+/* A histogram's series: cumulative _bucket lines, the last le="+Inf", then _sum and _count. */
+static int write_buckets(const struct fs_metrics_sink *k, const char *name, const char *tier,
+			 const struct fs_metric_value *v)
+{
+	char lab[96], le[32];
+	uint64_t cum = 0;
+	int r = 0;
+
+	for (unsigned i = 0; i < v->nbuckets && r == 0; i++) {
+		cum += v->counts[i];
+		if (i + 1 < v->nbuckets)
+			snprintf(le, sizeof(le), "%g", (double)v->bounds_us[i] / 1e6);
+		else
+			snprintf(le, sizeof(le), "+Inf");
+		labels(lab, sizeof(lab), tier, le);
+		r = emit(k, "%s_bucket%s %llu\n", name, lab, (unsigned long long)cum);
+	}
+	labels(lab, sizeof(lab), tier, NULL);
+	if (r == 0)
+		r = emit(k, "%s_sum%s %.6f\n%s_count%s %llu\n", name, lab, (double)v->sum_us / 1e6,
+			 name, lab, (unsigned long long)cum);
+	return r;
+}
+
+static int write_sample(const struct fs_metrics_sink *k, const char *name, const char *tier,
+			const struct fs_metric_value *v)
+{
+	char lab[64];
+
+	labels(lab, sizeof(lab), tier, NULL);
+	switch (v->kind) {
+	case FS_VALUE_NS:
+		return emit(k, "%s%s %.6f\n", name, lab, (double)v->n / 1e9);
+	case FS_VALUE_REAL:
+		return emit(k, "%s%s %.0f\n", name, lab, v->x);
+	case FS_VALUE_BUCKETS:
+		return write_buckets(k, name, tier, v);
+	default:
+		return emit(k, "%s%s %llu\n", name, lab, (unsigned long long)v->n);
+	}
+}
+
+/* Has the mount any series of @row (with or without a value now)? */
+static bool family_on(const struct fs_metric *row, const struct fs_metrics_snap *s)
+{
+	struct fs_metric_value v;
+
+	for (int at = 0; at < FS_AT_N; at++)
+		if (place_on(s, at) && row->get(s, at, 0, &v) != FS_GOT_NONE)
+			return true;
+	return false;
+}
+
+static int write_family(const struct fs_metric *row, const struct fs_metrics_snap *s,
+			const struct fs_metrics_sink *k)
+{
+	struct fs_metric_value v;
+	int r;
+
+	r = emit(k, "# HELP %s %s\n# TYPE %s %s\n", row->name, row->help, row->name,
+		 fs_metric_type_name(row->type));
+	for (int at = 0; at < FS_AT_N && r == 0; at++) {
+		if (!place_on(s, at))
+			continue;
+		for (unsigned t = 0; t < places[at].series && r == 0; t++)
+			if (row->get(s, at, t, &v) == FS_GOT_VALUE)
+				r = write_sample(k, row->name, place_tier(at, t), &v);
+	}
+	return r;
+}
+
+int fs_metrics_write(const struct fs_metrics_snap *s, const struct fs_metrics_sink *sink)
+{
+	int r = 0;
+
+	for (size_t i = 0; i < fs_metrics_n && r == 0; i++)
+		if (family_on(&fs_metrics[i], s))
+			r = write_family(&fs_metrics[i], s, sink);
+	return r;
+}

@@ -1,0 +1,326 @@
+/*
+ * test_metrics.c - unit tests for fs/metrics.c: the table's rows (valid, unique Prometheus
+ * names, counters ending in _total, a help line each), the writer's text (every row's family
+ * with its # HELP and # TYPE, every sample line well formed and under its own family), known
+ * values printed as they should be (seconds from nanoseconds, negative tokens, a cumulative
+ * histogram), the families and series a mount without a disk or shared tier leaves out, and a
+ * sink's error stopping the writer.
+ *
+ * No mount: the snapshots are filled by hand, as fs_metrics_snap would from the modules.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "metrics.h"
+
+/* A growing string: the test's sink. */
+struct buf {
+	char *s;
+	size_t len, cap;
+	int fail_at; /* > 0: the fail_at'th write returns -EPIPE */
+	int writes;
+};
+
+static int buf_write(void *arg, const char *s, size_t n)
+{
+	struct buf *b = arg;
+
+	if (b->fail_at && ++b->writes == b->fail_at)
+		return -EPIPE;
+	if (b->len + n + 1 > b->cap) {
+		b->cap = 2 * (b->len + n + 1);
+		b->s = realloc(b->s, b->cap);
+		assert_non_null(b->s);
+	}
+	memcpy(b->s + b->len, s, n);
+	b->len += n;
+	b->s[b->len] = '\0';
+	return 0;
+}
+
+/* The text of @s. The caller frees it. */
+static char *text_of(const struct fs_metrics_snap *s)
+{
+	struct buf b = {0};
+	struct fs_metrics_sink k = {.write = buf_write, .arg = &b};
+
+	assert_int_equal(fs_metrics_write(s, &k), 0);
+	assert_non_null(b.s);
+	return b.s;
+}
+
+/* Every place on, every tier limited, and a value in every field: no family may be missing. */
+static void full_snap(struct fs_metrics_snap *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->disk_on = true;
+	s->shared_on = true;
+	for (int t = 0; t < CACHE_NTIERS; t++) {
+		s->cache.tier[t].limited = true;
+		s->cache.tier[t].rate = 1;
+	}
+}
+
+static bool has_line(const char *text, const char *line)
+{
+	size_t n = strlen(line);
+
+	for (const char *p = text; (p = strstr(p, line)); p++)
+		if ((p == text || p[-1] == '\n') && p[n] == '\n')
+			return true;
+	return false;
+}
+
+static void assert_line(const char *text, const char *line)
+{
+	if (!has_line(text, line))
+		fail_msg("no line '%s' in:\n%s", line, text);
+}
+
+/* [a-zA-Z_:][a-zA-Z0-9_:]*, Prometheus's metric name rule. */
+static bool valid_name(const char *s)
+{
+	if (!*s || isdigit((unsigned char)*s))
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '_' && *s != ':')
+			return false;
+	return true;
+}
+
+static bool ends_with(const char *s, const char *tail)
+{
+	size_t n = strlen(s), m = strlen(tail);
+
+	return n >= m && !strcmp(s + n - m, tail);
+}
+
+static void test_names(void **state)
+{
+	(void)state;
+	assert_true(fs_metrics_n > 50);
+	for (size_t i = 0; i < fs_metrics_n; i++) {
+		const struct fs_metric *r = &fs_metrics[i];
+
+		assert_true(valid_name(r->name));
+		assert_true(!strncmp(r->name, "tierfs_", 7));
+		/* a counter's name ends in _total, and nothing else's does (no exception today) */
+		if (ends_with(r->name, "_total") != (r->type == FS_METRIC_COUNTER))
+			fail_msg("%s: a %s", r->name, fs_metric_type_name(r->type));
+		/* a histogram's own series take these suffixes */
+		assert_false(ends_with(r->name, "_bucket") || ends_with(r->name, "_sum") ||
+			     ends_with(r->name, "_count"));
+		/* HELP is one line, and Prometheus would read a backslash as an escape */
+		assert_true(r->help[0] && !strchr(r->help, '\n') && !strchr(r->help, '\\'));
+		assert_non_null(r->get);
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(r->name, fs_metrics[j].name))
+				fail_msg("%s twice in the table", r->name);
+	}
+}
+
+/* The family name a sample line's metric belongs to: a histogram's _bucket, _sum and _count
+ * belong to the histogram. */
+static bool of_family(const char *metric, size_t n, const struct fs_metric *fam)
+{
+	size_t f = strlen(fam->name);
+	static const char *const sfx[] = {"_bucket", "_sum", "_count"};
+
+	if (n == f && !strncmp(metric, fam->name, n))
+		return true;
+	if (fam->type != FS_METRIC_HISTOGRAM || n < f || strncmp(metric, fam->name, f))
+		return false;
+	for (size_t i = 0; i < 3; i++)
+		if (n - f == strlen(sfx[i]) && !strncmp(metric + f, sfx[i], n - f))
+			return true;
+	return false;
+}
+
+static const struct fs_metric *row_named(const char *name, size_t n)
+{
+	for (size_t i = 0; i < fs_metrics_n; i++)
+		if (strlen(fs_metrics[i].name) == n && !strncmp(fs_metrics[i].name, name, n))
+			return &fs_metrics[i];
+	return NULL;
+}
+
+/* One sample line: NAME[{tier="T"[,le="B"]}] VALUE, under the family declared last. */
+static void check_sample(const char *line, const struct fs_metric *fam)
+{
+	size_t n = strcspn(line, "{ ");
+	const char *rest = line + n, *v;
+	char *end;
+
+	if (!fam || !of_family(line, n, fam))
+		fail_msg("sample outside its family: %s", line);
+	if (*rest == '{') {
+		const char *close = strchr(rest, '}');
+
+		assert_non_null(close);
+		if (strncmp(rest, "{tier=\"", 7) && strncmp(rest, "{le=\"", 5))
+			fail_msg("labels: %s", line);
+		rest = close + 1;
+	}
+	assert_int_equal(*rest, ' ');
+	v = rest + 1;
+	if (strcmp(v, "+Inf") && strcmp(v, "-Inf")) {
+		(void)strtod(v, &end);
+		if (end == v || *end)
+			fail_msg("value: %s", line);
+	}
+}
+
+/* Every row is in the text, with HELP then TYPE, and every line is a comment of a family or a
+ * sample of the family declared last; no family is declared twice. */
+static void test_every_row_exported(void **state)
+{
+	struct fs_metrics_snap s;
+	const struct fs_metric *fam = NULL;
+	char *text, *line, *save = NULL, want[512];
+
+	(void)state;
+	full_snap(&s);
+	text = text_of(&s);
+	for (size_t i = 0; i < fs_metrics_n; i++) {
+		const struct fs_metric *r = &fs_metrics[i];
+
+		snprintf(want, sizeof(want), "# HELP %s %s\n# TYPE %s %s\n", r->name, r->help,
+			 r->name, fs_metric_type_name(r->type));
+		if (!strstr(text, want))
+			fail_msg("no HELP and TYPE for %s", r->name);
+	}
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (!strncmp(line, "# HELP ", 7)) {
+			const char *name = line + 7;
+			const struct fs_metric *r = row_named(name, strcspn(name, " "));
+
+			assert_non_null(r);
+			assert_true(r != fam && (!fam || r > fam)); /* once, in table order */
+			fam = r;
+		} else if (!strncmp(line, "# TYPE ", 7)) {
+			assert_non_null(fam);
+			assert_true(!strncmp(line + 7, fam->name, strlen(fam->name)));
+		} else {
+			check_sample(line, fam);
+		}
+	}
+	free(text);
+}
+
+static void test_known_values(void **state)
+{
+	struct fs_metrics_snap s;
+	char *text;
+
+	(void)state;
+	full_snap(&s);
+	s.cache.tier[CACHE_HOT].hits = 11;
+	s.cache.tier[CACHE_LAG].hits = 12;
+	s.disk.hits = 13;
+	s.cache.tier[CACHE_LAG].throttled_ns = 1500000000;
+	s.cache.tier[CACHE_HOT].limited = false;
+	s.cache.tier[CACHE_LAG].rate = 10485760;
+	s.cache.tier[CACHE_LAG].tokens = -4096.0;
+	s.cache.bounce_peak = 77;
+	s.backend.window = 16;
+	s.mount.read_bytes = UINT64_MAX;
+	s.disk.writable = true;
+	s.fleet.fleet_fallback = true;
+	s.redis.put_queued = 5;
+	s.redis.get_lat[0] = 2;
+	s.redis.get_lat[1] = 3;
+	s.redis.get_lat[BK_REDIS_LAT_BUCKETS - 1] = 1;
+	s.redis.get_lat_sum_us = 2500;
+	text = text_of(&s);
+
+	assert_line(text, "tierfs_cache_hits_total{tier=\"hot\"} 11");
+	assert_line(text, "tierfs_cache_hits_total{tier=\"lagging\"} 12");
+	assert_line(text, "tierfs_cache_hits_total{tier=\"disk\"} 13");
+	assert_line(text, "tierfs_throttled_seconds_total{tier=\"lagging\"} 1.500000");
+	assert_line(text, "tierfs_throttled_seconds_total{tier=\"hot\"} 0.000000");
+	assert_line(text, "tierfs_limiter_tokens{tier=\"lagging\"} -4096");
+	assert_line(text, "tierfs_limiter_rate_bytes{tier=\"lagging\"} 10485760");
+	assert_null(strstr(text, "tierfs_limiter_rate_bytes{tier=\"hot\"}")); /* no limiter */
+	assert_line(text, "tierfs_cache_bounce_peak_bytes 77");
+	assert_line(text, "tierfs_backend_request_window 16");
+	assert_line(text, "tierfs_read_bytes_total 18446744073709551615"); /* exact, not a double */
+	assert_line(text, "tierfs_disk_writable{tier=\"disk\"} 1");
+	assert_line(text, "tierfs_fleet_fallback{tier=\"shared\"} 1");
+	assert_line(text, "tierfs_shared_put_queued_bytes{tier=\"shared\"} 5");
+	/* cumulative buckets, bounds in seconds, the last +Inf and equal to the count */
+	assert_line(text, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"0.001\"} 2");
+	assert_line(text, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"0.002\"} 5");
+	assert_line(text, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"+Inf\"} 6");
+	assert_line(text, "tierfs_shared_get_seconds_sum{tier=\"shared\"} 0.002500");
+	assert_line(text, "tierfs_shared_get_seconds_count{tier=\"shared\"} 6");
+	free(text);
+
+	/* an unlimited rate shows no tokens */
+	s.cache.tier[CACHE_LAG].rate = 0;
+	text = text_of(&s);
+	assert_line(text, "tierfs_limiter_tokens{tier=\"lagging\"} 0");
+	free(text);
+}
+
+/* Without a disk or shared tier their families are left out, and so are their series of the
+ * families the memory tiers share; the limiter gauges keep their HELP without a sample. */
+static void test_optional_tiers(void **state)
+{
+	struct fs_metrics_snap s;
+	char *text;
+
+	(void)state;
+	memset(&s, 0, sizeof(s));
+	text = text_of(&s);
+	assert_null(strstr(text, "tierfs_disk_"));
+	assert_null(strstr(text, "tier=\"disk\""));
+	assert_null(strstr(text, "tierfs_shared_"));
+	assert_null(strstr(text, "tierfs_fleet_"));
+	assert_null(strstr(text, "tier=\"shared\""));
+	assert_line(text, "tierfs_cache_hits_total{tier=\"hot\"} 0");
+	assert_line(text, "tierfs_cache_hits_total{tier=\"lagging\"} 0");
+	assert_line(text, "# TYPE tierfs_limiter_tokens gauge");
+	assert_null(strstr(text, "tierfs_limiter_tokens{"));
+	free(text);
+
+	s.disk_on = true;
+	text = text_of(&s);
+	assert_line(text, "tierfs_cache_hits_total{tier=\"disk\"} 0");
+	assert_line(text, "tierfs_disk_writes_total{tier=\"disk\"} 0");
+	assert_null(strstr(text, "tier=\"shared\""));
+	free(text);
+}
+
+/* A sink's error ends the text there, and is the writer's answer. */
+static void test_sink_error(void **state)
+{
+	struct fs_metrics_snap s;
+	struct buf b = {.fail_at = 3};
+	struct fs_metrics_sink k = {.write = buf_write, .arg = &b};
+
+	(void)state;
+	full_snap(&s);
+	assert_int_equal(fs_metrics_write(&s, &k), -EPIPE);
+	assert_int_equal(b.writes, 3);
+	free(b.s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_names),	 cmocka_unit_test(test_every_row_exported),
+	    cmocka_unit_test(test_known_values), cmocka_unit_test(test_optional_tiers),
+	    cmocka_unit_test(test_sink_error),
+	};
+
+	return cmocka_run_group_tests_name("metrics", tests, NULL, NULL);
+}
