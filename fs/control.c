@@ -418,51 +418,63 @@ static bool may_steer(uid_t uid, pid_t pid)
 	return fsuid == (long)uid && have_caps && (caps & (1ULL << CAP_SYS_ADMIN_BIT));
 }
 
-int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char *name,
-		 const char *value, size_t size)
+int ctl_set(struct mount *m, uid_t uid, pid_t pid, const char *how, const char *name,
+	    const char *value, char *err, size_t errlen)
 {
-	char val[128], err[256], who[32];
 	struct fs_live live = {.c = m->c};
 	struct fs_opts saved;
+	char who[32];
 	int r;
 
-	if (ino != 1 && ino != CTL_DIR_INO)
-		return -EROFS;
+	snprintf(who, sizeof(who), "uid %lu", (unsigned long)uid);
+	err[0] = '\0';
 	if (!may_steer(uid, pid)) {
-		snprintf(who, sizeof(who), "uid %lu", (unsigned long)uid);
 		fs_log_once(&m->log, FUSE_LOG_WARNING, who, "not the operator",
-			    "setxattr %.64s refused: uid %lu is not the mount's owner and lacks "
-			    "CAP_SYS_ADMIN",
-			    name, (unsigned long)uid);
+			    "%s %.64s refused: uid %lu is not the mount's owner and lacks "
+			    "CAP_SYS_ADMIN", how, name, (unsigned long)uid);
+		snprintf(err, errlen, "%.64s: uid %lu is not the mount's owner and lacks "
+			 "CAP_SYS_ADMIN", name, (unsigned long)uid);
 		return -EPERM;
 	}
-	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0)
+	if (!fs_opts_live(name)) {
+		snprintf(err, errlen, "%.64s: not an option that can change on a running mount",
+			 name);
 		return -ENOTSUP;
-	name += strlen(XATTR_PREFIX);
-	if (!fs_opts_live(name))
-		return -ENOTSUP;
-	if (size >= sizeof(val))
-		return -EINVAL;
-	memcpy(val, value, size);
-	val[size] = '\0';
-	while (size && (val[size - 1] == '\n' || val[size - 1] == ' '))
-		val[--size] = '\0';
-
-	err[0] = '\0';
+	}
 	pthread_mutex_lock(&m->opts_lock);
 	saved = *m->o;
-	r = fs_opts_set(m->o, name, val, err, sizeof(err));
+	r = fs_opts_set(m->o, name, value, err, errlen);
 	if (r == 0)
 		r = fs_opts_apply(m->o, name, &live);
 	if (r < 0)
 		*m->o = saved; /* numbers only: no string of the struct changes here */
 	pthread_mutex_unlock(&m->opts_lock);
 	if (r < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "%.64s=%.64s: %s", name, value, strerror(-r));
 		/* err echoes the value: fs_log_once keeps printable ASCII and bounds the line */
-		snprintf(who, sizeof(who), "uid %lu", (unsigned long)uid);
-		fs_log_once(&m->log, FUSE_LOG_WARNING, who, "bad value", "setxattr %s refused: %.200s", name,
-			    err[0] ? err : strerror(-r));
+		fs_log_once(&m->log, FUSE_LOG_WARNING, who, "bad value", "%s %s refused: %.200s",
+			    how, name, err);
 		return r == -ENOENT ? -ENOTSUP : -EINVAL;
 	}
 	return 0;
+}
+
+int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char *name,
+		 const char *value, size_t size)
+{
+	char val[128], err[256];
+
+	if (ino != 1 && ino != CTL_DIR_INO)
+		return -EROFS;
+	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0)
+		return may_steer(uid, pid) ? -ENOTSUP : -EPERM;
+	name += strlen(XATTR_PREFIX);
+	if (size >= sizeof(val))
+		return may_steer(uid, pid) ? -EINVAL : -EPERM;
+	memcpy(val, value, size);
+	val[size] = '\0';
+	while (size && (val[size - 1] == '\n' || val[size - 1] == ' '))
+		val[--size] = '\0';
+	return ctl_set(m, uid, pid, "setxattr", name, val, err, sizeof(err));
 }

@@ -142,6 +142,12 @@ void fs_opts_done(struct fs_opts *o);
  */
 int fs_tune_readahead(const char *mountpoint, unsigned kib);
 
+/* tierfs set: change live option @name to @value on the mount at @mountpoint through its
+ * control socket (ctlsock.c), as the caller's uid. @return 0, or -errno with one line in
+ * @err. */
+int fs_ctl_set(const char *mountpoint, const char *name, const char *value, char *err,
+	       size_t errlen);
+
 /* Run the mount described by @o until unmounted. @return the process exit status. */
 int fs_main(struct fs_opts *o);
 

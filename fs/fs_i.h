@@ -147,6 +147,23 @@ int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, siz
  * EROFS elsewhere than the root and the control directory). */
 int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char *name,
 		 const char *value, size_t size);
+/* Set live option @name to @value as caller @uid (@pid, 0 if unknown), asked through @how
+ * ("setxattr", "tierfs set"): the rules of ctl_setxattr, with the reason in @err.
+ * @return 0 or -errno (EPERM, ENOTSUP, EINVAL). */
+int ctl_set(struct mount *m, uid_t uid, pid_t pid, const char *how, const char *name,
+	    const char *value, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------------------------------------
+ * ctlsock.c: the control socket, how the operator steers a read-only mount (tierfs set).
+ * ------------------------------------------------------------------------------------------ */
+
+struct ctlsock;
+
+/* Listen on the control socket of the mount at @mountpoint (absolute, symlinks resolved).
+ * @return 0 and *ret; or -errno (-EADDRINUSE: another mount on the same path has it). */
+int ctlsock_start(struct mount *m, const char *mountpoint, struct ctlsock **ret);
+/* Stop listening; waits for a request being answered. NULL is accepted. */
+void ctlsock_stop(struct ctlsock *cs);
 
 
 

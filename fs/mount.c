@@ -162,6 +162,8 @@ struct session {
 	char *store;                /* the store's name in object ids (store_name) */
 	bool handlers;              /* the signal handlers are installed */
 	bool mounted;               /* fuse_session_mount succeeded */
+	char *realmp;               /* the mountpoint's real path, found before mounting */
+	struct ctlsock *ctl;        /* the control socket (tierfs set), or NULL */
 };
 
 static void mount_init(struct mount *m, struct fs_opts *o)
@@ -319,6 +321,9 @@ static int open_session(struct mount *m, struct session *se)
 	struct fuse_args *a = &se->args;
 
 	se->fsname = fsname_opt(o->url);
+	/* the control socket's name: resolved now, as a stat of the mountpoint would wait for
+	 * the session loop once it is mounted */
+	se->realmp = realpath(o->mountpoint, NULL);
 	if (!se->fsname || fuse_opt_add_arg(a, "tierfs") < 0 || fuse_opt_add_arg(a, "-o") < 0 ||
 	    fuse_opt_add_arg(a, se->fsname) < 0 || fuse_opt_add_arg(a, "-o") < 0 ||
 	    fuse_opt_add_arg(a, "default_permissions") < 0 ||
@@ -380,6 +385,12 @@ static int serve(struct mount *m, struct session *se)
 {
 	int r;
 
+	/* after the fork of fuse_daemonize: the socket's thread must be the child's */
+	r = se->realmp ? ctlsock_start(m, se->realmp, &se->ctl) : -ENOENT;
+	if (r < 0)
+		fuse_log(FUSE_LOG_WARNING, "tierfs: no control socket (%s): tierfs set cannot "
+			 "reach this mount\n", strerror(-r));
+
 	/* the root's first listing starts now, so that the first ls and the control
 	 * directory's lookup find it (or find it in flight) */
 	ns_opendir_async(m->ns, 1, prime_done, NULL);
@@ -403,6 +414,7 @@ static int serve(struct mount *m, struct session *se)
 /* Everything set up, in the opposite order; each part may be missing. */
 static void teardown(struct mount *m, struct session *se)
 {
+	ctlsock_stop(se->ctl);
 	/* answer everything still waiting before the cache goes, and before the device closes:
 	 * the answers and the helpers' notifications write to it */
 	if (m->b)
@@ -429,6 +441,7 @@ static void teardown(struct mount *m, struct session *se)
 	fuse_opt_free_args(&se->args);
 	free(se->fsname);
 	free(se->store);
+	free(se->realmp);
 }
 
 int fs_main(struct fs_opts *o)

@@ -159,6 +159,75 @@ def test_only_the_operator_changes_settings(pub, mount, dir_mode, refusal):
     assert stat_value(m.mnt, "limiter_rate_bytes") == 30 * MIB
 
 
+def tierfs_set(mnt, *pairs, who=()):
+    """`tierfs set MNT NAME=VALUE...` as root, or as @who (a command prefix: NOBODY...)."""
+    return subprocess.run([*who, harness.tierfs_bin(), "set", str(mnt), *pairs],
+                          capture_output=True, text=True, timeout=30)
+
+
+def ctl_address(mnt):
+    """The mount's control socket (fs/ctlsock.c): abstract, named by FNV-1a of the real path."""
+    h = 0xcbf29ce484222325
+    for b in os.path.realpath(mnt).encode():
+        h = ((h ^ b) * 0x100000001b3) & (2**64 - 1)
+    return b"\0tierfs-ctl:%016x" % h
+
+
+def test_tierfs_set_steers_through_the_control_socket(pub, mount):
+    """`tierfs set` changes live settings through the mount's control socket (how a mount the
+    kernel holds read-only is steered), by the same rules as setxattr: the owner may; nobody
+    may not, also as root of its own user namespace; a fixed option or a bad value is refused
+    with one line; a request that is not one short line in time is closed unanswered."""
+    put(pub.store, "obj.bin", os.urandom(B64K))
+    m = mount(pub.url, OPTS + ["lagging_rate=20M"], name=pub.mnt)
+    p = tierfs_set(m.mnt, "lagging_rate=30M", "hot_ttl=3600")
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    assert (config(m.mnt)["lagging_rate"], config(m.mnt)["hot_ttl"]) == (str(30 * MIB), "3600")
+    assert stat_value(m.mnt, "limiter_rate_bytes") == 30 * MIB
+
+    for who in ([NOBODY], [NOBODY + ["unshare", "-Ur"]]):
+        p = tierfs_set(m.mnt, "lagging_rate=40M", who=who[0])
+        if who[0][-1] == "-Ur" and "unshare" in p.stderr:
+            continue  # no user namespaces for nobody here
+        assert p.returncode == 1, (who, p.returncode, p.stderr)
+        assert p.stderr.count("\n") == 1 and "not the mount's owner" in p.stderr, p.stderr
+    assert config(m.mnt)["lagging_rate"] == str(30 * MIB)
+
+    for pair, words in (("block_size=1M", "not an option that can change"),
+                        ("lagging_rate=1", "must be 0 or between 64K and 1T"),
+                        ("nonesuch=1", "not an option that can change")):
+        p = tierfs_set(m.mnt, pair)
+        assert p.returncode == 1 and words in p.stderr and p.stderr.count("\n") == 1, \
+            (pair, p.stderr)
+    assert tierfs_set(m.mnt, "lagging_rate").returncode == 2
+    assert tierfs_set(pub.dir / "nowhere", "lagging_rate=1M").returncode == 1
+    assert config(m.mnt)["lagging_rate"] == str(30 * MIB)
+
+    def closed_unanswered(s):
+        s.settimeout(10)
+        try:
+            return s.recv(512) == b""
+        except ConnectionResetError:  # closed with our bytes unread
+            return True
+
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(ctl_address(m.mnt))
+        s.sendall(b"frobnicate\n")
+        assert s.recv(512).startswith(b"error 22 ")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(ctl_address(m.mnt))
+        s.sendall(b"set lagging_rate 50M")  # no newline: never a whole request
+        t0 = time.monotonic()
+        assert closed_unanswered(s), "an unfinished request was answered"
+        assert time.monotonic() - t0 < 5
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(ctl_address(m.mnt))
+        s.sendall(b"set lagging_rate " + b"9" * 1000 + b"\n")  # longer than a request may be
+        assert closed_unanswered(s)
+    assert config(m.mnt)["lagging_rate"] == str(30 * MIB)
+
+
 BAD_LIVE = [("lagging_rate", b"1"), ("lagging_rate", b"65535"), ("lagging_rate", b"2T"),
             ("lagging_burst", b"1"), ("lagging_burst", b"1K"), ("lagging_ops", b"1"),
             ("lagging_ops", b"3"), ("hot_ttl", b"4294967295"), ("hot_ttl", b"315360001"),
