@@ -129,8 +129,9 @@ struct bk_stats {
 	uint64_t uploads_started;   /* backend_upload_new calls that made an upload */
 	uint64_t uploads_completed; /* commits the store acknowledged: the object is there */
 	uint64_t uploads_failed;    /* commits that ended in an error: the object is not there */
-	uint64_t uploads_aborted;   /* uploads undone: backend_upload_abort, or a failed commit
-				     * (S3 AbortMultipartUpload answered, file:// temp removed) */
+	uint64_t uploads_aborted;   /* uploads undone, counted when the undoing is over:
+				     * backend_upload_abort, or a failed commit (S3's
+				     * AbortMultipartUpload answered, file://'s temp removed) */
 	uint64_t abort_errors;      /* S3 aborts the store refused or never answered (parts left
 				     * for the bucket's lifecycle rule, README) */
 	uint64_t parts;             /* parts the store acknowledged (a PutObject counts one) */

@@ -597,7 +597,7 @@ static void abort_complete(struct wjob *j)
 
 	fup_free(uj->u->priv);
 	uj->u->priv = NULL;
-	upload_free(uj->u);
+	upload_end(uj->u, -ECANCELED, NULL);
 	free(uj);
 }
 

@@ -24,9 +24,12 @@
  *
  * Retried requests that may have succeeded the first time. A PutObject or Complete sent with
  * "If-None-Match: *" (overwrite not allowed) whose first answer was lost gets 412 on the
- * retry, and a retried Complete whose first attempt went through gets 404 NoSuchUpload: in
- * both cases a HEAD decides, and the upload succeeded if the object's ETag is the one our
- * bytes make (the part's MD5; for a multipart object the MD5 of the parts' MD5s, "-N").
+ * retry, and a retried Complete whose first attempt went through gets 404 NoSuchUpload. Not
+ * every retry is ours to count: curl itself sends a request again, once, when a kept-alive
+ * connection dies before any answer. So every such 412 or 404 is looked into with a HEAD: the
+ * upload succeeded if the object's ETag is the one our bytes make (the part's MD5; for a
+ * multipart object the MD5 of the parts' MD5s, "-N"), which is also the case when another
+ * writer put exactly these bytes there first.
  * CreateMultipartUpload retried after a lost answer can leave an unused upload behind, which
  * the bucket's lifecycle rule (README) removes, as it does the parts of a killed process.
  *
@@ -492,14 +495,10 @@ static void part_done(struct s3op *op, struct io_req *r)
 static void su_end(struct s3up *su, int err, const struct bk_meta *meta)
 {
 	struct bk_upload *u = su->u;
-	bool aborting = su->aborting;
 
 	su_free(su);
 	u->priv = NULL;
-	if (aborting)
-		upload_free(u);
-	else
-		upload_end(u, err, meta);
+	upload_end(u, err, meta);
 }
 
 /* AbortMultipartUpload, then su_end(@err); or su_end at once without an upload id. */
@@ -704,8 +703,8 @@ static int confirm(struct s3op *op, int err)
 static void commit_done(struct s3op *op, struct io_req *r)
 {
 	int e = r->err;
-	bool maybe_ours = r->attempts > 1 && op->want_etag[0] &&
-			  (e == -ESTALE || (op->kind == OP_COMPLETE && e == -ENOENT));
+	bool maybe_ours =
+	    op->want_etag[0] && (e == -ESTALE || (op->kind == OP_COMPLETE && e == -ENOENT));
 
 	if (e == -ESTALE)
 		e = -EEXIST; /* 412 to If-None-Match: *: the name is taken */

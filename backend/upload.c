@@ -237,7 +237,6 @@ void backend_upload_abort(struct bk_upload *u)
 	pthread_mutex_unlock(&u->lock);
 	if (e < 0)
 		return; /* committed already: the upload is the backend's */
-	WSTAT_ADD(u->b, aborted, 1);
 	u->b->ops->upload_abort(u);
 }
 
@@ -260,6 +259,11 @@ void upload_part_end(struct bk_part *p, int err)
 
 void upload_end(struct bk_upload *u, int err, const struct bk_meta *meta)
 {
+	if (!u->commit_done) { /* aborted */
+		WSTAT_ADD(u->b, aborted, 1);
+		upload_free(u);
+		return;
+	}
 	if (err) {
 		WSTAT_ADD(u->b, failed, 1);
 		WSTAT_ADD(u->b, aborted, 1);

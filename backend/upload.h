@@ -82,7 +82,8 @@ struct bk_upload {
 	struct bk_upload_cfg cfg;   /* resolved: no zero left */
 	pthread_mutex_t lock;       /* guards plan and the scheme's state in priv */
 	struct upload_plan plan;    /* lock */
-	bk_commit_fn commit_done;   /* set by backend_upload_commit, before the scheme hears */
+	bk_commit_fn commit_done;   /* lock: set by backend_upload_commit, before the scheme
+				     * hears; NULL: an abort (or not ended yet) */
 	void *commit_arg;
 	void *priv;                 /* the scheme's state (its own rules say what lock guards
 				     * what; u->lock by default) */
@@ -107,11 +108,12 @@ struct bk_part {
  * never with u->lock held. */
 void upload_part_end(struct bk_part *p, int err);
 
-/* A commit ended with @err (0: @meta is the new object): counted, commit_done called, @u
- * freed (the scheme has freed u->priv). I/O thread; never with u->lock held. */
+/* The upload is over, its undoing too if it failed or was aborted (the scheme has freed
+ * u->priv): counted; a commit's done called with @err (0: @meta is the new object); @u freed.
+ * I/O thread; never with u->lock held. */
 void upload_end(struct bk_upload *u, int err, const struct bk_meta *meta);
 
-/* An aborted upload is over: @u freed (the scheme has freed u->priv). */
+/* Free @u, counting nothing (backend_upload_new's failure). */
 void upload_free(struct bk_upload *u);
 
 /* Can an object or directory be at @path: not empty, no empty, "." or ".." segment, none
