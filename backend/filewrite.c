@@ -97,22 +97,28 @@ struct fup {
 
 /* ---- the writer thread --------------------------------------------------------------------- */
 
-/* On the I/O thread: complete every job run so far, in order. */
+/* On the I/O thread: complete every job run so far, in order, one at a time from the list,
+ * so that one queued by a completion (an abort from inside a done) comes after the others. */
 static void drain(void *arg)
 {
 	struct fwriter *w = arg;
-	struct wjob *j;
 
-	pthread_mutex_lock(&w->lock);
-	j = w->dhead;
-	w->dhead = w->dtail = NULL;
-	w->draining = false;
-	pthread_mutex_unlock(&w->lock);
-	while (j) {
-		struct wjob *next = j->next;
+	for (;;) {
+		struct wjob *j;
 
+		pthread_mutex_lock(&w->lock);
+		j = w->dhead;
+		if (j) {
+			w->dhead = j->next;
+			if (!w->dhead)
+				w->dtail = NULL;
+		} else {
+			w->draining = false;
+		}
+		pthread_mutex_unlock(&w->lock);
+		if (!j)
+			return;
 		j->complete(j);
-		j = next;
 	}
 }
 

@@ -283,9 +283,12 @@ static int op_submit(struct s3op *op, const char *key, const char *query, const 
 	r->check = check_op;
 	r->done = op_done;
 	r->arg = op;
-	if (body || (method && !strcmp(method, "PUT"))) {
+	if (body || op->kind == OP_PUT) { /* signed with the body's hash */
 		r->sign = sign_op;
 		r->sign_arg = op;
+	}
+	if (method && strcmp(method, "DELETE")) { /* PUT, POST */
+		/* Create's Content-Type becomes the object's, as PutObject's does */
 		if (io_req_header(r, "Expect", "") < 0 || /* no 100-continue round trip */
 		    io_req_header(r, "Content-Type", op->kind == OP_COMPLETE
 							  ? "application/xml"
@@ -442,11 +445,13 @@ static void create_done(struct s3op *op, struct io_req *r)
 	struct bk_upload *u = su->u;
 	struct bk_part *p, *next;
 	char *id = NULL;
+	bool ended;
 	int e = r->err;
 
 	if (e == 0 && s3xml_parse_initiate(r->body, r->body_len, &id) < 0)
 		e = -EIO;
 	pthread_mutex_lock(&u->lock);
+	ended = su->end_seen;
 	su->creating = false;
 	su->upload_id = id;
 	if (e && !u->plan.err)
@@ -466,29 +471,32 @@ static void create_done(struct s3op *op, struct io_req *r)
 		if (pe < 0)
 			upload_part_end(p, pe);
 	}
-	advance(su);
+	if (ended)
+		advance(su); /* else end_job will, and su may be gone: see advance() */
 }
 
 /* A part's answer: its ETag kept for Complete, its done called. */
 static void part_done(struct s3op *op, struct io_req *r)
 {
 	struct s3up *su = op->su;
+	char *etag = NULL;
+	bool ended;
 	int e = r->err;
 
 	if (e == -ENOENT)
 		e = -EIO; /* NoSuchUpload: the upload is gone (a lifecycle rule, another abort) */
-	if (e == 0) {
-		char *etag = strdup(r->etag_got);
-
-		pthread_mutex_lock(&su->u->lock);
+	if (e == 0 && !(etag = strdup(r->etag_got)))
+		e = -ENOMEM;
+	pthread_mutex_lock(&su->u->lock);
+	ended = su->end_seen;
+	if (etag) {
 		free(su->etags[op->p->no - 1]);
 		su->etags[op->p->no - 1] = etag;
-		pthread_mutex_unlock(&su->u->lock);
-		if (!etag)
-			e = -ENOMEM;
 	}
+	pthread_mutex_unlock(&su->u->lock);
 	upload_part_end(op->p, e);
-	advance(su);
+	if (ended)
+		advance(su); /* else end_job will, and su may be gone: see advance() */
 }
 
 /* The upload is over: freed, and the caller told (a commit) or not (an abort). */
@@ -600,8 +608,14 @@ fail:
 	send_abort(su, e);
 }
 
-/* The last step, once the plan has ended and every part sent is done: PutObject, Complete, or
- * (after a failure, or an abort) Abort. Runs once. */
+/*
+ * The last step, once the plan has ended and every part sent is done: PutObject, Complete, or
+ * (after a failure, or an abort) Abort. Runs once, started by end_job or by the last part to
+ * end after it. A part's done may itself end the plan (commit or abort from inside the
+ * callback); when the loop has stopped, that abort runs end_job at once and may free su before
+ * the callback returns. So whoever calls a done and then advance() must have seen end_seen set
+ * before the done: then no done can end the plan again, and su outlives the call.
+ */
 static void advance(struct s3up *su)
 {
 	struct bk_upload *u = su->u;
