@@ -189,34 +189,38 @@ static void logf_(struct io *io, int level, const char *fmt, ...)
 	io->cfg.log(io->cfg.log_arg, level, line);
 }
 
-int io_status_errno(long status)
+/* HTTP status -> errno: the one table. Any other failure is -EIO. */
+static const struct {
+	long status;
+	int err;       /* for a read (GET, HEAD) and a DELETE */
+	int write_err; /* for a PUT or POST, where it differs */
+} statuses[] = {
+    {400, -EINVAL, 0},
+    {401, -EACCES, 0},
+    {403, -EACCES, 0},
+    {404, -ENOENT, 0},
+    {405, -EOPNOTSUPP, 0},
+    {408, -ETIMEDOUT, 0},
+    {410, -ENOENT, 0},
+    /* a read's If-Match: the object is not (or no longer) the version we know; a write's
+     * If-None-Match: *: the name is taken */
+    {412, -ESTALE, -EEXIST},
+    {416, -ESTALE, 0},
+    {429, -EAGAIN, 0}, /* slow down; becomes EIO if retries run out */
+    {501, -EOPNOTSUPP, 0},
+    {503, -EAGAIN, 0},
+    {504, -ETIMEDOUT, 0},
+};
+
+int io_status_errno(long status, bool write)
 {
 	if (status >= 200 && status < 300)
 		return 0;
-	switch (status) {
-	case 400:
-		return -EINVAL;
-	case 401:
-	case 403:
-		return -EACCES;
-	case 404:
-	case 410:
-		return -ENOENT;
-	case 405:
-	case 501:
-		return -EOPNOTSUPP;
-	case 408:
-	case 504:
-		return -ETIMEDOUT;
-	case 412:
-	case 416:
-		return -ESTALE; /* the object is not (or no longer) the version we know */
-	case 429:
-	case 503:
-		return -EAGAIN; /* slow down; becomes EIO if retries run out */
-	default:
-		return -EIO;
-	}
+	for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++)
+		if (statuses[i].status == status)
+			return write && statuses[i].write_err ? statuses[i].write_err
+							      : statuses[i].err;
+	return -EIO;
 }
 
 static bool status_retryable(long status)
@@ -600,6 +604,12 @@ static const char *method_of(const struct io_req *r)
 	return r->method ? r->method : r->head ? "HEAD" : "GET";
 }
 
+/* Does @r write (PUT, POST), for the status table? */
+static bool writes(const struct io_req *r)
+{
+	return r->method && (!strcmp(r->method, "PUT") || !strcmp(r->method, "POST"));
+}
+
 /* Count and log a request that failed for good. */
 static void failed(struct io *io, struct io_req *r)
 {
@@ -754,7 +764,7 @@ static struct io_req *merge(struct io *io, struct io_req *r)
  * pooled handle keeps the last request's settings: each one is set here, every time. */
 static void set_method(CURL *e, const struct io_req *r)
 {
-	bool body = r->method && (!strcmp(r->method, "PUT") || !strcmp(r->method, "POST"));
+	bool body = writes(r);
 
 	curl_easy_setopt(e, CURLOPT_NOBODY, r->head ? 1L : 0L);
 	if (!r->head)
@@ -970,7 +980,7 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		r->err = curl_errno(code, &retry);
 		if (!r->errmsg[0])
 			snprintf(r->errmsg, sizeof(r->errmsg), "%s", curl_easy_strerror(code));
-	} else if ((r->err = io_status_errno(r->status)) != 0) {
+	} else if ((r->err = io_status_errno(r->status, writes(r))) != 0) {
 		retry = status_retryable(r->status);
 		if (!r->errmsg[0])
 			snprintf(r->errmsg, sizeof(r->errmsg), "HTTP %ld", r->status);

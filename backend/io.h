@@ -135,8 +135,9 @@ void io_get_stats(struct io *io, struct bk_stats *ret);
 /* Count a read done outside curl (file://): one request, @bytes received or an error. */
 void io_account(struct io *io, uint64_t bytes, bool error);
 
-/* HTTP status -> errno (0 for 2xx); is a failure with this status or curl code retryable? */
-int io_status_errno(long status);
+/* HTTP status -> errno (0 for 2xx), for a read or DELETE, or for a PUT or POST (@write): the
+ * one table of them. */
+int io_status_errno(long status, bool write);
 
 /* ---- the loop's rules as pure functions, exposed for tests ---------------------------------- */
 

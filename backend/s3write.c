@@ -75,7 +75,8 @@ enum op_kind {
 	OP_PUT,
 	OP_COMPLETE,
 	OP_ABORT,
-	OP_CONFIRM, /* HEAD after a retried PutObject or Complete: did the first one go in? */
+	OP_CONFIRM, /* HEAD after a 412 or 404 to PutObject or Complete: did an earlier attempt
+		     * of ours go in? */
 	OP_DELETE,
 };
 
@@ -718,12 +719,10 @@ static void commit_done(struct s3op *op, struct io_req *r)
 {
 	int e = r->err;
 	bool maybe_ours =
-	    op->want_etag[0] && (e == -ESTALE || (op->kind == OP_COMPLETE && e == -ENOENT));
+	    op->want_etag[0] && (e == -EEXIST || (op->kind == OP_COMPLETE && e == -ENOENT));
 
-	if (e == -ESTALE)
-		e = -EEXIST; /* 412 to If-None-Match: *: the name is taken */
-	else if (e == -ENOENT && op->kind == OP_COMPLETE)
-		e = -EIO; /* NoSuchUpload: the upload is gone */
+	if (e == -ENOENT && op->kind == OP_COMPLETE)
+		e = -EIO; /* NoSuchUpload: the upload is gone, the object was not made */
 	if (maybe_ours && confirm(op, e) == 0)
 		return;
 	if (e) {
