@@ -176,8 +176,7 @@ int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_don
 /*
  * An upload writes ONE new object, whole or not at all: nothing appears under its name until
  * backend_upload_commit's done reports success, which comes only after the store acknowledged
- * the whole object; a failed or abandoned upload leaves nothing under the name (an existing
- * object there is untouched).
+ * the whole object; a failed or abandoned upload leaves nothing new under the name.
  *
  *   backend_upload_new ─► backend_upload_part × N (in order) ─► backend_upload_commit ─► done
  *                                     └──────────────────────────► backend_upload_abort
@@ -277,10 +276,11 @@ int backend_upload_commit(struct bk_upload *u, bk_commit_fn done, void *arg);
 
 /*
  * Abandon the upload: nothing appears under the name. Parts in flight finish first (their
- * done runs as usual; a first part s3 was holding back gets -ECANCELED); then s3 sends
- * AbortMultipartUpload (best effort: a failure is counted in abort_errors and logged) and
- * file removes its temporary file. Frees @u when that is over; @u must not be used again.
- * NULL is allowed.
+ * done runs as usual; parts s3 has not sent yet, the held first one or those waiting for
+ * CreateMultipartUpload's answer, get -ECANCELED); then s3 sends AbortMultipartUpload (best
+ * effort: a failure is counted in abort_errors and logged) and file removes its temporary
+ * file. Frees @u when that is over (uploads_aborted counts it then); @u must not be used
+ * again. NULL is allowed; after a commit that returned 0, nothing happens.
  */
 void backend_upload_abort(struct bk_upload *u);
 

@@ -35,6 +35,9 @@
  *
  * A part's bytes go to the page cache when it is written; only the commit's fsync makes them
  * durable, which is what close() waits for. ENOSPC, EIO and the like come back as they are.
+ * If the directory's fsync fails after the rename, the name may not survive a crash: the new
+ * file is taken away again and the commit fails, so the caller never counts on it (with
+ * overwrite, the object it replaced is gone by then too; the error says so).
  *
  * Locking: w->lock guards the two queues and the flags; an upload's struct fup belongs to the
  * writer thread (its jobs run one at a time, in order). Workload: one job per part of several
