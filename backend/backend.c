@@ -242,7 +242,7 @@ int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_don
 	return e;
 }
 
-/* ---- writing (the uploads are upload.c's) ----------------------------------------------------- */
+/* ---- writing (the uploads are upload.c's) ------------------------------------------------- */
 
 /* -EROFS, -EINVAL, or 0 if a write at @path may go to the scheme. */
 static int write_ok(struct backend *b, const char *path)

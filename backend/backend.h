@@ -132,12 +132,12 @@ struct bk_stats {
 	uint64_t uploads_aborted;   /* uploads undone, counted when the undoing is over:
 				     * backend_upload_abort, or a failed commit (S3's
 				     * AbortMultipartUpload answered, file://'s temp removed) */
-	uint64_t abort_errors;      /* S3 aborts the store refused or never answered (parts left
+	uint64_t abort_errors;	    /* S3 aborts the store refused or never answered (parts left
 				     * for the bucket's lifecycle rule, README) */
-	uint64_t parts;             /* parts the store acknowledged (a PutObject counts one) */
-	uint64_t bytes_up;          /* body bytes of those parts */
+	uint64_t parts;		    /* parts the store acknowledged (a PutObject counts one) */
+	uint64_t bytes_up;	    /* body bytes of those parts */
 	uint64_t upload_retries;    /* write requests sent again (parts, PutObject, Complete...) */
-	uint64_t tmp_removed;       /* file://: leftover temporary files removed at start */
+	uint64_t tmp_removed;	    /* file://: leftover temporary files removed at start */
 };
 /* Hold this thread's range reads until backend_unplug and submit them together, so that
  * consecutive ones can go to the store as one request (io_plug). s3 and http: file's reads
@@ -196,11 +196,11 @@ int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_don
 struct bk_upload;
 
 #define BK_PART_SIZE_DEFAULT (8ull << 20) /* 8 MiB */
-#define BK_PART_SIZE_MIN (5ull << 20)     /* S3: every part but the last is at least 5 MiB */
-#define BK_PART_SIZE_MAX (5ull << 30)     /* S3: at most 5 GiB */
-#define BK_PARTS_MAX 10000u               /* S3: part numbers 1..10000 */
+#define BK_PART_SIZE_MIN     (5ull << 20) /* S3: every part but the last is at least 5 MiB */
+#define BK_PART_SIZE_MAX     (5ull << 30) /* S3: at most 5 GiB */
+#define BK_PARTS_MAX	     10000u	  /* S3: part numbers 1..10000 */
 #define BK_IN_FLIGHT_DEFAULT 4u
-#define BK_IN_FLIGHT_MAX 64u
+#define BK_IN_FLIGHT_MAX     64u
 
 struct bk_upload_cfg {
 	/* Every part but the last is exactly this many bytes; 0: BK_PART_SIZE_DEFAULT. s3: from

@@ -5,7 +5,8 @@
  * the directory; their ETag is made from what identifies the file's bytes,
  * "dev-inode-size-mtime_ns" in hex, stable across processes and mounts. Reads run as jobs on
  * the backend's I/O thread (pread from the page cache is fast, and it keeps FUSE workers off
- * the disk), and check the ETag first, so a file replaced under an open handle gives -ESTALE, never a mix.
+ * the disk), and check the ETag first, so a file replaced under an open handle gives -ESTALE,
+ * never a mix.
  *
  * Confinement. The store's contents are untrusted input: anyone who can write into the
  * directory may plant `shadow -> /etc/shadow`, `up -> ../..` or a FIFO, and the mount (often

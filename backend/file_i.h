@@ -15,10 +15,10 @@ struct fwriter;
 
 /* Set up by file_init, read-only afterwards (w: its own lock, filewrite.c). */
 struct file {
-	char *root;         /* absolute directory, no trailing slash (for messages) */
-	int rootfd;         /* O_PATH on root: every path is resolved beneath it */
-	bool walk;          /* no openat2: resolve component by component, following no symlink */
-	struct fwriter *w;  /* the writer thread, when the mount writes; NULL otherwise */
+	char *root;	   /* absolute directory, no trailing slash (for messages) */
+	int rootfd;	   /* O_PATH on root: every path is resolved beneath it */
+	bool walk;	   /* no openat2: resolve component by component, following no symlink */
+	struct fwriter *w; /* the writer thread, when the mount writes; NULL otherwise */
 };
 
 /* Open @path (relative, "" = the root) beneath the root. @return an fd or -errno (-ENOENT

@@ -59,9 +59,9 @@
 #include "io.h"
 #include "scheme.h"
 
-#define WALK_DEPTH_MAX 64 /* the leftover walk goes no deeper */
-#define OBJECT_MODE 0644  /* a new object's permission bits */
-#define DIR_MODE 0755
+#define WALK_DEPTH_MAX 64   /* the leftover walk goes no deeper */
+#define OBJECT_MODE    0644 /* a new object's permission bits */
+#define DIR_MODE       0755
 
 struct wjob;
 typedef void (*wjob_fn)(struct wjob *j);
@@ -79,13 +79,13 @@ struct wjob {
 
 struct fwriter {
 	pthread_t thread;
-	bool running;                 /* owner's thread: file_write_start / stop */
+	bool running; /* owner's thread: file_write_start / stop */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;          /* a job was queued, or stopping */
-	struct wjob *head, *tail;     /* lock: jobs to run */
-	struct wjob *dhead, *dtail;   /* lock: jobs run, their completions due */
-	bool draining;                /* lock: a drain is deferred on the I/O loop */
-	bool stopping;                /* lock */
+	pthread_cond_t cond;	    /* a job was queued, or stopping */
+	struct wjob *head, *tail;   /* lock: jobs to run */
+	struct wjob *dhead, *dtail; /* lock: jobs run, their completions due */
+	bool draining;		    /* lock: a drain is deferred on the I/O loop */
+	bool stopping;		    /* lock */
 };
 
 /* An upload's state; the writer thread's alone. */
@@ -206,8 +206,9 @@ static int remove_leftover(int dfd, const char *name)
 	if (fd < 0)
 		return 0;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-	    flock(fd, LOCK_EX | LOCK_NB) == 0 && fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    now.st_dev == st.st_dev && now.st_ino == st.st_ino && unlinkat(dfd, name, 0) == 0)
+	    flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+	    fstatat(dfd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st.st_dev &&
+	    now.st_ino == st.st_ino && unlinkat(dfd, name, 0) == 0)
 		removed = 1;
 	close(fd); /* and its lock */
 	return removed;
@@ -233,8 +234,8 @@ static uint64_t walk_leftovers(int dfd, int depth)
 			n += (uint64_t)remove_leftover(dirfd(d), name);
 		} else if ((de->d_type == DT_DIR || de->d_type == DT_UNKNOWN) &&
 			   depth < WALK_DEPTH_MAX) {
-			int sub = openat(dirfd(d), name,
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			int sub =
+			    openat(dirfd(d), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
 			if (sub >= 0)
 				n += walk_leftovers(sub, depth + 1);
@@ -385,8 +386,8 @@ static int make_tmp(struct fup *fu)
 		if (fd < 0)
 			return -errno;
 		if (flock(fd, LOCK_EX) == 0 && fstat(fd, &a) == 0 &&
-		    fstatat(fu->dfd, fu->tmp, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_dev == b.st_dev &&
-		    a.st_ino == b.st_ino) {
+		    fstatat(fu->dfd, fu->tmp, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
 			fu->fd = fd;
 			return 0;
 		}

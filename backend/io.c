@@ -615,8 +615,8 @@ static void failed(struct io *io, struct io_req *r)
 {
 	STAT_ADD(io, errors, 1);
 	if (r->err != -ENOENT && r->err != -ESHUTDOWN)
-		logf_(io, 1, "%s %s%s: %s", method_of(r), r->url,
-		      r->len ? " (range)" : "", r->errmsg[0] ? r->errmsg : strerror(-r->err));
+		logf_(io, 1, "%s %s%s: %s", method_of(r), r->url, r->len ? " (range)" : "",
+		      r->errmsg[0] ? r->errmsg : strerror(-r->err));
 }
 
 /* Carrier @c is over: its reads not yet completed end with its answer (@retry: those that

@@ -35,11 +35,11 @@ struct io_req {
 	char *url;                   /* owned by the request (freed by io_req_free) */
 	struct curl_slist *headers;  /* owned; sent with every attempt */
 	bool head;                   /* HEAD instead of GET */
-	const char *method;          /* NULL: GET (or HEAD); else "PUT", "POST", "DELETE" (static) */
-	const void *upload;          /* PUT, POST: the body, sent whole by every attempt; not owned,
-				      * valid until done (NULL: empty body) */
+	const char *method; /* NULL: GET (or HEAD); else "PUT", "POST", "DELETE" (static) */
+	const void *upload; /* PUT, POST: the body, sent whole by every attempt; not owned,
+			     * valid until done (NULL: empty body) */
 	size_t upload_len;
-	io_check_fn check;           /* NULL: the status alone decides */
+	io_check_fn check;	     /* NULL: the status alone decides */
 	uint64_t off;                /* range reads: first byte */
 	uint32_t len;                /* range reads: exact length, 0 = not a range read */
 	void *dst;                   /* range reads: where the bytes go (len bytes) */
@@ -57,10 +57,10 @@ struct io_req {
 	size_t body_len;
 	char etag_got[BK_ETAG_MAX];  /* ETag header, "" if none */
 	int64_t mtime;               /* Last-Modified, INT64_MIN if none */
-	int64_t date;                /* Date (the server's clock), INT64_MIN if none */
+	int64_t date;		     /* Date (the server's clock), INT64_MIN if none */
 	uint64_t length;             /* Content-Length, UINT64_MAX if none */
-	char sse[24];                /* x-amz-server-side-encryption, "" if none */
-	unsigned attempts;           /* attempts started, retries included */
+	char sse[24];		     /* x-amz-server-side-encryption, "" if none */
+	unsigned attempts;	     /* attempts started, retries included */
 	char errmsg[256];            /* why it failed, for a log line or the user */
 
 	struct io_xfer *xfer;        /* io's own state of the request (io.c); allocated with it */

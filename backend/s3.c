@@ -99,7 +99,9 @@ int s3_sign(struct s3 *s, struct io_req *r, struct curl_slist **list, const char
 	for (size_t i = 0; i < nextra; i++)
 		hdr[nh++] = extra[i];
 	struct sigv4_input in = {
-	    .method = r->method ? r->method : r->head ? "HEAD" : "GET",
+	    .method = r->method ? r->method
+		      : r->head ? "HEAD"
+				: "GET",
 	    .canonical_uri = curi,
 	    .canonical_query = query,
 	    .headers = hdr,

@@ -48,8 +48,8 @@ int s3_upload_part(struct bk_upload *u, struct bk_part *p, int step);
 int s3_upload_commit(struct bk_upload *u);
 void s3_upload_abort(struct bk_upload *u);
 int s3_unlink(struct backend *b, const char *path, bk_done_fn done, void *arg);
-int s3_rename(struct backend *b, const char *from, const char *to, bool overwrite,
-	      bk_done_fn done, void *arg);
+int s3_rename(struct backend *b, const char *from, const char *to, bool overwrite, bk_done_fn done,
+	      void *arg);
 int s3_mkdir(struct backend *b, const char *path, bool rm, bk_done_fn done, void *arg);
 
 /*

@@ -55,18 +55,18 @@
 struct s3up {
 	struct s3 *s;
 	struct bk_upload *u;
-	char *upload_id;          /* u->lock; NULL until CreateMultipartUpload answered */
-	bool creating;            /* u->lock: CreateMultipartUpload in flight */
-	bool end_seen;            /* u->lock: the I/O thread has taken the commit or abort in
-				   * (end_job): only then may advance() finish */
-	bool aborting;            /* u->lock, with end_seen: it was an abort */
-	bool finishing;           /* u->lock: advance() sent (or ended) the last requests */
-	struct bk_part *held;     /* u->lock: part 1, not sent yet */
-	struct bk_part *pend;     /* u->lock: parts waiting for the upload id, in order */
-	char **etags;             /* u->lock: [no - 1], the ETag each part was answered */
+	char *upload_id;	   /* u->lock; NULL until CreateMultipartUpload answered */
+	bool creating;		   /* u->lock: CreateMultipartUpload in flight */
+	bool end_seen;		   /* u->lock: the I/O thread has taken the commit or abort in
+				    * (end_job): only then may advance() finish */
+	bool aborting;		   /* u->lock, with end_seen: it was an abort */
+	bool finishing;		   /* u->lock: advance() sent (or ended) the last requests */
+	struct bk_part *held;	   /* u->lock: part 1, not sent yet */
+	struct bk_part *pend;	   /* u->lock: parts waiting for the upload id, in order */
+	char **etags;		   /* u->lock: [no - 1], the ETag each part was answered */
 	unsigned char (*md5s)[16]; /* u->lock: [no - 1], the MD5 of each part */
-	uint32_t cap;             /* u->lock: entries of etags and md5s */
-	int err;                  /* I/O thread: the failure a commit ends with after Abort */
+	uint32_t cap;		   /* u->lock: entries of etags and md5s */
+	int err;		   /* I/O thread: the failure a commit ends with after Abort */
 };
 
 enum op_kind {
@@ -86,16 +86,16 @@ struct s3op {
 	enum op_kind kind;
 	struct backend *b;
 	struct s3 *s;
-	struct s3up *su;        /* NULL for OP_DELETE */
-	struct bk_part *p;      /* OP_PART; OP_PUT and OP_CONFIRM: the held part, or NULL */
-	char sha256[65];        /* of the body */
-	char md5_b64[25];       /* Content-MD5; "" for none */
-	char want_etag[64];     /* the ETag our bytes make, quotes included; "" unknown */
-	char *body;             /* owned: the Complete document */
-	enum op_kind was;       /* OP_CONFIRM: OP_PUT or OP_COMPLETE */
+	struct s3up *su;	/* NULL for OP_DELETE */
+	struct bk_part *p;	/* OP_PART; OP_PUT and OP_CONFIRM: the held part, or NULL */
+	char sha256[65];	/* of the body */
+	char md5_b64[25];	/* Content-MD5; "" for none */
+	char want_etag[64];	/* the ETag our bytes make, quotes included; "" unknown */
+	char *body;		/* owned: the Complete document */
+	enum op_kind was;	/* OP_CONFIRM: OP_PUT or OP_COMPLETE */
 	char etag[BK_ETAG_MAX]; /* OP_COMPLETE: the ETag its answer's body carries */
-	int err;                /* OP_CONFIRM: what to report if the object is not ours */
-	bk_done_fn done;        /* OP_DELETE */
+	int err;		/* OP_CONFIRM: what to report if the object is not ours */
+	bk_done_fn done;	/* OP_DELETE */
 	void *arg;
 };
 
@@ -247,8 +247,8 @@ static void check_op(struct io_req *r, bool *retry)
 	}
 	if ((op->kind == OP_PART || op->kind == OP_PUT) && op->want_etag[0] && !kms(r) &&
 	    etag_differs(r->etag_got, op->want_etag)) {
-		snprintf(r->errmsg, sizeof(r->errmsg), "ETag %s is not the MD5 of the bytes sent %s",
-			 r->etag_got, op->want_etag);
+		snprintf(r->errmsg, sizeof(r->errmsg),
+			 "ETag %s is not the MD5 of the bytes sent %s", r->etag_got, op->want_etag);
 		r->err = -EIO;
 		*retry = true;
 	} else if (op->kind == OP_COMPLETE &&
@@ -291,8 +291,8 @@ static int op_submit(struct s3op *op, const char *key, const char *query, const 
 	if (method && strcmp(method, "DELETE")) { /* PUT, POST */
 		/* Create's Content-Type becomes the object's, as PutObject's does */
 		if (io_req_header(r, "Expect", "") < 0 || /* no 100-continue round trip */
-		    io_req_header(r, "Content-Type", op->kind == OP_COMPLETE
-							  ? "application/xml"
+		    io_req_header(r, "Content-Type",
+				  op->kind == OP_COMPLETE ? "application/xml"
 							  : "application/octet-stream") < 0 ||
 		    (op->md5_b64[0] && io_req_header(r, "Content-MD5", op->md5_b64) < 0))
 			goto fail;
@@ -795,8 +795,8 @@ int s3_unlink(struct backend *b, const char *path, bk_done_fn done, void *arg)
 	return e;
 }
 
-int s3_rename(struct backend *b, const char *from, const char *to, bool overwrite,
-	      bk_done_fn done, void *arg)
+int s3_rename(struct backend *b, const char *from, const char *to, bool overwrite, bk_done_fn done,
+	      void *arg)
 {
 	return -EXDEV; /* see backend.h */
 }

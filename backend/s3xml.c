@@ -755,8 +755,12 @@ static size_t xml_escape(const char *s, char *out)
 	size_t n = 0;
 
 	for (; *s; s++) {
-		const char *rep = *s == '&' ? "&amp;" : *s == '<' ? "&lt;" : *s == '>' ? "&gt;" :
-				  *s == '"' ? "&quot;" : *s == '\'' ? "&apos;" : NULL;
+		const char *rep = *s == '&'    ? "&amp;"
+				  : *s == '<'  ? "&lt;"
+				  : *s == '>'  ? "&gt;"
+				  : *s == '"'  ? "&quot;"
+				  : *s == '\'' ? "&apos;"
+					       : NULL;
 		size_t k = rep ? strlen(rep) : 1;
 
 		if (out)
@@ -768,8 +772,8 @@ static size_t xml_escape(const char *s, char *out)
 
 #define COMPLETE_HEAD "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
 #define COMPLETE_TAIL "</CompleteMultipartUpload>"
-#define PART_FMT "<Part><PartNumber>%u</PartNumber><ETag>"
-#define PART_TAIL "</ETag></Part>"
+#define PART_FMT      "<Part><PartNumber>%u</PartNumber><ETag>"
+#define PART_TAIL     "</ETag></Part>"
 
 /* Write (or with @out NULL, count) the document. @return its length. */
 static size_t complete_doc(const char *const *etags, uint32_t n, char *out)

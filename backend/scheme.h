@@ -30,9 +30,9 @@ struct bk_ops {
 
 	/* Writing (backend.h, upload.h); all NULL for a read-only scheme (http), which then
 	 * answers -EROFS. upload.c has checked the contract before each call. */
-	uint64_t min_part;   /* the smallest part_size the store takes */
-	uint32_t max_parts;  /* the most parts of one object */
-	bool hold_first;     /* keep a first part back: one request for an object of one part */
+	uint64_t min_part;  /* the smallest part_size the store takes */
+	uint32_t max_parts; /* the most parts of one object */
+	bool hold_first;    /* keep a first part back: one request for an object of one part */
 	/* Set u->priv up; no I/O. @return 0 or -errno. */
 	int (*upload_init)(struct bk_upload *u);
 	/* Take part @p (upload.h says what @step asks). @return 0 (p is the scheme's until
@@ -66,7 +66,7 @@ struct backend {
 	void *priv;           /* the scheme's own state */
 	void (*log)(void *log_arg, int level, const char *line); /* cfg->log, may be NULL */
 	void *log_arg;
-	bool writable;        /* cfg->writable, and the scheme can write */
+	bool writable;		   /* cfg->writable, and the scheme can write */
 	struct bk_write_stats wst; /* relaxed atomics, any thread */
 };
 

@@ -28,8 +28,7 @@
 #include "scheme.h"
 #include "upload.h"
 
-int upload_plan_cfg(const struct bk_upload_cfg *cfg, uint64_t min_part,
-		    struct bk_upload_cfg *ret)
+int upload_plan_cfg(const struct bk_upload_cfg *cfg, uint64_t min_part, struct bk_upload_cfg *ret)
 {
 	struct bk_upload_cfg c = cfg ? *cfg : (struct bk_upload_cfg){0};
 

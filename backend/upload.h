@@ -17,15 +17,15 @@
 /* ---- the contract, pure: no lock, no I/O (upload.c holds u->lock around every call) ------ */
 
 struct upload_plan {
-	uint64_t part_size;     /* every part but the last */
+	uint64_t part_size;	/* every part but the last */
 	unsigned max_in_flight; /* parts taken whose done has not run, at most */
-	uint32_t max_parts;     /* the store's limit on parts of one object */
-	uint32_t nparts;        /* parts taken */
-	uint64_t size;          /* bytes taken */
-	unsigned in_flight;     /* parts taken whose done has not run */
-	bool last_seen;         /* a part shorter than part_size was taken: no more */
-	bool ended;             /* commit or abort called */
-	int err;                /* the first failure a part's done got, 0 if none */
+	uint32_t max_parts;	/* the store's limit on parts of one object */
+	uint32_t nparts;	/* parts taken */
+	uint64_t size;		/* bytes taken */
+	unsigned in_flight;	/* parts taken whose done has not run */
+	bool last_seen;		/* a part shorter than part_size was taken: no more */
+	bool ended;		/* commit or abort called */
+	int err;		/* the first failure a part's done got, 0 if none */
 };
 
 /* What a part taken asks of the scheme (ops->upload_part's @step). */
@@ -47,8 +47,7 @@ enum upload_finish {
  * @cfg (NULL: defaults) with every zero replaced by its default, checked against the store's
  * smallest part @min_part. @return 0 and *ret, or -EINVAL.
  */
-int upload_plan_cfg(const struct bk_upload_cfg *cfg, uint64_t min_part,
-		    struct bk_upload_cfg *ret);
+int upload_plan_cfg(const struct bk_upload_cfg *cfg, uint64_t min_part, struct bk_upload_cfg *ret);
 
 /* A plan for @cfg (as upload_plan_cfg returned it) on a store of at most @max_parts parts. */
 void upload_plan_init(struct upload_plan *p, const struct bk_upload_cfg *cfg, uint32_t max_parts);
@@ -78,30 +77,30 @@ int upload_plan_abort(struct upload_plan *p);
 
 struct bk_upload {
 	struct backend *b;
-	char *path;                 /* owned; as backend_upload_new got it */
-	struct bk_upload_cfg cfg;   /* resolved: no zero left */
-	pthread_mutex_t lock;       /* guards plan and the scheme's state in priv */
-	struct upload_plan plan;    /* lock */
-	bk_commit_fn commit_done;   /* lock: set by backend_upload_commit, before the scheme
-				     * hears; NULL: an abort (or not ended yet) */
+	char *path;		  /* owned; as backend_upload_new got it */
+	struct bk_upload_cfg cfg; /* resolved: no zero left */
+	pthread_mutex_t lock;	  /* guards plan and the scheme's state in priv */
+	struct upload_plan plan;  /* lock */
+	bk_commit_fn commit_done; /* lock: set by backend_upload_commit, before the scheme
+				   * hears; NULL: an abort (or not ended yet) */
 	void *commit_arg;
-	void *priv;                 /* the scheme's state (its own rules say what lock guards
-				     * what; u->lock by default) */
+	void *priv; /* the scheme's state (its own rules say what lock guards
+		     * what; u->lock by default) */
 };
 
 /* One part handed over: the scheme's from ops->upload_part until upload_part_end. */
 struct bk_part {
 	struct bk_upload *u;
-	uint32_t no;          /* 1-based */
-	uint64_t off;         /* of its first byte in the object */
-	const void *data;     /* the caller's, valid until done */
+	uint32_t no;	  /* 1-based */
+	uint64_t off;	  /* of its first byte in the object */
+	const void *data; /* the caller's, valid until done */
 	size_t len;
 	bk_done_fn done;
 	void *arg;
 	struct bk_part *next; /* the scheme's list link */
 	/* s3: filled by the scheme on the caller's thread */
-	char sha256[65];          /* hex SHA-256 of the bytes: x-amz-content-sha256 */
-	unsigned char md5[16];    /* their MD5: Content-MD5, and the ETag S3 should answer */
+	char sha256[65];       /* hex SHA-256 of the bytes: x-amz-content-sha256 */
+	unsigned char md5[16]; /* their MD5: Content-MD5, and the ETag S3 should answer */
 };
 
 /* Part @p ended with @err: counted, the plan told, its done called, @p freed. I/O thread;

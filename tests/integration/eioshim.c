@@ -130,7 +130,7 @@ ssize_t pwrite64(int fd, const void *buf, size_t len, off_t off)
 	static ssize_t (*real)(int, const void *, size_t, off_t);
 
 	if (!real)
-		real = (ssize_t (*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
+		real = (ssize_t(*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
 	if (fail_upload(fd, "upload-pwrite"))
 		return -1;
 	return real(fd, buf, len, off);

@@ -44,7 +44,7 @@ import time
 import urllib.parse
 import uuid
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 MIB = 1 << 20
@@ -157,8 +157,8 @@ class FakeS3:
 
     def put_object(self, key, data):
         with self.lock:
-            self.objects[key] = SimpleNamespace(data=data, etag=f'"{hashlib.md5(data).hexdigest()}"',
-                                                mtime=time.time())
+            etag = f'"{hashlib.md5(data).hexdigest()}"'
+            self.objects[key] = SimpleNamespace(data=data, etag=etag, mtime=time.time())
 
     # -- the server's side (called by the handler) --------------------------------------------
 

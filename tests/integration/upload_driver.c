@@ -42,10 +42,10 @@ static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 
 /* What the callbacks report, under lock. */
 struct waiter {
-	unsigned in_flight;   /* parts handed over, done not run */
-	unsigned failed;      /* parts whose done got an error */
+	unsigned in_flight; /* parts handed over, done not run */
+	unsigned failed;    /* parts whose done got an error */
 	int first_err;
-	bool done;            /* the commit's (or a metadata call's) done ran */
+	bool done; /* the commit's (or a metadata call's) done ran */
 	int err;
 	struct bk_meta meta;
 };
@@ -84,8 +84,7 @@ static void simple_done(void *arg, int err)
 }
 
 /* Wait until @pred holds for @w (under lock). */
-static void wait_for(struct waiter *w, bool (*pred)(const struct waiter *, unsigned),
-		     unsigned n)
+static void wait_for(struct waiter *w, bool (*pred)(const struct waiter *, unsigned), unsigned n)
 {
 	pthread_mutex_lock(&lock);
 	while (!pred(w, n))
@@ -168,8 +167,8 @@ static long hand_parts(struct bk_upload *u, const unsigned char *buf, size_t siz
 		       const struct put_args *a, struct waiter *w)
 {
 	uint64_t part = a->cfg.part_size ? a->cfg.part_size : BK_PART_SIZE_DEFAULT;
-	unsigned max = a->cfg.max_parts_in_flight ? a->cfg.max_parts_in_flight
-						  : BK_IN_FLIGHT_DEFAULT;
+	unsigned max =
+	    a->cfg.max_parts_in_flight ? a->cfg.max_parts_in_flight : BK_IN_FLIGHT_DEFAULT;
 	bool probed = false;
 	long n = 0;
 
@@ -367,9 +366,10 @@ static void cmd_meta(struct backend *b, char **tok, int n)
 }
 
 #define STATS(X)                                                                                   \
-	X(requests) X(retries) X(errors) X(uploads_started) X(uploads_completed)                   \
-	    X(uploads_failed) X(uploads_aborted) X(abort_errors) X(parts) X(bytes_up)               \
-		X(upload_retries) X(tmp_removed)
+	X(requests)                                                                                \
+	X(retries) X(errors) X(uploads_started) X(uploads_completed) X(uploads_failed)             \
+	    X(uploads_aborted) X(abort_errors) X(parts) X(bytes_up) X(upload_retries)              \
+		X(tmp_removed)
 
 static uint64_t stat_named(struct backend *b, const char *name)
 {

@@ -432,12 +432,20 @@ static void test_status_errno(void **state)
 		long status;
 		int read, write;
 	} rows[] = {
-	    {200, 0, 0},	   {204, 0, 0},		  {206, 0, 0},
-	    {400, -EINVAL, -EINVAL}, {403, -EACCES, -EACCES}, {404, -ENOENT, -ENOENT},
+	    {200, 0, 0},
+	    {204, 0, 0},
+	    {206, 0, 0},
+	    {400, -EINVAL, -EINVAL},
+	    {403, -EACCES, -EACCES},
+	    {404, -ENOENT, -ENOENT},
 	    {405, -EOPNOTSUPP, -EOPNOTSUPP},
 	    /* If-Match on a read: another version; If-None-Match: * on a write: name taken */
-	    {412, -ESTALE, -EEXIST}, {416, -ESTALE, -ESTALE}, {429, -EAGAIN, -EAGAIN},
-	    {500, -EIO, -EIO},	   {503, -EAGAIN, -EAGAIN}, {504, -ETIMEDOUT, -ETIMEDOUT},
+	    {412, -ESTALE, -EEXIST},
+	    {416, -ESTALE, -ESTALE},
+	    {429, -EAGAIN, -EAGAIN},
+	    {500, -EIO, -EIO},
+	    {503, -EAGAIN, -EAGAIN},
+	    {504, -ETIMEDOUT, -ETIMEDOUT},
 	    {418, -EIO, -EIO},
 	};
 

@@ -718,14 +718,13 @@ static void test_complete_answer(void **state)
 	char etag[128], code[16];
 
 	(void)state;
-	assert_int_equal(s3xml_parse_complete(ok, strlen(ok), etag, sizeof(etag), code,
-					      sizeof(code)),
-			 0);
+	assert_int_equal(
+	    s3xml_parse_complete(ok, strlen(ok), etag, sizeof(etag), code, sizeof(code)), 0);
 	assert_string_equal(etag, "\"3858f62230ac3c915f300c664312c11f-9\"");
 	assert_string_equal(code, "");
-	assert_int_equal(s3xml_parse_complete(err200, strlen(err200), etag, sizeof(etag), code,
-					      sizeof(code)),
-			 -EIO);
+	assert_int_equal(
+	    s3xml_parse_complete(err200, strlen(err200), etag, sizeof(etag), code, sizeof(code)),
+	    -EIO);
 	assert_string_equal(code, "InternalError");
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		strcpy(code, "x");

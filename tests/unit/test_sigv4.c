@@ -217,12 +217,14 @@ static void test_aws_put_example(void **state)
 	assert_non_null(uri);
 	assert_string_equal(uri, "/test%24file.text");
 	sigv4_sha256_hex(body, strlen(body), hash);
-	assert_string_equal(hash, "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
+	assert_string_equal(hash,
+			    "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
 	assert_int_equal(sigv4_sign(&in, auth, sizeof(auth)), 0);
-	assert_string_equal(auth, "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1"
-				  "/s3/aws4_request, SignedHeaders=date;host;x-amz-content-sha256;"
-				  "x-amz-date;x-amz-storage-class, Signature=98ad721746da40c64f1a55b78f"
-				  "14c238d841ea1380cd77a1b5971af0ece108bd");
+	assert_string_equal(auth,
+			    "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1"
+			    "/s3/aws4_request, SignedHeaders=date;host;x-amz-content-sha256;"
+			    "x-amz-date;x-amz-storage-class, Signature=98ad721746da40c64f1a55b78f"
+			    "14c238d841ea1380cd77a1b5971af0ece108bd");
 	free(uri);
 }
 

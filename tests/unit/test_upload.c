@@ -38,8 +38,10 @@ static void test_cfg_defaults_and_bounds(void **state)
 	assert_false(c.overwrite);
 	assert_int_equal(c.prio, BK_URGENT);
 
-	in = (struct bk_upload_cfg){.part_size = 5 * MIB, .max_parts_in_flight = 2,
-				    .overwrite = true, .prio = BK_BACKGROUND};
+	in = (struct bk_upload_cfg){.part_size = 5 * MIB,
+				    .max_parts_in_flight = 2,
+				    .overwrite = true,
+				    .prio = BK_BACKGROUND};
 	assert_int_equal(upload_plan_cfg(&in, BK_PART_SIZE_MIN, &c), 0);
 	assert_int_equal(c.part_size, 5 * MIB);
 	assert_int_equal(c.max_parts_in_flight, 2);
@@ -266,8 +268,9 @@ static void test_against_model(void **state)
 					m.failure = err;
 			} else if (r < 95) {
 				got = upload_plan_commit(&p, hold);
-				want = m.over ? -EINVAL
-					      : hold && m.taken <= 1 ? UPLOAD_SINGLE : UPLOAD_COMPLETE;
+				want = m.over		      ? -EINVAL
+				       : hold && m.taken <= 1 ? UPLOAD_SINGLE
+							      : UPLOAD_COMPLETE;
 				m.over = true;
 				assert_int_equal(got, want);
 			}
@@ -284,11 +287,10 @@ static void test_against_model(void **state)
 static void test_multipart_etag(void **state)
 {
 	/* MD5("hello"), MD5("world"); the object's ETag is MD5 of the two digests, "-2" */
-	static const unsigned char md5s[2][16] = {
-	    {0x5d, 0x41, 0x40, 0x2a, 0xbc, 0x4b, 0x2a, 0x76, 0xb9, 0x71, 0x9d, 0x91, 0x10, 0x17,
-	     0xc5, 0x92},
-	    {0x7d, 0x79, 0x30, 0x37, 0xa0, 0x76, 0x01, 0x86, 0x57, 0x4b, 0x02, 0x82, 0xf2, 0xf4,
-	     0x35, 0xe7}};
+	static const unsigned char md5s[2][16] = {{0x5d, 0x41, 0x40, 0x2a, 0xbc, 0x4b, 0x2a, 0x76,
+						   0xb9, 0x71, 0x9d, 0x91, 0x10, 0x17, 0xc5, 0x92},
+						  {0x7d, 0x79, 0x30, 0x37, 0xa0, 0x76, 0x01, 0x86,
+						   0x57, 0x4b, 0x02, 0x82, 0xf2, 0xf4, 0x35, 0xe7}};
 	static const unsigned char empty[1][16] = {{0xd4, 0x1d, 0x8c, 0xd9, 0x8f, 0x00, 0xb2, 0x04,
 						    0xe9, 0x80, 0x09, 0x98, 0xec, 0xf8, 0x42,
 						    0x7e}};
