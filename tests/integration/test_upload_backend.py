@@ -315,9 +315,12 @@ def test_s3rver_ignores_if_none_match_and_refuses_abort(s3rver):
                  "stats")
     r1, r2, _ = puts(out)
     assert r1[1] == r2[1] == "ok", out
-    body = s3rver.client().get_object(Bucket="upload", Key="o.bin")["Body"].read()
-    assert body == data("u2", 10)
+    c = s3rver.client()
+    assert c.get_object(Bucket="upload", Key="o.bin")["Body"].read() == data("u2", 10)
     assert stats_of(out)["abort_errors"] == 1
+    # the abandoned upload made no object (its parts stay in s3rver's upload area)
+    keys = [o["Key"] for o in c.list_objects_v2(Bucket="upload").get("Contents", [])]
+    assert "ab.bin" not in keys
 
 
 # ---------------------------------------------------------------------------------------------
