@@ -186,7 +186,10 @@ static void shared_text(struct mount *m, struct text *t)
 		      s.misses);
 	shared_metric(t, "shared_rejected_total", "counter",
 		      "Values refused by the check (wrong bytes, truncated, another block's, "
-		      "foreign): read from the store instead.", s.rejected);
+		      "foreign, forged): read from the store instead.", s.rejected);
+	shared_metric(t, "shared_mac_rejected_total", "counter",
+		      "Values of those refused by their MAC (shared_key): forged, written without "
+		      "the key, or with another key.", s.mac_rejected);
 	shared_metric(t, "shared_unavailable_total", "counter",
 		      "Lookups Redis did not answer in time, or answered with an error, or "
 		      "could not take (down).", s.unavailable);
@@ -196,7 +199,12 @@ static void shared_text(struct mount *m, struct text *t)
 		      "Timeouts a call waited past because the server was sending other replies, "
 		      "or answering the ones written before it.", r.extended);
 	shared_metric(t, "shared_errors_total", "counter",
-		      "Redis calls failed: server down, connection lost, error reply.", r.errors);
+		      "Redis calls failed: server down, connection lost, error reply; and "
+		      "connections closed for a bad reply.", r.errors);
+	shared_metric(t, "shared_bad_replies_total", "counter",
+		      "Connections closed for a reply tierfs does not take: longer than a value, an "
+		      "array too long or too deep, not RESP, not asked for, or still coming long "
+		      "after its turn.", r.bad_replies);
 	shared_metric(t, "shared_received_bytes_total", "counter",
 		      "Value bytes received from Redis.", r.bytes_in);
 	shared_metric(t, "shared_puts_total", "counter", "Blocks written to Redis.", r.puts);

@@ -60,15 +60,22 @@
  * from the caller's thread.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fs_i.h"
+#include "mac.h"
 #include "redis.h"
 #include "fleetval.h"
+
+_Static_assert(BK_MAC_SALT_LEN == FV_SALT_LEN && BK_MAC_TAG_LEN == FV_TAG_LEN,
+	       "backend/mac.h makes the salts and tags fleetval.h frames");
 
 #define PUT_LIMIT      (64u << 20)             /* bytes of SETs queued at once */
 #define FLEET_RETRY_NS (1000 * 1000000ULL)     /* Redis failed: local limits this long */
@@ -142,6 +149,8 @@ struct fs_fleet {
 	struct mount *m;
 	struct backend *b;
 	struct bk_redis *bs;
+	struct bk_mac *mac;       /* the fleet's key (shared_key), or NULL: values carry a CRC */
+	struct fv_mac fvm;        /* mac, as fleetval.c calls it */
 	uint32_t block_size;
 	char prefix[FV_PREFIX_MAX + 1];
 	bool fill_lagging;
@@ -163,6 +172,7 @@ struct fs_fleet {
 };
 
 #define STAT_ADD(sh, f, v) __atomic_fetch_add(&(sh)->st.f, (v), __ATOMIC_RELAXED)
+#define MAC(sh)            ((sh)->mac ? &(sh)->fvm : NULL)
 
 static uint64_t mono_ns(void)
 {
@@ -190,10 +200,11 @@ static void store_done(void *arg, int err)
 	bool queued = false;
 
 	if (err == 0 && f->put) {
-		unsigned char hdr[FV_HDR_LEN];
+		unsigned char hdr[FV_HDR_LEN], salt[FV_SALT_LEN] = {0};
 
-		fv_header(hdr, f->k, sh->block_size, f->dst, f->len);
-		queued = bk_redis_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len) == 0;
+		if ((!sh->mac || bk_mac_salt(sh->mac, salt) == 0) &&
+		    fv_header(hdr, f->k, sh->block_size, f->dst, f->len, MAC(sh), salt) == 0)
+			queued = bk_redis_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len) == 0;
 	}
 	/* after the SET on the same connection: a loser that polls after the DEL finds the
 	 * value; if the SET was dropped (or the fetch failed), the DEL goes at once, and the
@@ -437,6 +448,25 @@ static void miss(struct sfetch *f, bool redis_ok)
 
 static void ask_value(struct sfetch *f);
 
+/* What fv_check's @r says of a value, for the log. */
+static const char *refusal(int r)
+{
+	switch (r) {
+	case -EBADMSG:
+		return "checksum or length mismatch";
+	case -ESTALE:
+		return "another block's value";
+	case -ENOKEY:
+		return "no MAC: not written with shared_key";
+	case -EKEYREJECTED:
+		return "MAC mismatch: forged, or another key's";
+	case -EPROTO:
+		return "not a tierfs value of this format";
+	default:
+		return "cannot be checked";
+	}
+}
+
 static void poll_again(void *arg)
 {
 	ask_value(arg);
@@ -497,14 +527,15 @@ static void got(void *arg, int err, const void *val, size_t vlen)
 		return;
 	}
 	/* val NULL: the value was of the block's size and went to f->hdr and f->dst */
-	r = val ? fv_check(val, vlen, f->k, sh->block_size, f->len, &data)
-		: fv_check_parts(f->hdr, f->dst, vlen, f->k, sh->block_size, f->len);
+	r = val ? fv_check(val, vlen, f->k, sh->block_size, f->len, MAC(sh), &data)
+		: fv_check_parts(f->hdr, f->dst, vlen, f->k, sh->block_size, f->len, MAC(sh));
 	if (r < 0) {
 		STAT_ADD(sh, rejected, 1);
+		if (r == -ENOKEY || r == -EKEYREJECTED)
+			STAT_ADD(sh, mac_rejected, 1);
 		fs_log_once(&sh->m->log, FUSE_LOG_WARNING, f->key, "shared value rejected",
 			    "shared tier: the value of %s was refused (%s): read from the store",
-			    f->key, r == -EBADMSG ? "checksum or length mismatch"
-				    : r == -ESTALE ? "another block's value" : "not a tierfs value");
+			    f->key, refusal(r));
 		miss(f, true);
 		return;
 	}
@@ -594,20 +625,93 @@ static int password(const char *file, char **ret)
 	return 0;
 }
 
-int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret, char *err,
-		  size_t errlen)
+static int mac_tag(void *arg, const unsigned char *salt, const void *a, size_t alen,
+		   const void *b, size_t blen, unsigned char *ret_tag)
 {
-	struct fs_fleet *sh = calloc(1, sizeof(*sh));
-	char *pw = NULL;
+	return bk_mac_tag(arg, salt, a, alen, b, blen, ret_tag);
+}
+
+/* Read the key file @fd (@file) into @buf (BK_MAC_KEY_MAX + 1 bytes). @return its length,
+ * or -errno with one line in @err. */
+static ssize_t key_bytes(int fd, const char *file, unsigned char *buf, char *err, size_t errlen)
+{
+	struct stat st;
+	size_t n = 0;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "shared_key=%s: not a regular file", file);
+		return -EINVAL;
+	}
+	if (st.st_mode & 077) {
+		snprintf(err, errlen, "shared_key=%s: group or others may read or write it (mode "
+			 "%04o): chmod 600 it", file, (unsigned)(st.st_mode & 07777));
+		return -EACCES;
+	}
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		snprintf(err, errlen, "shared_key=%s: owned by uid %u, not by tierfs's user or root",
+			 file, (unsigned)st.st_uid);
+		return -EACCES;
+	}
+	while (n <= BK_MAC_KEY_MAX) {
+		ssize_t r = read(fd, buf + n, BK_MAC_KEY_MAX + 1 - n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			snprintf(err, errlen, "shared_key=%s: %s", file, strerror(errno));
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	if (n < BK_MAC_KEY_MIN || n > BK_MAC_KEY_MAX) {
+		snprintf(err, errlen, "shared_key=%s: %s%zu bytes; a key is %u to %u bytes (head -c 32 "
+			 "/dev/urandom > FILE)", file, n > BK_MAC_KEY_MAX ? "over " : "", n,
+			 BK_MAC_KEY_MIN, BK_MAC_KEY_MAX);
+		return -EINVAL;
+	}
+	return (ssize_t)n;
+}
+
+/*
+ * The fleet's key, from shared_key=@file: all of the file's bytes. As ssh does with a
+ * private key, a file that others may read is refused (a key others can read is a key a
+ * forger may have), as is one owned by another user but root. Read with read(2) into a
+ * buffer zeroed after, so no stdio buffer keeps a copy; only what backend/mac.c derives from
+ * it stays. @return 0 and *ret_mac, or -errno with one line in @err.
+ */
+static int load_key(const char *file, struct bk_mac **ret_mac, char *err, size_t errlen)
+{
+	unsigned char buf[BK_MAC_KEY_MAX + 1];
+	int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	ssize_t n;
 	int e;
 
-	if (!sh)
-		return -ENOMEM;
-	e = password(o->shared_password_file, &pw);
+	if (fd < 0) {
+		e = -errno;
+		snprintf(err, errlen, "shared_key=%s: %s", file, strerror(-e));
+		return e;
+	}
+	n = key_bytes(fd, file, buf, err, errlen);
+	close(fd);
+	e = n < 0 ? (int)n : bk_mac_new(buf, (size_t)n, ret_mac);
+	explicit_bzero(buf, sizeof(buf));
+	if (n >= 0 && e < 0)
+		snprintf(err, errlen, "shared_key: no MAC from OpenSSL: %s", strerror(-e));
+	return e;
+}
+
+/* The Redis client, with the password from shared_password_file or the environment. */
+static int connect_redis(struct fs_fleet *sh, const struct fs_opts *o, char *err,
+			 size_t errlen)
+{
+	char *pw = NULL;
+	int e = password(o->shared_password_file, &pw);
+
 	if (e < 0) {
 		snprintf(err, errlen, "shared_password_file=%s: %s", o->shared_password_file,
 			 strerror(-e));
-		free(sh);
 		return e;
 	}
 	struct bk_redis_cfg c = {
@@ -615,16 +719,37 @@ int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret
 		.password = pw,
 		.timeout_ns = o->shared_timeout * 1000000ULL,
 		.put_limit = PUT_LIMIT,
+		.max_value = FV_HDR_LEN + o->block_size, /* a value, and nothing longer */
 	};
-	e = bk_redis_new(m->b, &c, &sh->bs, err, errlen);
+	e = bk_redis_new(sh->m->b, &c, &sh->bs, err, errlen);
 	if (pw) {
 		explicit_bzero(pw, strlen(pw));
 		free(pw);
 	}
+	return e;
+}
+
+int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret, char *err,
+		  size_t errlen)
+{
+	struct fs_fleet *sh = calloc(1, sizeof(*sh));
+	int e;
+
+	if (!sh)
+		return -ENOMEM;
+	sh->m = m;
+	e = o->shared_key ? load_key(o->shared_key, &sh->mac, err, errlen) : 0;
+	if (e == 0)
+		e = connect_redis(sh, o, err, errlen);
 	if (e < 0) {
+		bk_mac_free(sh->mac);
 		free(sh);
 		return e;
 	}
+	if (!sh->mac)
+		fuse_log(FUSE_LOG_WARNING, "tierfs: shared tier without shared_key: Redis must be "
+					   "trusted as much as the store\n");
+	sh->fvm = (struct fv_mac){.fn = mac_tag, .arg = sh->mac};
 	/* Every block through Redis passes through block-sized buffers (the value, hiredis's
 	 * command and output buffer, its reply). glibc gives each its own mmap and unmaps it
 	 * when freed, so every block paid a page fault per 4 KiB, three times over: measured on
@@ -632,7 +757,6 @@ int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret
 	 * for reuse instead (put_limit bounds how many exist at once). */
 	mallopt(M_MMAP_THRESHOLD, 32 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
-	sh->m = m;
 	sh->b = m->b;
 	sh->block_size = (uint32_t)o->block_size;
 	snprintf(sh->prefix, sizeof(sh->prefix), "%s", o->shared_prefix ? o->shared_prefix : "");
@@ -651,6 +775,7 @@ void fs_fleet_free(struct fs_fleet *sh)
 	if (!sh)
 		return;
 	bk_redis_free(sh->bs);
+	bk_mac_free(sh->mac);
 	pthread_mutex_destroy(&sh->lock);
 	free(sh);
 }
@@ -664,6 +789,7 @@ void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
 	ret->hit_bytes = __atomic_load_n(&s->hit_bytes, __ATOMIC_RELAXED);
 	ret->misses = __atomic_load_n(&s->misses, __ATOMIC_RELAXED);
 	ret->rejected = __atomic_load_n(&s->rejected, __ATOMIC_RELAXED);
+	ret->mac_rejected = __atomic_load_n(&s->mac_rejected, __ATOMIC_RELAXED);
 	ret->unavailable = __atomic_load_n(&s->unavailable, __ATOMIC_RELAXED);
 	ret->store_fetches = __atomic_load_n(&s->store_fetches, __ATOMIC_RELAXED);
 	ret->lock_wins = __atomic_load_n(&s->lock_wins, __ATOMIC_RELAXED);

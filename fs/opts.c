@@ -228,6 +228,9 @@ static const struct opt opt_table[] = {
 	{.name = "shared_password_file", .kind = OPT_PATH, .group = GROUP_SHARED,
 	 .off = OFF(shared_password_file), .meta = "FILE",
 	 .help = "password file; or $TIERFS_SHARED_PASSWORD"},
+	/* a file, not a value: a key must not show in /proc/PID/cmdline (see fleet.c) */
+	{.name = "shared_key", .kind = OPT_PATH, .group = GROUP_SHARED, .off = OFF(shared_key),
+	 .meta = "FILE", .help = "fleet's secret, 32+ bytes, mode 0600: MACs values"},
 	{.name = "shared_fill_lagging", .kind = OPT_BOOL, .group = GROUP_SHARED,
 	 .off = OFF(shared_fill_lagging), .def = 0,
 	 .help = "lagging misses fill the shared tier"},
