@@ -1573,6 +1573,8 @@ static void poll_ready(void *arg, const struct curl_waitfd *fds, unsigned n)
 			/* its connect ended: finished by the write path, which reads nothing */
 			if (fds[i].revents)
 				write_out(c, ac);
+			if (c->ac == ac && c == &c->v->c[CONN_PUT])
+				feed(c->v); /* the rest of a SET hiredis had a slice of */
 			continue;
 		}
 		if (fds[i].revents & CURL_WAIT_POLLIN) {

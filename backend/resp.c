@@ -39,6 +39,7 @@ void bk_resp_init(struct bk_resp *s, uint64_t max_bulk)
 {
 	memset(s, 0, sizeof(*s));
 	s->max_bulk = max_bulk;
+	s->max_reply = max_bulk + BK_RESP_LINE_MAX + 3;
 }
 
 static int fail(struct bk_resp *s, int err)
@@ -56,6 +57,7 @@ static int item_done(struct bk_resp *s)
 			return 0;
 		s->depth--;
 	}
+	s->in_reply = 0;
 	return 1;
 }
 
@@ -149,7 +151,7 @@ static int line_end(struct bk_resp *s)
 	if (neg) /* -1 is nil; anything lower is an error */
 		return v == 1 ? item_done(s) : -EPROTO;
 	if (s->type == '$') {
-		if (v > s->max_bulk)
+		if (v > s->max_bulk || s->in_reply + v + 2 > s->max_reply)
 			return -EMSGSIZE;
 		s->type = 0;
 		s->skip = v + 2; /* the body, and the two bytes hiredis skips after it */
@@ -177,11 +179,14 @@ int bk_resp_scan(struct bk_resp *s, const void *buf, size_t n)
 
 			p += k;
 			s->skip -= k;
+			s->in_reply += k;
 			if (!s->skip)
 				done += item_done(s);
 			continue;
 		}
-		if (!s->type)
+		if (++s->in_reply > s->max_reply)
+			r = -EMSGSIZE;
+		else if (!s->type)
 			r = start_item(s, *p++);
 		else if ((r = line_byte(s, *p++)) > 0)
 			r = line_end(s);

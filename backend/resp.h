@@ -7,8 +7,9 @@
  * hiredis 0.14 buffers a bulk string of any declared length until it is whole ($4000000000
  * is 4 GB), and an array of up to INT_MAX elements; its reader's maxbuf only says when an
  * empty buffer may be freed, and bounds nothing. So the scanner follows the RESP grammar as
- * hiredis parses it, byte by byte, and refuses a bulk string longer than max_bulk, an array
- * of more than BK_RESP_ELEMS_MAX elements or nested deeper than BK_RESP_DEPTH_MAX, a line over
+ * hiredis parses it, byte by byte, and refuses a bulk string longer than max_bulk, a reply
+ * longer than that and a line (an array of values would hold several), an array of more than
+ * BK_RESP_ELEMS_MAX elements or nested deeper than BK_RESP_DEPTH_MAX, a line over
  * BK_RESP_LINE_MAX bytes, anything hiredis would not parse, and more whole replies than were
  * asked for (hiredis asserts, and aborts the process, on an unasked reply that is not an
  * error). This header is for backend/ and its tests only (it includes hiredis).
@@ -29,6 +30,8 @@
 /* Where a scanner is in a server's stream. Plain data, one per connection; no locking. */
 struct bk_resp {
 	uint64_t max_bulk;  /* longest bulk string taken */
+	uint64_t max_reply; /* longest reply taken: max_bulk, a line, and its CRLF */
+	uint64_t in_reply;  /* bytes of the reply being read, so far */
 	int err;            /* 0, or the -errno that stopped it (sticky) */
 	unsigned char type; /* the item being read: its type byte, 0 between items */
 	bool cr;            /* the last byte was a CR of the current line */
@@ -42,12 +45,14 @@ struct bk_resp {
 	uint32_t left[BK_RESP_DEPTH_MAX]; /* elements each open array still owes */
 };
 
-/* A scanner taking bulk strings of up to @max_bulk bytes. */
+/* A scanner taking bulk strings of up to @max_bulk bytes, and replies of up to that and a
+ * line (BK_RESP_LINE_MAX and 3 bytes). */
 void bk_resp_init(struct bk_resp *s, uint64_t max_bulk);
 
 /*
  * Scan the next @n bytes of the stream. @return the number of replies they complete (>= 0),
- * or -EMSGSIZE (a bulk string over max_bulk, a line over BK_RESP_LINE_MAX), -E2BIG (an array
+ * or -EMSGSIZE (a bulk string over max_bulk, a reply over max_reply, a line over
+ * BK_RESP_LINE_MAX), -E2BIG (an array
  * over BK_RESP_ELEMS_MAX, or nested too deep), -EPROTO (not RESP as hiredis reads it). After
  * an error the scanner answers that error for ever.
  */

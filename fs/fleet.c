@@ -667,8 +667,9 @@ static ssize_t key_bytes(int fd, const char *file, unsigned char *buf, char *err
 	}
 	if (n < BK_MAC_KEY_MIN || n > BK_MAC_KEY_MAX) {
 		snprintf(err, errlen, "shared_key=%s: %s%zu bytes; a key is %u to %u bytes (head -c 32 "
-			 "/dev/urandom > FILE)", file, n > BK_MAC_KEY_MAX ? "over " : "", n,
-			 BK_MAC_KEY_MIN, BK_MAC_KEY_MAX);
+			 "/dev/urandom > FILE)", file, n > BK_MAC_KEY_MAX ? "more than " : "",
+			 n > BK_MAC_KEY_MAX ? (size_t)BK_MAC_KEY_MAX : n, BK_MAC_KEY_MIN,
+			 BK_MAC_KEY_MAX);
 		return -EINVAL;
 	}
 	return (ssize_t)n;
