@@ -229,20 +229,20 @@ static void shared_text(struct mount *m, struct text *t)
 	shared_metric(t, "shared_lock_gave_up_total", "counter",
 		      "Waits that went to the store after the bound (10 x shared_timeout).",
 		      s.lock_gave_up);
-	put(t, "# HELP tierfs_fleet_get_seconds Time from a GET written to Redis to its answer (a "
+	put(t, "# HELP tierfs_shared_get_seconds Time from a GET written to Redis to its answer (a "
 	       "value or none), late answers included: compare with shared_timeout.\n"
-	       "# TYPE tierfs_fleet_get_seconds histogram\n");
+	       "# TYPE tierfs_shared_get_seconds histogram\n");
 	for (int i = 0; i < BK_REDIS_LAT_BUCKETS; i++) {
 		cum += r.get_lat[i];
 		if (i < BK_REDIS_LAT_BUCKETS - 1)
-			put(t, "tierfs_fleet_get_seconds_bucket{tier=\"shared\",le=\"%g\"} %llu\n",
+			put(t, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"%g\"} %llu\n",
 			    (double)bk_redis_lat_bounds_us[i] / 1e6, (unsigned long long)cum);
 		else
-			put(t, "tierfs_fleet_get_seconds_bucket{tier=\"shared\",le=\"+Inf\"} %llu\n",
+			put(t, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"+Inf\"} %llu\n",
 			    (unsigned long long)cum);
 	}
-	put(t, "tierfs_fleet_get_seconds_sum{tier=\"shared\"} %.6f\n"
-	       "tierfs_fleet_get_seconds_count{tier=\"shared\"} %llu\n",
+	put(t, "tierfs_shared_get_seconds_sum{tier=\"shared\"} %.6f\n"
+	       "tierfs_shared_get_seconds_count{tier=\"shared\"} %llu\n",
 	    (double)r.get_lat_sum_us / 1e6, (unsigned long long)cum);
 	shared_metric(t, "shared_servers", "gauge", "Redis servers configured.", r.servers);
 	shared_metric(t, "shared_servers_down", "gauge", "Redis servers thought down now.",
