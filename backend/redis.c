@@ -10,9 +10,20 @@
  *
  * hiredis runs with an event adapter of our own (the ev hooks only record whether a
  * connection's socket wants reading or writing); io.c's poller hook hands those sockets to the
- * same curl_multi_poll that waits for curl's, and calls redisAsyncHandleRead/Write when they
- * are ready. So there is no second thread or event loop, and every hiredis call is made on the
- * I/O thread: requests from other threads hop there by io_defer.
+ * same curl_multi_poll that waits for curl's; when a socket is ready, read_all reads it and
+ * hands hiredis what passed the bounds below, and write_out lets hiredis write. So there is no
+ * second thread or event loop, and every hiredis call is made on the I/O thread: requests from
+ * other threads hop there by io_defer.
+ *
+ * What a server may send is bounded, whoever answers on its address (the audit's server
+ * declared a 4 GB value and streamed 1.5 GiB into hiredis's buffer): every byte read is scanned
+ * (resp.c) before hiredis may parse it, and hiredis never reads a socket of ours itself once
+ * it is connected. A bulk string longer than max_value (a value's header and block_size), a
+ * reply longer than that and a line, an array of more than 16 elements or nested more than
+ * twice, a line over 4 KiB, anything hiredis would not parse, and a reply nobody asked for
+ * (hiredis asserts on one) close both of the server's connections, count as an error (and in
+ * bad_replies), and leave the server alone for RETRY_NS (refuse). A connection's read buffer
+ * thus holds at most one reply in progress and one read.
  *
  * Each server gets two connections: one for GETs and EVALs (a reader or a grant waits on
  * them), one for SETs (nobody waits). On one connection Redis answers in order, and a GET
@@ -38,6 +49,13 @@
  * times per RETRY_NS, and nothing for one that is down. Going down and coming back are logged
  * once each.
  *
+ * Bytes that keep coming do not keep anything alive for ever. No call waits more than CALL_MAX
+ * timeouts from when it was asked, whatever the server sends (wait_until). And a reply whose
+ * turn has lasted 1 + MAX_EXTENDS timeouts while bytes kept coming on its connection (a value's
+ * length, then a byte now and then) closes the connection like a reply over its bound (stuck):
+ * before, such a server held its GET places for ever and every later GET waited out four
+ * timeouts behind them, while the server, sending, never earned a strike.
+ *
  * At most GET_DEPTH GETs are in flight on a server's GET connection; the others wait in its
  * getq (see pump): Redis runs all it has read from a client before it writes a reply.
  *
@@ -55,6 +73,9 @@
  * The ring: BK_CHASH_VNODES points per server, at hashes of "host:port#i"; a key belongs to
  * the first point at or after its own hash. A server added takes the arcs its points cut off,
  * about 1/(n+1) of the keys, and no key moves between the old servers.
+ *
+ * The password (AUTH) is formatted here, written by write_secret and wiped, never left in
+ * hiredis's buffers: see the section of that name below.
  *
  * Locking: the ring, the servers' names and the configuration are read-only after
  * bk_redis_new; everything else (connections, requests, server state) is the I/O thread's.
@@ -1611,12 +1632,73 @@ static void poll_stop(void *arg)
 
 /* ---- setup ------------------------------------------------------------------------------------- */
 
+/* This mount's fetch locks' value: 16 random bytes in hex. @return 0 or -errno with @err. */
+static int make_token(struct bk_redis *s, char *err, size_t errlen)
+{
+	unsigned char rnd[16];
+
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+		snprintf(err, errlen, "shared tier: no random bytes for the lock token: %s",
+			 strerror(errno));
+		return errno ? -errno : -EIO;
+	}
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
+	return 0;
+}
+
+/* The servers of "[redis://]host:port[,host:port...]" @p into s->srv, their names into
+ * @names. @return 0 or -EINVAL with one line in @err. */
+static int parse_servers(struct bk_redis *s, const char *p, const char **names, char *err,
+			 size_t errlen)
+{
+	if (strncmp(p, "redis://", 8) == 0)
+		p += 8;
+	while (*p) {
+		const char *end = strchr(p, ','), *colon;
+		size_t l = end ? (size_t)(end - p) : strlen(p);
+		int shown = (int)(l > 100 ? 100 : l);
+		struct srv *v;
+		char *tail;
+		long port;
+
+		if (s->nsrv == MAX_SERVERS) {
+			snprintf(err, errlen, "shared: at most %d servers", MAX_SERVERS);
+			return -EINVAL;
+		}
+		v = &s->srv[s->nsrv];
+		colon = memrchr(p, ':', l);
+		if (!colon || colon == p || (size_t)(colon - p) >= sizeof(v->host)) {
+			snprintf(err, errlen, "shared: '%.*s' is not host:port", shown, p);
+			return -EINVAL;
+		}
+		port = strtol(colon + 1, &tail, 10);
+		if (tail != p + l || port < 1 || port > 65535) {
+			snprintf(err, errlen, "shared: bad port in '%.*s'", shown, p);
+			return -EINVAL;
+		}
+		memcpy(v->host, p, (size_t)(colon - p));
+		v->port = (int)port;
+		snprintf(v->name, sizeof(v->name), "%s:%d", v->host, v->port);
+		v->s = s;
+		names[s->nsrv++] = v->name;
+		p += l;
+		if (*p == ',')
+			p++;
+	}
+	if (s->nsrv == 0) {
+		snprintf(err, errlen, "shared: no server named");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_redis **ret,
 		  char *err, size_t errlen)
 {
 	struct bk_redis *s;
-	const char *p = cfg->servers, *names[MAX_SERVERS];
-	int e = -EINVAL;
+	const char *names[MAX_SERVERS];
+	int e = -ENOMEM;
 
 	if (!b->io) {
 		snprintf(err, errlen, "shared tier: this store has no I/O loop");
@@ -1631,73 +1713,26 @@ int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_re
 	s->put_limit = cfg->put_limit;
 	s->max_value = cfg->max_value;
 	if (bk_resp_functions(&s->fns) < 0)
-		goto nomem;
+		goto fail;
 	s->dflt_string = s->fns.createString;
 	s->fns.createString = into_string;
-	{
-		unsigned char rnd[16];
-
-		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
-			snprintf(err, errlen, "shared tier: no random bytes for the lock token: %s",
-				 strerror(errno));
-			e = errno ? -errno : -EIO;
-			goto fail;
-		}
-		for (size_t i = 0; i < sizeof(rnd); i++)
-			snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
-	}
 	s->srv = calloc(MAX_SERVERS, sizeof(*s->srv));
 	if (!s->srv)
-		goto nomem;
-	if (strncmp(p, "redis://", 8) == 0)
-		p += 8;
-	while (*p) {
-		const char *end = strchr(p, ','), *colon;
-		size_t l = end ? (size_t)(end - p) : strlen(p);
-		struct srv *v;
-		char *tail;
-		long port;
-
-		if (s->nsrv == MAX_SERVERS) {
-			snprintf(err, errlen, "shared: at most %d servers", MAX_SERVERS);
-			goto fail;
-		}
-		v = &s->srv[s->nsrv];
-		colon = memrchr(p, ':', l);
-		if (!colon || colon == p || (size_t)(colon - p) >= sizeof(v->host)) {
-			snprintf(err, errlen, "shared: '%.*s' is not host:port", (int)(l > 100 ? 100 : l), p);
-			goto fail;
-		}
-		port = strtol(colon + 1, &tail, 10);
-		if (tail != p + l || port < 1 || port > 65535) {
-			snprintf(err, errlen, "shared: bad port in '%.*s'", (int)(l > 100 ? 100 : l), p);
-			goto fail;
-		}
-		memcpy(v->host, p, (size_t)(colon - p));
-		v->port = (int)port;
-		snprintf(v->name, sizeof(v->name), "%s:%d", v->host, v->port);
-		v->s = s;
-		names[s->nsrv++] = v->name;
-		p += l;
-		if (*p == ',')
-			p++;
-	}
-	if (s->nsrv == 0) {
-		snprintf(err, errlen, "shared: no server named");
 		goto fail;
-	}
-	e = bk_chash_build(&s->ring, names, s->nsrv, BK_CHASH_VNODES);
+	e = make_token(s, err, errlen);
+	if (e == 0)
+		e = parse_servers(s, cfg->servers, names, err, errlen);
+	if (e == 0)
+		e = bk_chash_build(&s->ring, names, s->nsrv, BK_CHASH_VNODES);
+	if (e == 0 && cfg->password && !(s->password = strdup(cfg->password)))
+		e = -ENOMEM;
 	if (e < 0)
 		goto fail;
-	if (cfg->password && !(s->password = strdup(cfg->password)))
-		goto nomem;
 	s->st.servers = s->nsrv;
 	io_set_poller(s->io, &(struct io_poller){.fds = poll_fds, .ready = poll_ready,
 						 .stop = poll_stop, .arg = s});
 	*ret = s;
 	return 0;
-nomem:
-	e = -ENOMEM;
 fail:
 	bk_redis_free(s);
 	return e;

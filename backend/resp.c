@@ -157,10 +157,10 @@ static int line_end(struct bk_resp *s)
 		s->skip = v + 2; /* the body, and the two bytes hiredis skips after it */
 		return 0;
 	}
-	if (v == 0)
-		return item_done(s); /* an empty array */
 	if (v > BK_RESP_ELEMS_MAX || s->depth == BK_RESP_DEPTH_MAX)
-		return -E2BIG;
+		return -E2BIG; /* an empty array is an array too (fuzz_resp found one at depth 3) */
+	if (v == 0)
+		return item_done(s);
 	s->left[s->depth++] = (uint32_t)v;
 	s->type = 0;
 	return 0;

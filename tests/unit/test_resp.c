@@ -82,7 +82,7 @@ static void refusals(void **state)
 		{"*-2\r\n", -EPROTO}, {"*x\r\n", -EPROTO},
 		{"$1001\r\n", -EMSGSIZE}, {"$4000000000\r\n", -EMSGSIZE},
 		{"*17\r\n", -E2BIG}, {"*2147483647\r\n", -E2BIG}, {"*50000000\r\n", -E2BIG},
-		{"*1\r\n*1\r\n*1\r\n", -E2BIG},
+		{"*1\r\n*1\r\n*1\r\n", -E2BIG}, {"*1\r\n*1\r\n*0\r\n", -E2BIG},
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
