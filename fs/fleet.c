@@ -600,25 +600,31 @@ int fs_fleet_fetch(struct fs_fleet *sh, struct fobj *o, uint64_t off, uint32_t l
 
 /* ---- setup ------------------------------------------------------------------------------------- */
 
-/* The password: $TIERFS_SHARED_PASSWORD, else the first line of @file. @return 0 and a
- * malloc'd *ret (NULL: none), or -errno. */
+/* The password: $TIERFS_SHARED_PASSWORD, else the first line of @file, read with read(2)
+ * into a buffer zeroed after (stdio's buffer was freed with the password in it).
+ * @return 0 and a malloc'd *ret (NULL: none), or -errno. */
 static int password(const char *file, char **ret)
 {
 	const char *env = getenv("TIERFS_SHARED_PASSWORD");
 	char line[512];
-	FILE *fp;
+	ssize_t n;
+	int fd;
 
 	*ret = NULL;
 	if (env && *env)
 		return (*ret = strdup(env)) ? 0 : -ENOMEM;
 	if (!file)
 		return 0;
-	fp = fopen(file, "re");
-	if (!fp)
+	fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
 		return -errno;
-	if (!fgets(line, sizeof(line), fp))
-		line[0] = 0;
-	fclose(fp);
+	n = read(fd, line, sizeof(line) - 1);
+	if (n < 0)
+		n = -errno;
+	close(fd);
+	if (n < 0)
+		return (int)n;
+	line[n] = 0;
 	line[strcspn(line, "\r\n")] = 0;
 	*ret = line[0] ? strdup(line) : NULL;
 	explicit_bzero(line, sizeof(line));
