@@ -33,8 +33,11 @@
  *
  * The key is the block's (cache/fleetval.h: prefix, oid, block index, block size), so two
  * block sizes never mix and two fleets with two prefixes never meet. A value is served only
- * when its framing names this very block and its CRC-32C matches: anything else is counted as
- * "rejected" and the block comes from the store (and the right value is written over it).
+ * when its framing names this very block and its MAC checks under the fleet's key
+ * (shared_key: whoever can write to Redis cannot make one; backend/mac.c), or, without a key,
+ * its CRC-32C matches (which stops accidents only: the mount says so at start). Anything else
+ * is counted as "rejected" and the block comes from the store (and the right value is
+ * written over it). The key file must be its owner's alone (load_key).
  * Redis is asked only from the I/O thread (backend/redis.c): the FUSE worker that misses has
  * already returned, and a Redis that is slow costs a read at most shared_timeout before the
  * store is asked (default 50 ms: see the option's comment in opts.c). SETs go on their own
