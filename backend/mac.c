@@ -8,9 +8,9 @@
  *               tag = GMAC-AES-256(K_v, IV 0^96)(header || data)    value's header
  *
  * Why not HMAC-SHA256 over the value: it is the obvious MAC, but it runs at the speed of
- * SHA-256 (a few GB/s with SHA extensions), and a shared hit checks every byte of a block on
- * the I/O thread, which also parses every value; GMAC runs at the speed of carry-less
- * multiplication, several times faster (the figures are in the README's performance section).
+ * SHA-256, and a shared hit checks every byte of a block on the I/O thread, which also parses
+ * every value; GMAC runs at the speed of carry-less multiplication, several times faster on a
+ * CPU with both in hardware (the figures are in the README's performance section).
  *
  * Why GMAC is a MAC here: GMAC (GCM with all of the message as associated data) is a secure
  * MAC as long as one key and IV never authenticate two different messages. Its weakness is

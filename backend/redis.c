@@ -465,10 +465,22 @@ static size_t write_secret(struct sconn *c, redisAsyncContext *ac)
 	return 0;
 }
 
+/* Whether @fd's connect succeeded (getpeername leaves the error for hiredis to read). */
+static bool connected(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	return getpeername(fd, (struct sockaddr *)&ss, &len) == 0;
+}
+
 /* @c's socket is writable (or its connect ended): the AUTH command first, then hiredis's
- * write, which also finishes a connect (but never reads: see read_all). */
+ * write, which also finishes a connect (but never reads: see read_all). A connect that failed
+ * has its AUTH wiped unsent, and hiredis says why. */
 static void write_out(struct sconn *c, redisAsyncContext *ac)
 {
+	if (c->secret && !(ac->c.flags & REDIS_CONNECTED) && !connected(ac->c.fd))
+		wipe_secret(c, ac);
 	if (c->secret && write_secret(c, ac) > 0)
 		return;
 	redisAsyncHandleWrite(ac);

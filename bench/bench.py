@@ -1511,7 +1511,7 @@ class Bench:
         key = self.run_dir / "fleet.key"
         key.write_bytes(os.urandom(32))
         key.chmod(0o600)
-        base = {"block_size": "4M", "hot_size": f"{total // MiB + 128}M", "lagging_size": "8M",
+        base = {"block_size": "4M", "hot_size": f"{total // MiB + 128}M", "lagging": "off",
                 "hot_ttl": "100000000", "readahead": "4"}
         opts = {"plain": base, "keyed": dict(base, shared_key=str(key))}
         self.rewarm(hot)
