@@ -172,7 +172,9 @@ def test_without_a_key_the_mount_warns(store, mount, redis):
     b = mount(store.nginx.url, opts(r.url()), name="b")
     with open(b.path(rel), "rb") as f:
         assert f.read(10) == b"POISONED!!"
-    assert lu.stats(b.mnt).v("shared_hits_total", "shared") == 1
+    # (the kernel's readahead may have asked for the next block too: a hit as well)
+    assert lu.stats(b.mnt).v("shared_hits_total", "shared") >= 1
+    assert lu.stats(b.mnt).v("shared_rejected_total", "shared") == 0
 
 
 @pytest.mark.parametrize("mode,n,msg", [
