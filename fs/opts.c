@@ -1490,6 +1490,11 @@ static const char *const man_tail[] = {
     "Secrets are refused as options (they would show in /proc/PID/cmdline): S3 credentials come "
     "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, else from the shared "
     "credentials file (credentials=FILE, profile=NAME).",
+    ".PP",
+    "With shared=, the values in Redis carry a MAC when shared_key=FILE names the fleet's "
+    "secret: 32 to 4096 bytes (head -c 32 /dev/urandom > FILE), readable and writable by its "
+    "owner only, or the mount is refused. Without it a mount trusts Redis as much as the store, "
+    "and says so at start.",
     ".SH CONTROL",
     "MOUNTPOINT/.tierfs/stats holds counters in the Prometheus text format, every metric "
     "labelled by tier; MOUNTPOINT/.tierfs/config the effective settings. The extended "
