@@ -11,12 +11,12 @@
  * (shared_key), its MAC checks; without a key, its CRC-32C. Anything else is rejected and the
  * block is fetched from the store.
  *
- *   value:  0      4      8            24     32    36    40    44    48         64         80
- *           |magic |format| oid (hi,lo) | blk  | bs  | len | crc | mac | salt (16) | tag (16) | data (len)
- *           "TFSB"   2      little-endian integers       crc32c over bytes 0..40 and data
- *                                                        mac: 0 none (salt, tag zero), 1 the
- *                                                        fleet's MAC: tag over bytes 0..64
- *                                                        and data, keyed by the key and salt
+ *   0      4      8            24    32   36    40    44    48        64        80
+ *   |magic |format| oid (hi,lo) | blk | bs | len | crc | mac | salt 16 | tag 16 | data (len)
+ *   "TFSB"   2      little-endian integers      crc32c over bytes 0..40 and data
+ *                                               mac: 0 none (salt, tag zero), 1 the fleet's
+ *                                               MAC: tag over bytes 0..64 and data, keyed
+ *                                               by the fleet's key and the salt
  *
  * Format 1 (a 48-byte header, CRC only) is refused as another format: a fleet that turns
  * shared_key on writes over its old values as it reads them.

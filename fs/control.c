@@ -202,9 +202,9 @@ static void shared_text(struct mount *m, struct text *t)
 		      "Redis calls failed: server down, connection lost, error reply; and "
 		      "connections closed for a bad reply.", r.errors);
 	shared_metric(t, "shared_bad_replies_total", "counter",
-		      "Connections closed for a reply tierfs does not take: longer than a value, an "
-		      "array too long or too deep, not RESP, not asked for, or still coming long "
-		      "after its turn.", r.bad_replies);
+		      "Connections closed for a reply tierfs does not take: longer than a value, "
+		      "an array too long or too deep, not RESP, not asked for, or still coming "
+		      "long after its turn.", r.bad_replies);
 	shared_metric(t, "shared_received_bytes_total", "counter",
 		      "Value bytes received from Redis.", r.bytes_in);
 	shared_metric(t, "shared_puts_total", "counter", "Blocks written to Redis.", r.puts);

@@ -207,7 +207,8 @@ static void store_done(void *arg, int err)
 
 		if ((!sh->mac || bk_mac_salt(sh->mac, salt) == 0) &&
 		    fv_header(hdr, f->k, sh->block_size, f->dst, f->len, MAC(sh), salt) == 0)
-			queued = bk_redis_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst, f->len) == 0;
+			queued = bk_redis_put(sh->bs, f->key, hdr, sizeof(hdr), f->dst,
+					      f->len) == 0;
 	}
 	/* after the SET on the same connection: a loser that polls after the DEL finds the
 	 * value; if the SET was dropped (or the fetch failed), the DEL goes at once, and the
@@ -657,8 +658,9 @@ static ssize_t key_bytes(int fd, const char *file, unsigned char *buf, char *err
 		return -EACCES;
 	}
 	if (st.st_uid != geteuid() && st.st_uid != 0) {
-		snprintf(err, errlen, "shared_key=%s: owned by uid %u, not by tierfs's user or root",
-			 file, (unsigned)st.st_uid);
+		snprintf(err, errlen,
+			 "shared_key=%s: owned by uid %u, not by tierfs's user or root", file,
+			 (unsigned)st.st_uid);
 		return -EACCES;
 	}
 	while (n <= BK_MAC_KEY_MAX) {
@@ -675,7 +677,8 @@ static ssize_t key_bytes(int fd, const char *file, unsigned char *buf, char *err
 		n += (size_t)r;
 	}
 	if (n < BK_MAC_KEY_MIN || n > BK_MAC_KEY_MAX) {
-		snprintf(err, errlen, "shared_key=%s: %s%zu bytes; a key is %u to %u bytes (head -c 32 "
+		snprintf(err, errlen,
+			 "shared_key=%s: %s%zu bytes; a key is %u to %u bytes (head -c 32 "
 			 "/dev/urandom > FILE)", file, n > BK_MAC_KEY_MAX ? "more than " : "",
 			 n > BK_MAC_KEY_MAX ? (size_t)BK_MAC_KEY_MAX : n, BK_MAC_KEY_MIN,
 			 BK_MAC_KEY_MAX);

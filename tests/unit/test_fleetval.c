@@ -124,7 +124,8 @@ static bool flip_passes(int m, size_t i, unsigned bit)
 
 static void flipped_bit_anywhere(void **state)
 {
-	const struct fv_mac *make_mac[3] = {NULL, &KEY_A, &KEY_A}, *check_mac[3] = {NULL, &KEY_A, NULL};
+	const struct fv_mac *make_mac[3] = {NULL, &KEY_A, &KEY_A};
+	const struct fv_mac *check_mac[3] = {NULL, &KEY_A, NULL};
 
 	for (int m = 0; m < 3; m++) {
 		size_t n;

@@ -54,7 +54,8 @@ static void replies(void **state)
 		const char *s;
 		int n;
 	} ok[] = {
-		{"+OK\r\n", 1}, {"-ERR no\r\n", 1}, {":42\r\n", 1}, {":-9223372036854775808\r\n", 1},
+		{"+OK\r\n", 1}, {"-ERR no\r\n", 1}, {":42\r\n", 1},
+		{":-9223372036854775808\r\n", 1},
 		{":9223372036854775807\r\n", 1}, {":0\r\n", 1}, {"$-1\r\n", 1}, {"*-1\r\n", 1},
 		{"*0\r\n", 1}, {"$0\r\n\r\n", 1}, {"$5\r\nhello\r\n", 1}, {"$2\r\n\r\n\r\n", 1},
 		{"$3\r\nabcXY", 1}, /* hiredis skips the two bytes after a body unread */
