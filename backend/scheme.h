@@ -31,6 +31,8 @@ struct backend {
 	void *priv;           /* the scheme's own state */
 	void (*log)(void *log_arg, int level, const char *line); /* cfg->log, may be NULL */
 	void *log_arg;
+	uint64_t list_max_keys;  /* a listing's bounds (backend.c wraps every listing) */
+	uint64_t list_max_bytes;
 };
 
 /* Each sets b->ops, b->scheme, b->priv (and b->io when it needs one).
