@@ -22,8 +22,8 @@
  * (-ESTALE), and no ETag at all, when one was expected, means the bytes cannot be tied to a
  * version (-EIO: a broken answer, retried; a store that never sends ETags has none to expect
  * and is read as it is); a body shorter or longer than asked is an error, and the bytes are
- * never handed on. Retryable failures (connection errors, timeouts, 408, 429, 5xx, short bodies) are tried
- * again after an exponential backoff with jitter, up to `retries` more times.
+ * never handed on. Retryable failures (connection errors, timeouts, 408, 429, 5xx, short
+ * bodies) are tried again after an exponential backoff with jitter, up to `retries` more times.
  *
  * Back-pressure: a store that answers 503 (SlowDown) or 429 is asking for fewer requests. The
  * number of transfers allowed at once is a window managed like TCP's congestion window:
