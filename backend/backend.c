@@ -156,13 +156,24 @@ struct list_cap {
 	const char *dir; /* for the log line */
 };
 
+/* @b's bounds: 0 in a struct backend made by hand (tests/unit/test_ns.c) is the default. */
+static uint64_t max_keys(const struct backend *b)
+{
+	return b->list_max_keys ? b->list_max_keys : BK_LIST_MAX_KEYS;
+}
+
+static uint64_t max_bytes(const struct backend *b)
+{
+	return b->list_max_bytes ? b->list_max_bytes : BK_LIST_MAX_BYTES;
+}
+
 static int capped_entry(void *arg, const char *name, bool is_dir, const struct bk_meta *meta)
 {
 	struct list_cap *c = arg;
 
 	c->keys++;
 	c->bytes += strlen(name) + (meta ? strlen(meta->etag) : 0);
-	if (c->keys > c->b->list_max_keys || c->bytes > c->b->list_max_bytes) {
+	if (c->keys > max_keys(c->b) || c->bytes > max_bytes(c->b)) {
 		c->over = true;
 		return -EFBIG;
 	}
@@ -174,19 +185,16 @@ static int capped_end(struct list_cap *c, int e)
 {
 	char line[512];
 
-	if (!c->over)
-		return e;
-	if (c->b->log) {
-		if (c->keys > c->b->list_max_keys)
-			snprintf(line, sizeof(line),
-				 "list /%s: more than %llu entries: refused (EFBIG)", c->dir,
-				 (unsigned long long)c->b->list_max_keys);
-		else
-			snprintf(line, sizeof(line),
-				 "list /%s: more than %llu bytes of names and ETags: refused (EFBIG)",
-				 c->dir, (unsigned long long)c->b->list_max_bytes);
-		c->b->log(c->b->log_arg, 0, line);
-	}
+	if (!c->over || !c->b->log)
+		return c->over ? -EFBIG : e;
+	if (c->keys > max_keys(c->b))
+		snprintf(line, sizeof(line), "list /%s: more than %llu entries: refused (EFBIG)",
+			 c->dir, (unsigned long long)max_keys(c->b));
+	else
+		snprintf(line, sizeof(line),
+			 "list /%s: more than %llu bytes of names and ETags: refused (EFBIG)", c->dir,
+			 (unsigned long long)max_bytes(c->b));
+	c->b->log(c->b->log_arg, 0, line);
 	return -EFBIG;
 }
 

@@ -31,8 +31,8 @@ struct backend {
 	void *priv;           /* the scheme's own state */
 	void (*log)(void *log_arg, int level, const char *line); /* cfg->log, may be NULL */
 	void *log_arg;
-	uint64_t list_max_keys;  /* a listing's bounds (backend.c wraps every listing) */
-	uint64_t list_max_bytes;
+	uint64_t list_max_keys;  /* a listing's bounds (backend.c wraps every listing); 0 in a */
+	uint64_t list_max_bytes; /* struct made by hand is BK_LIST_MAX_KEYS, _BYTES */
 };
 
 /* Each sets b->ops, b->scheme, b->priv (and b->io when it needs one).
