@@ -316,8 +316,9 @@ int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_don
 
 	if (!c)
 		return -ENOMEM;
-	*c = (struct list_cap){.b = b, .fn = fn, .done = done, .arg = arg, .dir = (const char *)(c + 1)};
+	*c = (struct list_cap){.b = b, .fn = fn, .done = done, .arg = arg};
 	memcpy(c + 1, dir, n + 1);
+	c->dir = (const char *)(c + 1);
 	if (b->ops->list_async)
 		e = b->ops->list_async(b, dir, capped_entry, capped_done, c);
 	if (e == -EOPNOTSUPP)
