@@ -419,7 +419,7 @@ int io_range_check(const struct io_range_answer *a, const char *etag, uint64_t o
 
 	if (etag && etag[0] && !a->etag[0]) {
 		/* nothing names the version these bytes are of: not trusted, and not taken for a
-		 * change either (the store says nothing changed); retried like any broken answer */
+		 * change either (nothing says it changed); retried like any broken answer */
 		snprintf(errmsg, errlen, "answer without an ETag (expected %s)", etag);
 		return -EIO;
 	}
