@@ -307,6 +307,29 @@ def test_link_no_more_readable_than_through_the_store(shared_mount, tmp_path):
         shutil.rmtree(top, ignore_errors=True)
 
 
+def test_link_mode_follows_chmod_of_a_directory_on_its_path(shared_mount, tmp_path):
+    """A directory on a link's resolved path made searchable (or private again) in the store
+    changes the link's mode once the metadata is refreshed (metadata_ttl=0 here)."""
+    top = Path(tempfile.mkdtemp(prefix="tierfs-links-", dir="/tmp"))
+    try:
+        os.chmod(top, 0o755)
+        store = make_link_store(top)
+        os.symlink("../private/inner.txt", store / "public" / "link.txt")
+        m = shared_mount(store, ["metadata_ttl=0"])
+        link = m.path("public/link.txt")
+        assert stat.S_IMODE(os.stat(link).st_mode) == 0o600
+        os.chmod(store / "private", 0o711)
+        harness.wait_until(lambda: stat.S_IMODE(os.stat(link).st_mode) == 0o644, 10,
+                           "the link to show 0644 once private/ is searchable")
+        assert nobody_reads(link) == b"inside 0700\n"
+        os.chmod(store / "private", 0o700)
+        harness.wait_until(lambda: stat.S_IMODE(os.stat(link).st_mode) == 0o600, 10,
+                           "the link to show 0600 again")
+        assert nobody_reads(link) is None
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_links_out_of_root_stay_hidden_whatever_the_modes(shared_mount, tmp_path):
     """The mode rule changes nothing for links that leave the root or name a directory:
     they stay hidden (ENOENT), a 0700 directory on the way or not."""
