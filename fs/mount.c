@@ -8,7 +8,8 @@
  *                                          the disk tier as the lower tier)
  *           ──► ns_cfg      ──► ns_new (the root's first listing starts once the I/O
  *                                        thread runs)
- *           ──► FUSE args   ──► fuse_session_new(fs_ops) ─► mount ─► daemonize ─► loop
+ *           ──► FUSE args   ──► fuse_session_new(fs_ops) ─► mount ─► device I/O (device.c)
+ *                                                         ─► daemonize ─► loop
  *
  * Everything that can fail before mounting fails with one line on stderr and exit status 1.
  * The backend's I/O thread is stopped across fuse_daemonize (a fork keeps only the calling
@@ -265,6 +266,10 @@ int fs_main(struct fs_opts *o)
 		goto out;
 	}
 	mounted = true;
+	if (fs_device_attach(&m) < 0) {
+		fprintf(stderr, "tierfs: cannot set up the FUSE device's I/O\n");
+		goto out;
+	}
 	fs_tune_readahead(o->mountpoint, FS_MAX_REQUEST / 1024); /* best effort */
 
 	/* the I/O thread must not exist across the fork in fuse_daemonize */

@@ -218,8 +218,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * no FUSE_INTERRUPT would ever reach us. Without it, each piece is a request of the
 	 * reader's own, which the kernel interrupts and tierfs cancels when the reader dies. */
 	conn->want &= ~FUSE_CAP_ASYNC_DIO;
-	/* Without it the kernel sends one lookup per directory at a time, so a lookup parked on
-	 * the store would hold back every other lookup in its directory (.tierfs included). */
+	/* Without it the kernel sends one lookup or readdir per directory at a time, holding a
+	 * mutex of the directory that no signal frees, so a lookup parked on the store would hold
+	 * back every other lookup and `ls` in its directory (.tierfs included). libfuse 3.14.0
+	 * drops the flag from its reply: device.c adds it. */
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
