@@ -232,6 +232,7 @@ int fs_main(struct fs_opts *o)
 		.log_arg = &m.log,
 		.now_ns = env.mono_ns, /* one clock for the cache and the namespace */
 		.clock_arg = env.arg,
+		.defer = env.defer,    /* and one timer queue: the I/O loop's */
 	};
 	m.ns = store ? ns_new(&nc) : NULL;
 	fsname = fsname_opt(o->url);
@@ -288,6 +289,7 @@ int fs_main(struct fs_opts *o)
 	}
 	/* the root's first listing starts now, so that the first ls and the control
 	 * directory's lookup find it (or find it in flight) */
+	m.mounted_ns = env.mono_ns(env.arg);
 	ns_opendir_async(m.ns, 1, prime_done, NULL);
 	if (o->single_thread) {
 		r = fuse_session_loop(m.se);
