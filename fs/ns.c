@@ -53,28 +53,35 @@
  * kept in the node (a lazy one's in the listing) and ANDed in, so the mount never shows a
  * wider mode than the store.
  *
- * Freshness: a listing is reused for metadata_ttl seconds. A name missing from it is asked of
- * the store (stat / HEAD): found, it joins the listing; missing, the answer is kept for
- * negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
+ * Freshness (stale-while-revalidate, DESIGN.md invariant 11): a listing is fresh for
+ * metadata_ttl seconds; past that it still answers lookups and opendirs at once, and one
+ * refresh goes out behind them. A name missing from it is asked of the store (stat / HEAD),
+ * after the refresh if the listing is old: found, it joins the listing; missing, the answer is
+ * kept for negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
  * metadata_ttl (a lazy node's is as old as its listing) or has no ETag, unless the mount is
- * immutable. A lookup waits for an old listing to be refreshed; opendir does not
- * (stale-while-revalidate: it gets the listing held and a refresh goes out in the background).
- * A refresh that fails leaves the last good listing in place (reported once through cfg.log);
- * only a directory never listed fails its callers. A directory the kernel forgets with no
+ * immutable; the open waits for it a moment at most (REVAL_WAIT_NS, none while the store
+ * seems stalled), then takes the version held. Only what was never seen waits for the store:
+ * a directory never listed, a name never listed, a version without ETag, and one known to have
+ * changed. A refresh that fails leaves the last good listing in place (reported once through
+ * cfg.log); only a directory never listed fails its callers. A directory the kernel forgets with no
  * child left leaves its listing behind (struct forgotten, the last FORGOTTEN_MAX of them), and
  * the next node of its path takes it back: a forgotten inode loses neither the last good
  * listing nor a fresh one.
  *
  * No caller waits: lookup, open and opendir are ops run in steps (see "operations that may
  * wait for the store"). What ns holds is answered in the caller's thread; what needs the store
- * parks the op on an asynchronous stat or on the directory's listing in flight, and the
- * backend's I/O thread runs the next step when the answer comes. Listings are single-flight:
- * every op that needs one while it is in flight waits for that one. Open directory handles
- * share the listing they were opened on (reference counted, copy on write).
+ * parks the op on an asynchronous stat, on the directory's listing in flight, or on the
+ * file's revalidation in flight, and the backend's I/O thread (or the revalidation's timer,
+ * cfg.defer) runs the next step. Listings are single-flight per directory and revalidations
+ * per file: every op that waits for one while it is in flight waits for that one, and no op
+ * that memory answers joins any. Open directory handles share the listing they were opened
+ * on (reference counted, copy on write).
  *
- * Locking: ns->lock guards the tables, every node and every listing's place in its directory.
- * It is never held across a request: a step drops it before submitting, and the completion
- * takes it again and finds the node by inode number (it may have been forgotten meanwhile).
+ * Locking: ns->lock guards the tables, every node and every listing's place in its directory,
+ * and the revalidations in flight (struct reval). It is never held across a request: a step
+ * drops it before submitting, and the completion takes it again and finds the node by inode
+ * number (it may have been forgotten meanwhile). Whether the store answers at all (ns->reqs,
+ * ns->progress_ns) is kept with atomics, outside the lock.
  * A listing being fetched belongs to its fetch alone until it is published under the lock; a
  * published listing shared with handles is immutable but for ETags rewritten in place.
  *
@@ -1501,6 +1508,7 @@ struct nsop {
 	int reval_err;           /* ... with this (reval_apply's), or -EAGAIN: not in time */
 	/* the answer */
 	struct stat st;
+	bool stale;              /* lookup: from metadata past metadata_ttl (ns_entry_fn) */
 	struct fobj *o;
 	bool same, changed;
 	struct ns_dir *d;
@@ -1888,7 +1896,7 @@ static int lookup_listing(struct ns *ns, struct node *p, struct nsop *op, struct
 
 	if (p->dir->list) {
 		if (!listing_fresh(ns, p->dir))
-			start_listing(ns, p, NULL, &sub->lf); /* out of memory: the next one tries */
+			start_listing(ns, p, NULL, &sub->lf); /* out of memory: the next tries */
 		return 0;
 	}
 	if (op->waited)
@@ -1930,7 +1938,8 @@ static int lookup_meta(struct ns *ns, struct node *p, struct nsop *op, struct no
 		return 0;
 	}
 	if (n && n->f) {
-		if (!ns->cfg.immutable && !n->f->reval && !fresh(ns, n->f->meta_ns, clock_ns(ns)))
+		op->stale = !ns->cfg.immutable && !fresh(ns, n->f->meta_ns, clock_ns(ns));
+		if (op->stale && !n->f->reval)
 			reval_start(ns, n, &sub->rv); /* out of memory: the next lookup tries */
 		own_meta(n, m);
 		*ret_asked = false;
@@ -1993,6 +2002,8 @@ static int step_lookup(struct ns *ns, struct nsop *op, struct sub *sub)
 		listed = false;
 	}
 	/* a version from a listing is as confirmed as the listing (entry_link) */
+	if (listed)
+		op->stale = !listing_fresh(ns, p->dir);
 	return entry_link(ns, p, op->name, n, is_dir, (is_dir ? have_perm : have_meta) ? &m : NULL,
 			  listed ? listing_fresh(ns, p->dir) : asked, listed, &op->st);
 }
@@ -2096,7 +2107,7 @@ static void finish(struct nsop *op, int r)
 {
 	switch (op->kind) {
 	case OP_LOOKUP:
-		op->done.entry(op->arg, r, r == 0 ? &op->st : NULL);
+		op->done.entry(op->arg, r, r == 0 ? &op->st : NULL, r == 0 && op->stale);
 		break;
 	case OP_OPEN:
 		op->done.open(op->arg, r, r == 0 ? op->o : NULL, op->same, op->changed);
@@ -2172,7 +2183,7 @@ void ns_lookup_async(struct ns *ns, uint64_t parent, const char *name, ns_entry_
 	struct nsop *op = op_new(ns, OP_LOOKUP, parent, name, arg);
 
 	if (!op) {
-		done(arg, -ENOMEM, NULL);
+		done(arg, -ENOMEM, NULL, false);
 		return;
 	}
 	op->done.entry = done;
@@ -2243,8 +2254,9 @@ static void wait_signal(struct wait *w, int err)
 	pthread_mutex_unlock(&w->lock);
 }
 
-static void waited_entry(void *arg, int err, const struct stat *st)
+static void waited_entry(void *arg, int err, const struct stat *st, bool stale)
 {
+	(void)stale;
 	struct wait *w = arg;
 
 	if (st)

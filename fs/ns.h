@@ -75,7 +75,9 @@ void ns_free(struct ns *ns);
  * directory, revalidations per file: every call that waits for one while it is in flight
  * waits for that one.
  */
-typedef void (*ns_entry_fn)(void *arg, int err, const struct stat *st);
+/* @stale: the answer came from what ns held past metadata_ttl (its refresh is out), so the
+ * kernel should ask again at the next use instead of keeping it for metadata_ttl. */
+typedef void (*ns_entry_fn)(void *arg, int err, const struct stat *st, bool stale);
 typedef void (*ns_open_fn)(void *arg, int err, struct fobj *o, bool same, bool changed);
 struct ns_dir;
 typedef void (*ns_dir_fn)(void *arg, int err, struct ns_dir *d);

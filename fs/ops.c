@@ -231,8 +231,10 @@ static double ttl(struct mount *m)
 	return (double)m->o->metadata_ttl;
 }
 
-/* The answer to a lookup, in the worker or later on the I/O thread. */
-static void reply_entry(void *arg, int r, const struct stat *st)
+/* The answer to a lookup, in the worker or later on the I/O thread. One from metadata past
+ * metadata_ttl (@stale: its refresh is out) is not kept by the kernel, so the next use asks
+ * again and gets the refresh's answer, instead of the stale one for another metadata_ttl. */
+static void reply_entry(void *arg, int r, const struct stat *st, bool stale)
 {
 	fuse_req_t req = arg;
 	struct mount *m = M(req);
@@ -252,8 +254,8 @@ static void reply_entry(void *arg, int r, const struct stat *st)
 	}
 	e.attr = *st;
 	e.ino = e.attr.st_ino;
-	e.attr_timeout = ttl(m);
-	e.entry_timeout = ttl(m);
+	e.attr_timeout = stale ? 0 : ttl(m);
+	e.entry_timeout = stale ? 0 : ttl(m);
 	fuse_reply_entry(req, &e);
 }
 
@@ -286,7 +288,7 @@ static void reply_ctl_dir(fuse_req_t req)
 	if (r == 0 && listed == -EAGAIN)
 		reply_entry_uncached(req, &st);
 	else
-		reply_entry(req, r, r == 0 ? &st : NULL);
+		reply_entry(req, r, r == 0 ? &st : NULL, false);
 }
 
 static void ctl_grace_done(void *arg)
@@ -331,7 +333,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (parent == CTL_DIR_INO) {
 		int r = ctl_lookup(m, parent, name, &st);
 
-		reply_entry(req, r, r == 0 ? &st : NULL);
+		reply_entry(req, r, r == 0 ? &st : NULL, false);
 		return;
 	}
 	/* answered here when ns holds the answer, else parked until the store's */

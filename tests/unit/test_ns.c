@@ -997,6 +997,7 @@ static struct {
 	int entries, entry_errs, dirs;
 	int last_err;
 	off_t last_size;      /* of the last entry answered */
+	bool last_stale;      /* ... from metadata past metadata_ttl */
 	struct ns_dir *d[32];
 	int opens;
 	struct {
@@ -1006,10 +1007,11 @@ static struct {
 	} open[8];
 } A;
 
-static void on_entry_answer(void *arg, int err, const struct stat *st)
+static void on_entry_answer(void *arg, int err, const struct stat *st, bool stale)
 {
 	(void)arg;
 	A.entries++;
+	A.last_stale = stale;
 	A.last_err = err;
 	if (err)
 		A.entry_errs++;
@@ -1315,6 +1317,7 @@ static void test_lookup_stale_while_revalidate(void **state)
 	assert_int_equal(A.entries, 1); /* at once, from what is held */
 	assert_int_equal(A.entry_errs, 0);
 	assert_int_equal(A.last_size, 1);
+	assert_true(A.last_stale);      /* the kernel is not to keep it */
 	assert_int_equal(S.nheld, 1);   /* one refresh went out */
 	assert_true(S.held[0].list);
 	assert_string_equal(S.held[0].path, "d");
@@ -1335,6 +1338,7 @@ static void test_lookup_stale_while_revalidate(void **state)
 	assert_int_equal(A.entries, 4);
 	assert_int_equal(A.entry_errs, 0);
 	assert_int_equal(A.last_size, 3); /* the refresh brought it: no HEAD */
+	assert_false(A.last_stale);
 	assert_int_equal(S.stats, 0);
 	assert_int_equal(S.lists, lists + 1);
 	/* the next lookup sees what the refresh brought, on the same inode (nothing open) */
