@@ -1500,6 +1500,41 @@ static void test_open_when_store_stalled(void **state)
 	ns_free(ns);
 }
 
+/* A file an index names without metadata (a manifest): its first lookup waits for the store's
+ * stat; once it has a version, a lookup past metadata_ttl answers from it at once (stale) and
+ * one stat goes out behind it; the next lookup has the store's answer. */
+static void test_manifest_version_while_revalidated(void **state)
+{
+	struct ns *ns = mk(10, 1);
+	struct stat st;
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("a", 1, "\"a1\"");
+	S.o[0].no_meta = true;
+	S.hold = true;
+	ns_lookup_async(ns, 1, "a", on_entry_answer, NULL);
+	release(); /* the listing, then the stat it needs */
+	assert_int_equal(A.entries, 1);
+	assert_int_equal(A.last_size, 1);
+	assert_int_equal(S.stats, 1);
+	put("a", 5, "\"a2\"");
+	S.now += 11 * SEC;
+	ns_lookup_async(ns, 1, "a", on_entry_answer, NULL);
+	assert_int_equal(A.entries, 2); /* at once: the version held */
+	assert_int_equal(A.last_size, 1);
+	assert_true(A.last_stale);
+	ns_lookup_async(ns, 1, "a", on_entry_answer, NULL);
+	assert_int_equal(A.entries, 3);
+	assert_int_equal(S.nheld, 2);   /* the refresh of / and one stat of a, not two */
+	release();
+	S.hold = false;
+	assert_int_equal(S.stats, 2);
+	assert_int_equal(ns_lookup(ns, 1, "a", &st), 0);
+	assert_int_equal(st.st_size, 5);
+	ns_free(ns);
+}
+
 /* Memory of the namespace at N keys in one prefix, listed (ls) and then every name looked up
  * (a lookup, or an `ls -l`: readdirplus makes the same node): printed, with bounds: <= 200 B
  * per key both ways (issue 8 asks it at 1M keys), in the root and three levels down (a node
@@ -1632,6 +1667,7 @@ int main(void)
 	    cmocka_unit_test(test_failed_refresh_behind_lookups),
 	    cmocka_unit_test(test_open_revalidation),
 	    cmocka_unit_test(test_open_when_store_stalled),
+	    cmocka_unit_test(test_manifest_version_while_revalidated),
 	    cmocka_unit_test(test_memory_per_key),
 	    cmocka_unit_test(test_memory_per_key_1m),
 	};
