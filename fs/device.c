@@ -8,7 +8,7 @@
  * directory, `ls` of it, and (in the root) the control directory's name behind it, and no
  * signal but the end of the mount frees them. libfuse 3.14.0 takes FUSE_CAP_PARALLEL_DIROPS
  * in conn->want (it is even on by default) but never puts the flag in its INIT reply (fixed
- * upstream in 3.14.1, "Pass FUSE_PARALLEL_DIROPS to kernel"). So the device is read and
+ * upstream in 3.17.1, "Pass FUSE_PARALLEL_DIROPS to kernel"). So the device is read and
  * written through fuse_session_custom_io, with plain read(2) and writev(2), and the INIT reply
  * gets the flag when the kernel offered it:
  *
