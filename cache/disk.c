@@ -737,7 +737,8 @@ uint64_t disk_default_queue_bytes(uint32_t block_size)
  * ------------------------------------------------------------------------------------------ */
 
 /* A cache_dir that is not ours alone: say why and how to fix it in @why. @return -EPERM. */
-static int refuse(char *why, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(char *why, size_t n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 static int refuse(char *why, size_t n, const char *fmt, ...)
 {
 	va_list ap;
@@ -754,21 +755,20 @@ static int check_dir(const char *dir, const struct stat *st, char *why, size_t n
 {
 	unsigned me = (unsigned)geteuid();
 	mode_t w = st->st_mode & (S_IWGRP | S_IWOTH);
+	const char *who = w == S_IWGRP ? "its group" : w == S_IWOTH ? "others" : "group and others";
 
 	if (st->st_uid != me)
 		return refuse(why, n,
 			      "%s: owned by uid %u, not %u (the user tierfs runs as): another user "
-			      "could plant blocks in it or read them; use a directory of uid %u that "
-			      "only it can write (mode 0700), e.g. systemd's CacheDirectory=",
+			      "could plant blocks in it or read them; use a directory of uid %u "
+			      "that only it can write (mode 0700), e.g. systemd's CacheDirectory=",
 			      dir, (unsigned)st->st_uid, me, me);
 	if (w)
 		return refuse(why, n,
 			      "%s: mode %04o lets %s write it: another user could plant blocks in "
 			      "it or read them; chmod go-w it (0700 is best) or use a directory "
 			      "only uid %u can write",
-			      dir, (unsigned)(st->st_mode & 07777),
-			      w == S_IWGRP ? "its group" : w == S_IWOTH ? "others" : "group and others",
-			      me);
+			      dir, (unsigned)(st->st_mode & 07777), who, me);
 	return 0;
 }
 
