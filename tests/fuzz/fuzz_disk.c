@@ -17,7 +17,7 @@
  *                as a forged or an unlucky file would)
  *     bit 3      also write seg-0009.tfs, a segment beyond the ring (removed at open)
  *     bit 4      the first piece's file is mode 0644 (not the tier's own: removed unread)
- *     bit 5      after the open, put a block, flush, and read it back
+ *     bit 5      after the open, put 8 blocks (a rotation at least), each read back
  *     bit 6      read the first block served again through disk_get_async (the reader
  *                thread's direct read and bounce buffer)
  *
@@ -30,7 +30,7 @@
  *   - disk_get of any key answers 0, -ENOENT or -EBADMSG, and a 0 comes with bytes that are
  *     exactly the data of a record of that key and length in some piece (nothing else is
  *     ever served), whose CRC matches;
- *   - a block put after the scan (whatever cursor and generation it left) is read back whole.
+ *   - blocks put after the scan (whatever cursor and generations it left) are read back whole.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -285,23 +285,27 @@ static void read_all(struct disk *d, const struct piece *ps, unsigned n, bool sk
 	}
 }
 
-/* Bit 5: a block put now is written after whatever the scan left, and read back whole. */
+/* Bit 5: blocks put now are written after whatever the scan left (8 of them: one segment
+ * holds 7, so at least one rotation, which gives out the next generation), and read back
+ * whole. */
 static void put_and_read(struct disk *d)
 {
 	static unsigned char in[BS], out[BS];
-	struct cache_key key = {{0xf0f0, 0x0f0f}, 77};
 	struct disk_stats st;
 
-	for (unsigned i = 0; i < BS; i++)
-		in[i] = (unsigned char)(i * 7 + 3);
-	if (disk_has(d, key))
-		return; /* a piece holds this key already: a put would be ignored */
-	disk_put(d, key, in, BS);
-	disk_flush(d);
-	disk_get_stats(d, &st);
-	FUZZ_CHECK(st.writable && st.write_errors == 0);
-	FUZZ_CHECK(disk_get(d, key, out, BS) == 0);
-	FUZZ_CHECK(!memcmp(in, out, BS));
+	for (uint64_t b = 0; b < 8; b++) {
+		struct cache_key key = {{0xf0f0, 0x0f0f}, 77 + b};
+
+		if (disk_has(d, key))
+			continue; /* a piece holds this key already: a put would be ignored */
+		memset(in, (int)b + 1, BS);
+		disk_put(d, key, in, BS);
+		disk_flush(d);
+		disk_get_stats(d, &st);
+		FUZZ_CHECK(st.writable && st.write_errors == 0);
+		FUZZ_CHECK(disk_get(d, key, out, BS) == 0);
+		FUZZ_CHECK(!memcmp(in, out, BS));
+	}
 }
 
 static void no_log(void *arg, const char *msg)
