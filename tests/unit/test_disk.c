@@ -3,7 +3,12 @@
  * flipped records caught, a cache of another format or block_size wiped, rotation evicting the
  * oldest segment whole, a full queue dropping instead of blocking, a write error turning
  * writes off while reads go on, a second tier on the same directory refused, and reads on the
- * tier's reader threads (disk_get_async).
+ * tier's reader threads (disk_get_async). And the trust checks of issue 28: a cache_dir that
+ * is a symbolic link, another user's, or writable by group or others is refused (-EPERM, one
+ * line) with nothing in it touched; a missing one is made 0700; segment and lock files that
+ * are not the tier's own (another user's, group or other bits, a second name, a link) are
+ * removed unread and made anew, so a descriptor or a flock held on the old one counts for
+ * nothing; a generation near 2^64 is a bad header. Those that chown need root.
  *
  * The writer thread is real; tests wait for it with disk_flush, never with a sleep.
  */
