@@ -113,11 +113,15 @@ static void disk_log(void *arg, const char *msg)
 }
 
 /*
- * Open the disk tier in cache_dir, before the cache and before daemonizing (its recovery's
- * lines reach the terminal). A directory another mount holds refuses the mount: two mounts
- * writing one ring would destroy each other's blocks. Any other failure (read-only, no
- * permission, no such parent) mounts without a disk tier, with one line: reads never depend
- * on the disk. @return 0 or -EBUSY.
+ * Open the disk tier in cache_dir, before the cache and before mounting and daemonizing (its
+ * lines reach the terminal, and a refusal leaves nothing mounted). Two failures refuse the
+ * mount, with one line: a directory another mount holds (two mounts writing one ring would
+ * destroy each other's blocks), and a directory that is not ours alone (another user's,
+ * writable by group or others, or a symbolic link: whoever could write it could plant the
+ * blocks readers get, or read the ones we put there; mounting without the tier would hide a
+ * mistake the operator must fix). Any other failure (read-only, no permission, no such parent)
+ * mounts without a disk tier, with one line: reads never depend on the disk.
+ * @return 0, -EBUSY or -EPERM.
  */
 static int open_disk(struct mount *m)
 {
@@ -129,8 +133,13 @@ static int open_disk(struct mount *m)
 		.log = disk_log,
 	};
 	struct disk_stats ds;
-	int r = disk_open(&dc, &m->disk);
+	char why[512];
+	int r = disk_open(&dc, &m->disk, why, sizeof(why));
 
+	if (r == -EPERM) {
+		fprintf(stderr, "tierfs: cache_dir=%s\n", why);
+		return r;
+	}
 	if (r == -EBUSY) {
 		fprintf(stderr, "tierfs: cache_dir %s is in use by another tierfs mount (one mount "
 				"per cache_dir)\n", dc.dir);

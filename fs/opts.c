@@ -208,7 +208,7 @@ static const struct opt opt_table[] = {
 	 * alone is enough; the files grow as blocks are written, so it is a bound, not a
 	 * reservation. */
 	{.name = "cache_dir", .kind = OPT_PATH, .group = GROUP_CACHE, .off = OFF(cache_dir),
-	 .meta = "DIR", .help = "directory of the disk tier (unset: none)"},
+	 .meta = "DIR", .help = "disk tier directory, yours alone (unset: none)"},
 	{.name = "disk_size", .kind = OPT_SIZE, .group = GROUP_CACHE, .off = OFF(disk_size),
 	 .min = 0, .max = UINT64_MAX, .def = 10 * GIB,
 	 .help = "disk tier size, >= 9 x block_size"},
