@@ -162,6 +162,17 @@ void backend_get_stats(struct backend *b, struct bk_stats *ret)
 		io_get_stats(b->io, ret);
 }
 
+const char *bk_op_name(enum bk_op op)
+{
+	static const char *const names[BK_OP_N] = {
+	    [BK_OP_GET] = "get",
+	    [BK_OP_HEAD] = "head",
+	    [BK_OP_LIST] = "list",
+	};
+
+	return op < BK_OP_N ? names[op] : NULL;
+}
+
 const char *backend_scheme(const struct backend *b)
 {
 	return b->scheme;

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hist.h"
+
 #define BK_ETAG_MAX 128
 
 struct bk_meta {
@@ -118,6 +120,17 @@ int backend_read(struct backend *b, const char *path, const char *etag, uint64_t
 /* Run @cb(@arg) on the I/O thread after @delay_ns. @return 0 or -errno. */
 int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), void *arg);
 
+/* What a request to the store does, as its latency is labelled (op="get", bk_op_name). */
+enum bk_op {
+	BK_OP_GET,  /* a range read */
+	BK_OP_HEAD, /* an object's metadata */
+	BK_OP_LIST, /* a listing (or an index, or the check at mount) */
+	BK_OP_N,
+};
+
+/* "get", "head", "list". */
+const char *bk_op_name(enum bk_op op);
+
 struct bk_stats {
 	uint64_t requests;   /* HTTP requests (or file reads) started, retries included */
 	uint64_t retries;
@@ -128,6 +141,9 @@ struct bk_stats {
 	uint64_t slowdowns;  /* 503 SlowDown / 429 answers received */
 	uint64_t window;     /* transfers allowed at once now (AIMD), <= max_conns */
 	uint64_t merged;     /* range reads that went out inside another's request (io.c) */
+	/* time from a request sent to its answer, each attempt on its own, by what it does
+	 * (file://: a read's pread) */
+	struct bk_hist lat[BK_OP_N];
 };
 /* Hold this thread's range reads until backend_unplug and submit them together, so that
  * consecutive ones can go to the store as one request (io_plug). s3 and http: file's reads

@@ -304,6 +304,7 @@ static void run_job(void *arg)
 	struct bk_meta m;
 	uint32_t got = 0;
 	int e = 0;
+	uint64_t t0 = io_now_ns(j->b->io);
 	int fd = open_regular(f, j->path, &st);
 
 	if (fd < 0) {
@@ -333,7 +334,7 @@ static void run_job(void *arg)
 out:
 	if (fd >= 0)
 		close(fd);
-	io_account(j->b->io, e ? 0 : j->len, e != 0);
+	io_account(j->b->io, e ? 0 : j->len, e != 0, t0);
 	if (e && e != -ENOENT && j->b->log) {
 		char line[512];
 

@@ -28,6 +28,21 @@
 
 #define FS_MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
 
+/* What the process may take besides its memory tiers (cache.h's CACHE_BOUNCE_LIMIT: bounce
+ * buffers, threads, the rest): the metrics' memory bound is hot_size + lagging_size + this. */
+#define FS_MEMORY_SLACK (64ull << 20)
+
+/* Where a read's slowest block came from: its latency histogram (struct mount.read_lat). The
+ * memory tiers keep cache.h's numbers; the chain's tiers are matched by name (ops.c). */
+enum fs_read_from {
+	FS_FROM_HOT = CACHE_HOT,
+	FS_FROM_LAG = CACHE_LAG,
+	FS_FROM_DISK = CACHE_NTIERS,
+	FS_FROM_SHARED,
+	FS_FROM_STORE,
+	FS_FROM_N,
+};
+
 
 /* ---------------------------------------------------------------------------------------------
  * fleet.c: the shared tier (Redis) and the fleet lagging budget, a tier of the cache's chain.
@@ -89,6 +104,8 @@ struct mount {
 	uint64_t reads;           /* read requests answered (relaxed atomics) */
 	uint64_t read_errors;     /* read requests answered with an error */
 	uint64_t read_bytes;      /* bytes answered */
+	struct bk_hist read_lat[FS_FROM_N]; /* reads answered with data, by where their slowest
+					     * block came from (relaxed atomics) */
 	pthread_mutex_t handles_lock;
 	struct hlink *fhs;        /* open files: freed at exit if the kernel never releases them */
 	struct hlink *dirs;       /* open directories, likewise */
