@@ -72,6 +72,11 @@ struct fs_metrics_sink {
  */
 int fs_metrics_write(const struct fs_metrics_snap *s, const struct fs_metrics_sink *sink);
 
+/* The standard process_* families (CPU seconds, open and allowed fds, virtual and resident
+ * memory, start time) from /proc, in the same format, for the /metrics endpoint (process.c).
+ * A value /proc does not give leaves its family out. @return 0 or the sink's -errno. */
+int fs_process_metrics_write(const struct fs_metrics_sink *sink);
+
 enum fs_metric_type {
 	FS_METRIC_COUNTER,
 	FS_METRIC_GAUGE,

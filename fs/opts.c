@@ -133,6 +133,7 @@ enum opt_check {
 	CHECK_REGION,	/* letters, digits, '-', '_', '.' */
 	CHECK_REDIS_URL, /* redis://host:port[,host:port...] */
 	CHECK_PREFIX,	/* a key prefix: printable, no space, at most 64 bytes */
+	CHECK_ENDPOINT,	/* [HOST:]PORT (fs_parse_endpoint) */
 };
 
 /* One -o setting. All fields are constant. */
@@ -315,6 +316,10 @@ static const struct opt opt_table[] = {
 	{.name = "dir_mode", .kind = OPT_MODE, .group = GROUP_MOUNT, .off = OFF(dir_mode),
 	 .min = 0, .max = 0777, .def = 0755,
 	 .help = "directory permissions"},
+	/* the metrics endpoint (endpoint.c): bound before mounting, off unless asked for */
+	{.name = "metrics", .kind = OPT_STRING, .group = GROUP_MOUNT, .off = OFF(metrics),
+	 .check = CHECK_ENDPOINT, .meta = "[HOST:]PORT",
+	 .help = "serve /metrics over HTTP, HOST 127.0.0.1", .def_help = "off"},
 };
 /* clang-format on */
 
@@ -789,6 +794,16 @@ static int check_string(const struct opt *d, const char *value, char *err, size_
 	case CHECK_REDIS_URL:
 	case CHECK_PREFIX:
 		return check_text(d, value, err, errlen);
+	case CHECK_ENDPOINT: {
+		char host[64];
+		unsigned port;
+
+		if (fs_parse_endpoint(value, host, sizeof(host), &port) < 0)
+			return fail(err, errlen, -EINVAL,
+				    "%s=%s: use [HOST:]PORT, PORT 1-65535 ([ADDR] for IPv6)",
+				    d->name, value);
+		return 0;
+	}
 	default:
 		return 0;
 	}
