@@ -151,4 +151,9 @@ int fs_tune_readahead(const char *mountpoint, unsigned kib);
 /* Run the mount described by @o until unmounted. @return the process exit status. */
 int fs_main(struct fs_opts *o);
 
+/* `tierfs status [-w] [-n SECS] [-C NAME] MOUNTPOINT` (@argv[0] "status"): one screen of the
+ * mount's tiers, hit ratios, rates, limiter and errors, from MOUNTPOINT/.tierfs/stats (status.c).
+ * @return the process exit status: 0, 1 (the stats cannot be read), 2 (usage). */
+int fs_status_main(int argc, char **argv);
+
 #endif
