@@ -23,6 +23,8 @@
 struct bk_meta {
 	uint64_t size;
 	int64_t mtime;          /* seconds since epoch; INT64_MIN if the store gave none */
+	uint32_t mtime_ns;      /* its fraction in ns, 0..999999999; 0 where the store gives
+				 * whole seconds (HTTP Last-Modified; S3, whose HEAD does) */
 	char etag[BK_ETAG_MAX]; /* as the store sends it (quotes included); "" if none */
 	bool have_perm;         /* the store has permission bits (file://); false for s3, http */
 	uint32_t perm;          /* with have_perm: the store's permission bits, 0..0777 */

@@ -83,6 +83,7 @@ static void meta_from_stat(const struct stat *st, struct bk_meta *m)
 	memset(m, 0, sizeof(*m));
 	m->size = (uint64_t)st->st_size;
 	m->mtime = st->st_mtim.tv_sec;
+	m->mtime_ns = (uint32_t)st->st_mtim.tv_nsec;
 	/* the version: what identifies this file's bytes, stable across processes and
 	 * mounts (tierfs keys cached blocks by it): device, inode, size, mtime in ns */
 	snprintf(m->etag, sizeof(m->etag), "\"%llx-%llx-%llx-%llx\"",
