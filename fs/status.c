@@ -253,7 +253,9 @@ static const char *seconds(double v, char *buf, size_t len)
 {
 	if (isnan(v))
 		return "-";
-	if (v < 0.01)
+	if (v < 0.001)
+		snprintf(buf, len, "%.0fus", v * 1e6);
+	else if (v < 0.01)
 		snprintf(buf, len, "%.1fms", v * 1000);
 	else if (v < 1)
 		snprintf(buf, len, "%.0fms", v * 1000);
