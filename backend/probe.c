@@ -25,8 +25,8 @@
 /* Connect to one address within @timeout_ms. @return 0 or -errno. */
 static int connect_one(const struct addrinfo *ai, unsigned timeout_ms)
 {
-	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-			ai->ai_protocol);
+	int fd =
+	    socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
 	struct pollfd p = {.fd = fd, .events = POLLOUT};
 	int e = 0;
 	socklen_t el = sizeof(e);

@@ -133,14 +133,16 @@ int fs_endpoint_open(const char *spec, struct fs_endpoint **ret, char *err, size
 	int fd;
 
 	if (fs_parse_endpoint(spec, host, sizeof(host), &port) < 0) {
-		snprintf(err, errlen, "metrics=%s: use [HOST:]PORT (HOST an address or a name, "
-				      "[ADDR] for IPv6; PORT 1-65535)", spec);
+		snprintf(err, errlen,
+			 "metrics=%s: use [HOST:]PORT (HOST an address or a name, "
+			 "[ADDR] for IPv6; PORT 1-65535)",
+			 spec);
 		return -EINVAL;
 	}
 	fd = listen_on(host, port);
 	if (fd < 0) {
-		snprintf(err, errlen, "metrics=%s: cannot listen on %s port %u: %s", spec, host, port,
-			 strerror(-fd));
+		snprintf(err, errlen, "metrics=%s: cannot listen on %s port %u: %s", spec, host,
+			 port, strerror(-fd));
 		return fd;
 	}
 	e = calloc(1, sizeof(*e));

@@ -36,14 +36,17 @@ static void mountpoint_empty(const struct fs_opts *o)
 			n++;
 	closedir(d);
 	if (n)
-		fprintf(stderr, "tierfs: warning: mountpoint %s is not empty (%u entr%s): hidden "
-				"while tierfs is mounted there\n", o->mountpoint, n, n == 1 ? "y" : "ies");
+		fprintf(stderr,
+			"tierfs: warning: mountpoint %s is not empty (%u entr%s): hidden "
+			"while tierfs is mounted there\n",
+			o->mountpoint, n, n == 1 ? "y" : "ies");
 }
 
 static void server_down(void *arg, const char *server, int err)
 {
-	fprintf(stderr, "tierfs: warning: shared tier: Redis at %s does not answer (%s): its "
-			"blocks are read from the store until it does\n",
+	fprintf(stderr,
+		"tierfs: warning: shared tier: Redis at %s does not answer (%s): its "
+		"blocks are read from the store until it does\n",
 		server, err == -ENOENT ? "unknown host" : strerror(-err));
 }
 

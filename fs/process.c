@@ -47,12 +47,9 @@ static const struct {
     [P_CPU] = {"process_cpu_seconds_total", "counter",
 	       "Total user and system CPU time spent in seconds.", "%.2f"},
     [P_FDS] = {"process_open_fds", "gauge", "Number of open file descriptors.", "%.0f"},
-    [P_MAXFDS] = {"process_max_fds", "gauge", "Maximum number of open file descriptors.",
-		  "%.0f"},
-    [P_VSIZE] = {"process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.",
-		 "%.0f"},
-    [P_RSS] = {"process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
-	       "%.0f"},
+    [P_MAXFDS] = {"process_max_fds", "gauge", "Maximum number of open file descriptors.", "%.0f"},
+    [P_VSIZE] = {"process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", "%.0f"},
+    [P_RSS] = {"process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", "%.0f"},
     [P_START] = {"process_start_time_seconds", "gauge",
 		 "Start time of the process since unix epoch in seconds.", "%.2f"},
 };
@@ -99,9 +96,11 @@ static void read_stat(struct proc_sample *s)
 		return;
 	/* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
 	 * cutime cstime priority nice threads itrealvalue starttime vsize rss */
-	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
-			  "%*d %*d %llu %llu %lld",
-		   &utime, &stime, &start, &vsize, &rss) != 5 || tick <= 0)
+	if (sscanf(p + 2,
+		   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
+		   "%*d %*d %llu %llu %lld",
+		   &utime, &stime, &start, &vsize, &rss) != 5 ||
+	    tick <= 0)
 		return;
 	s->v[P_CPU] = (double)(utime + stime) / tick;
 	s->v[P_VSIZE] = (double)vsize;

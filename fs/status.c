@@ -39,9 +39,9 @@
 
 /* One series of the stats file. */
 struct series {
-	char name[80];	/* "tierfs_cache_hits_total", "tierfs_read_seconds_bucket" */
-	char key[24];	/* its tier= or op= label's value, "" without */
-	double le;	/* a bucket's bound (INFINITY for +Inf), NAN for none */
+	char name[80]; /* "tierfs_cache_hits_total", "tierfs_read_seconds_bucket" */
+	char key[24];  /* its tier= or op= label's value, "" without */
+	double le;     /* a bucket's bound (INFINITY for +Inf), NAN for none */
 	double v;
 };
 
@@ -52,7 +52,8 @@ struct sample {
 	double t; /* CLOCK_MONOTONIC seconds, when it was read */
 };
 
-/* ---- reading ---------------------------------------------------------------------------------- */
+/* ---- reading ----------------------------------------------------------------------------------
+ */
 
 static double mono_s(void)
 {
@@ -143,7 +144,8 @@ static int sample_read(const char *path, struct sample *sm)
 	return r;
 }
 
-/* ---- values ----------------------------------------------------------------------------------- */
+/* ---- values -----------------------------------------------------------------------------------
+ */
 
 /* The value of tierfs_@name with label value @key ("" for none), NAN if the mount has none. */
 static double get(const struct sample *sm, const char *name, const char *key)
@@ -209,9 +211,10 @@ static double quantile(const struct sample *a, const struct sample *b, const cha
 			if (pass == 0 && isinf(s->le))
 				total = c;
 			if (pass == 1 && c >= q * total)
-				return isinf(s->le) ? prev_le
-						    : prev_le + (s->le - prev_le) * (q * total - prev_c) /
-									(c - prev_c > 0 ? c - prev_c : 1);
+				return isinf(s->le)
+					   ? prev_le
+					   : prev_le + (s->le - prev_le) * (q * total - prev_c) /
+							   (c - prev_c > 0 ? c - prev_c : 1);
 			if (pass == 1) {
 				prev_le = s->le;
 				prev_c = c;
@@ -223,7 +226,8 @@ static double quantile(const struct sample *a, const struct sample *b, const cha
 	return NAN;
 }
 
-/* ---- the screen -------------------------------------------------------------------------------- */
+/* ---- the screen --------------------------------------------------------------------------------
+ */
 
 /* 1536 -> "1.5K" in @buf (@v NAN: "-"). */
 static const char *human(double v, char *buf, size_t len)
@@ -269,14 +273,15 @@ static void print_tiers(FILE *out, const struct sample *a, const struct sample *
 {
 	char h1[16], h2[16], s[16], f[16], r[16], z[16], p[16], rs[40];
 
-	fprintf(out, "%-8s %7s %7s %8s %9s %9s %15s %8s\n", "tier", "hit now", "hit all",
-		"hits/s", "served/s", "fetched/s", "resident/size", "p99 read");
+	fprintf(out, "%-8s %7s %7s %8s %9s %9s %15s %8s\n", "tier", "hit now", "hit all", "hits/s",
+		"served/s", "fetched/s", "resident/size", "p99 read");
 	for (size_t i = 0; i < sizeof(tier_rows) / sizeof(tier_rows[0]); i++) {
 		const struct tier_row *t = &tier_rows[i];
 
 		if (isnan(get(b, t->hits, t->tier)))
 			continue; /* the mount has no such tier */
-		snprintf(rs, sizeof(rs), "%s/%s", human(get(b, "cache_resident_bytes", t->tier), r, 16),
+		snprintf(rs, sizeof(rs), "%s/%s",
+			 human(get(b, "cache_resident_bytes", t->tier), r, 16),
 			 human(get(b, "cache_size_bytes", t->tier), z, 16));
 		fprintf(out, "%-8s %7s %7s %8.1f %9s %9s %15s %8s\n", t->tier,
 			percent(hit_ratio(a, b, t), h1, 16), percent(hit_ratio(NULL, b, t), h2, 16),
@@ -292,7 +297,8 @@ static void print_reads(FILE *out, const struct sample *a, const struct sample *
 {
 	char s[16];
 
-	fprintf(out, "reads    %.1f/s  %sB/s  errors %.1f/s   (%.0f reads, %.0f errors since mount)\n",
+	fprintf(out,
+		"reads    %.1f/s  %sB/s  errors %.1f/s   (%.0f reads, %.0f errors since mount)\n",
 		rate(a, b, "reads_total", ""), human(rate(a, b, "read_bytes_total", ""), s, 16),
 		rate(a, b, "read_errors_total", ""), get(b, "reads_total", ""),
 		get(b, "read_errors_total", ""));
@@ -304,8 +310,9 @@ static void print_limiter(FILE *out, const struct sample *a, const struct sample
 
 	if (isnan(get(b, "limiter_rate_bytes", "lagging")))
 		return;
-	fprintf(out, "limiter  rate %sB/s  tokens %s  throttled %.2f s/s  waits %.1f/s  queued "
-		     "%.0f\n",
+	fprintf(out,
+		"limiter  rate %sB/s  tokens %s  throttled %.2f s/s  waits %.1f/s  queued "
+		"%.0f\n",
 		human(get(b, "limiter_rate_bytes", "lagging"), r, 16),
 		human(get(b, "limiter_tokens", "lagging"), t, 16),
 		rate(a, b, "throttled_seconds_total", "lagging"),
@@ -322,8 +329,9 @@ static void print_store(FILE *out, const struct sample *a, const struct sample *
 		human(rate(a, b, "backend_received_bytes_total", ""), by, 16),
 		rate(a, b, "backend_errors_total", ""), rate(a, b, "backend_retries_total", ""),
 		get(b, "backend_slowdowns_total", ""));
-	fprintf(out, "         active %.0f  queued %.0f  window %.0f   p99 read %s get %s head %s "
-		     "list %s\n",
+	fprintf(out,
+		"         active %.0f  queued %.0f  window %.0f   p99 read %s get %s head %s "
+		"list %s\n",
 		get(b, "backend_active_requests", ""), get(b, "backend_queued_requests", ""),
 		get(b, "backend_request_window", ""),
 		seconds(quantile(a, b, "read_seconds", "store", 0.99), r, 16),
@@ -335,23 +343,25 @@ static void print_store(FILE *out, const struct sample *a, const struct sample *
 static void print_lower(FILE *out, const struct sample *a, const struct sample *b)
 {
 	if (!isnan(get(b, "disk_writable", "disk")))
-		fprintf(out, "disk     writes %.1f/s  drops %.0f  crc failures %.0f  read errors "
-			     "%.0f  %s\n",
-			rate(a, b, "disk_writes_total", "disk"), get(b, "disk_write_drops_total", "disk"),
+		fprintf(out,
+			"disk     writes %.1f/s  drops %.0f  crc failures %.0f  read errors "
+			"%.0f  %s\n",
+			rate(a, b, "disk_writes_total", "disk"),
+			get(b, "disk_write_drops_total", "disk"),
 			get(b, "disk_crc_failures_total", "disk"),
 			get(b, "disk_read_errors_total", "disk"),
 			get(b, "disk_writable", "disk") > 0 ? "writable" : "WRITES OFF");
 	if (!isnan(get(b, "shared_servers", "shared")))
-		fprintf(out, "shared   servers %.0f (%.0f down)  timeouts %.1f/s  errors %.1f/s  "
-			     "fleet %s\n",
+		fprintf(out,
+			"shared   servers %.0f (%.0f down)  timeouts %.1f/s  errors %.1f/s  "
+			"fleet %s\n",
 			get(b, "shared_servers", "shared"), get(b, "shared_servers_down", "shared"),
 			rate(a, b, "shared_timeouts_total", "shared"),
 			rate(a, b, "shared_errors_total", "shared"),
 			get(b, "fleet_fallback", "shared") > 0 ? "ON LOCAL LIMITS" : "ok");
 }
 
-static void print_screen(FILE *out, const char *mnt, const struct sample *a,
-			 const struct sample *b)
+static void print_screen(FILE *out, const char *mnt, const struct sample *a, const struct sample *b)
 {
 	char when[32], bb[16], bl[16];
 	time_t now = time(NULL);
@@ -370,7 +380,8 @@ static void print_screen(FILE *out, const char *mnt, const struct sample *a,
 		get(b, "log_suppressed_total", ""));
 }
 
-/* ---- the command -------------------------------------------------------------------------------- */
+/* ---- the command --------------------------------------------------------------------------------
+ */
 
 struct status_opts {
 	bool watch;
@@ -402,9 +413,11 @@ static int status_args(int argc, char **argv, struct status_opts *o)
 		} else if (!strcmp(argv[i], "-C") && i + 1 < argc) {
 			o->ctl = argv[++i];
 		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			printf("%s\n  -w       refresh in place until q or Ctrl-C\n  -n SECS  seconds"
-			       " between samples (default 1, 0.1..3600)\n  -C NAME  the control "
-			       "directory (control_dir=, default .tierfs)\n", STATUS_USAGE);
+			printf(
+			    "%s\n  -w       refresh in place until q or Ctrl-C\n  -n SECS  seconds"
+			    " between samples (default 1, 0.1..3600)\n  -C NAME  the control "
+			    "directory (control_dir=, default .tierfs)\n",
+			    STATUS_USAGE);
 			return 1;
 		} else if (argv[i][0] != '-' && !o->mnt) {
 			o->mnt = argv[i];
@@ -446,8 +459,7 @@ static bool wait_key(double secs, bool *tty_in)
 }
 
 /* -w: redraw every interval until asked to stop. @return the exit status. */
-static int watch(const struct status_opts *o, const char *path, struct sample *a,
-		 struct sample *b)
+static int watch(const struct status_opts *o, const char *path, struct sample *a, struct sample *b)
 {
 	struct termios saved, raw;
 	bool tty = tcgetattr(STDIN_FILENO, &saved) == 0;
@@ -496,8 +508,9 @@ int fs_status_main(int argc, char **argv)
 	r = sample_read(path, &a);
 	if (r < 0) {
 		fprintf(stderr, "tierfs status: %s: %s%s\n", path, strerror(-r),
-			r == -ENOENT ? " (is a tierfs mounted there?)"
-			: r == -ENOTCONN ? " (a dead mount: fusermount3 -u it)" : "");
+			r == -ENOENT	 ? " (is a tierfs mounted there?)"
+			: r == -ENOTCONN ? " (a dead mount: fusermount3 -u it)"
+					 : "");
 		return 1;
 	}
 	if (o.watch) {
