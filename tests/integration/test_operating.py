@@ -542,7 +542,8 @@ def test_port_in_use_fails_the_mount(fuse, corpus64k, tmp_path):
 
 class NotifySocket:
     """A stand-in for systemd's $NOTIFY_SOCKET: a datagram socket whose messages a thread
-    records with the time they came, running @on_ready the moment READY=1 arrives."""
+    records with the time they came, then runs @on_ready when one was READY=1 (its answer in
+    .ready_check)."""
 
     def __init__(self, path, on_ready=None):
         self.path = str(path)
@@ -562,9 +563,9 @@ class NotifySocket:
                 data = self.sock.recv(4096).decode()
             except socket.timeout:
                 continue
+            self.msgs.append((time.monotonic(), data))
             if "READY=1" in data.split("\n") and self.on_ready:
                 self.ready_check = self.on_ready()
-            self.msgs.append((time.monotonic(), data))
 
     def lines(self, since=0.0):
         return [ln for t, d in self.msgs if t >= since for ln in d.split("\n")]
@@ -575,18 +576,28 @@ class NotifySocket:
         self.sock.close()
 
 
-def wedge_env(tmp_path, ctl):
+def wedge_env(tmp_path, **ctl):
+    """LD_PRELOAD of wedgeshim.so, with its control files (wedge=: the I/O loop, hold=: the
+    session loop's start)."""
     shim = Path(harness.tierfs_bin()).parent / "tests" / "wedgeshim.so"
     assert shim.is_file(), f"{shim}: build it (meson builds it with the tests)"
     asan = harness.sanitizer_env(tmp_path / "san-wedge")["ASAN_OPTIONS"]
-    return {"LD_PRELOAD": str(shim), "TIERFS_WEDGE_CTL": str(ctl),
-            "ASAN_OPTIONS": asan + ":verify_asan_link_order=0"}
+    env = {"LD_PRELOAD": str(shim), "ASAN_OPTIONS": asan + ":verify_asan_link_order=0"}
+    if "wedge" in ctl:
+        env["TIERFS_WEDGE_CTL"] = str(ctl["wedge"])
+    if "hold" in ctl:
+        env["TIERFS_HOLD_CTL"] = str(ctl["hold"])
+    return env
 
 
 @pytest.mark.watchdog(120)
 def test_notify_ready_watchdog_stopping(mount, corpus64k, tmp_path):
+    """READY=1 only once the mount answers: the session loop is held back for a second after
+    the mount exists (the shim), and READY must not come until it runs; at READY the
+    mountpoint is the mount. Then the watchdog's pings, none while the I/O loop is wedged, and
+    STOPPING=1 at the unmount."""
     mnt = tmp_path / "mnt-notify"
-    ctl = tmp_path / "wedge"
+    ctl, hold = tmp_path / "wedge", tmp_path / "hold"
     port = harness.free_port()
 
     def served():
@@ -595,11 +606,30 @@ def test_notify_ready_watchdog_stopping(mount, corpus64k, tmp_path):
         return st.st_dev != parent.st_dev and os.path.isdir(mnt / ".tierfs")
 
     ns = NotifySocket(tmp_path / "notify", on_ready=served)
+    seen = {}
+
+    def release():
+        # once the mount exists (mountinfo: it does not touch the mount), hold its loop 1 s
+        harness.wait_until(lambda: str(mnt) in harness.mountinfo(), 30, "the mount")
+        time.sleep(1.0)
+        seen["ready while held"] = "READY=1" in ns.lines()
+        seen["released"] = time.monotonic()
+        hold.unlink()
+
+    hold.write_text("")
+    releaser = threading.Thread(target=release, daemon=True)
+    releaser.start()
     try:
-        env = dict(wedge_env(tmp_path, ctl), NOTIFY_SOCKET=ns.path, WATCHDOG_USEC="1000000")
+        env = dict(wedge_env(tmp_path, wedge=ctl, hold=hold), NOTIFY_SOCKET=ns.path,
+                   WATCHDOG_USEC="1000000")
         m = mount(corpus64k.url, OPTS + [f"metrics={port}"], env=env, foreground=True,
                   name="mnt-notify")
+        releaser.join(30)
         harness.wait_until(lambda: "READY=1" in ns.lines(), 10, "READY=1")
+        assert seen["ready while held"] is False, "READY=1 while the session loop was held"
+        t_ready = next(t for t, d in ns.msgs if "READY=1" in d.split("\n"))
+        assert t_ready >= seen["released"]
+        harness.wait_until(lambda: ns.ready_check is not None, 10, "the check at READY=1")
         assert ns.ready_check is True, "READY=1 came before the mount answered"
         status = [ln for ln in ns.lines() if ln.startswith("STATUS=")]
         assert status and corpus64k.url in status[0] and str(mnt) in status[0], status
@@ -629,8 +659,9 @@ def test_notify_ready_watchdog_stopping(mount, corpus64k, tmp_path):
         harness.wait_until(lambda: "STOPPING=1" in ns.lines(), 5, "STOPPING=1")
         assert ns.lines().count("STOPPING=1") == 1
     finally:
-        if ctl.exists():
-            ctl.unlink()
+        for f in (ctl, hold):
+            if f.exists():
+                f.unlink()
         ns.close()
 
 
