@@ -407,7 +407,7 @@ def test_endpoint_answers_while_the_store_hangs(mount, nginx, corpus64k):
         assert not done.is_set(), "the reader should still be waiting for the store"
         print(f"\nscrapes with the store hung: max {max(times) * 1000:.1f} ms, "
               f"median {statistics.median(times) * 1000:.1f} ms")
-        assert max(times) < 0.100, times
+        assert max(times) < (0.100 if not harness.sanitizer() else 0.5), times
         px.come_back()
         reader.join(60)
         assert done.is_set()
@@ -473,8 +473,11 @@ def test_endpoint_under_load(mount, corpus64k):
             print(f"\nround {rnd + 1}: 64 scrapers x 10 scrapes, 200 idle connections: p50 "
                   f"{t[len(t) // 2] * 1000:.1f} ms, p99 {p99s[-1] * 1000:.1f} ms, max "
                   f"{t[-1] * 1000:.1f} ms")
-        assert sorted(p99s)[1] < 0.050, [f"{p * 1000:.1f} ms" for p in p99s]
-        assert worst < 0.5, f"a scrape took {worst * 1000:.0f} ms"
+        # a sanitizer's slowdown (TSan: p99 66-172 ms here) is not the endpoint's cost: the
+        # figures are printed, the bounds are for a plain build
+        if not harness.sanitizer():
+            assert sorted(p99s)[1] < 0.050, [f"{p * 1000:.1f} ms" for p in p99s]
+            assert worst < 0.5, f"a scrape took {worst * 1000:.0f} ms"
         # the idle ones: still open while the timeout cannot have run out, closed after it
         if time.monotonic() - opened < IDLE_S - 1:
             assert not any(closed_by_server(s) for s in idle), "idle ones cut before the timeout"
