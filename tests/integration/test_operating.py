@@ -490,13 +490,14 @@ def test_endpoint_under_load(mount, corpus64k):
             s.close()
     # the connection limit: past it, connections wait unaccepted (in the listen queue), so the
     # process holds at most the limit; a scrape then waits until the timeout frees places
+    pid = m.pids[0]
+    base = sockets_of(pid)  # the listening socket and whatever else the mount holds
     over = idle_connections(port, CONN_LIMIT + 20)
     try:
-        pid = m.pids[0]
-        harness.wait_until(lambda: sockets_of(pid) >= CONN_LIMIT, 10, "the limit reached")
+        harness.wait_until(lambda: sockets_of(pid) - base >= CONN_LIMIT, 10, "the limit")
         time.sleep(0.5)
-        held = sockets_of(pid)
-        assert CONN_LIMIT <= held <= CONN_LIMIT + 3, held  # + the listening socket
+        held = sockets_of(pid) - base
+        assert held == CONN_LIMIT, held
         t0 = time.monotonic()
         assert scrape(port, timeout=IDLE_S + 10).startswith("# HELP ")
         waited = time.monotonic() - t0
@@ -809,14 +810,17 @@ def test_warnings_at_mount(mount, corpus64k, tmp_path):
     assert re.search(rf"warning: mountpoint {mnt} is not empty \(1 entry\)", err), err
     assert re.search(rf"warning: shared tier: Redis at 127.0.0.1:{dead} does not answer "
                      r"\(Connection refused\)", err), err
-    assert len(m.stderr) == 2, m.stderr
+    # one line each (other lines, about other settings, may come too)
+    assert len([ln for ln in m.stderr if "warning: mountpoint" in ln]) == 1, m.stderr
+    assert len([ln for ln in m.stderr if "does not answer" in ln]) == 1, m.stderr
     assert not os.path.exists(m.path("left-behind.txt"))  # hidden, as the warning says
     assert os.path.exists(m.path("recent/tail.log"))
 
 
 def test_no_warnings_on_an_empty_mountpoint(mount, corpus64k, redis):
     m = mount(corpus64k.url, OPTS + [f"shared={redis.url()}"])
-    assert m.stderr == [], m.stderr
+    assert not [ln for ln in m.stderr if "warning: mountpoint" in ln or "does not answer" in ln
+                or "not empty" in ln], m.stderr
 
 
 def test_mtime_keeps_nanoseconds(mount, corpus64k):
