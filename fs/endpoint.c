@@ -53,6 +53,8 @@
 #define ENDPOINT_PATH	  "/metrics"
 #define CONTENT_TYPE	  "text/plain; version=0.0.4; charset=utf-8"
 
+/* Written by fs_main's thread before the daemon's thread starts (fs_endpoint_start) and after
+ * it stopped (fs_endpoint_free); read-only in between: no lock. */
 struct fs_endpoint {
 	int fd;		      /* the listening socket until started (then MHD's), or -1 */
 	struct MHD_Daemon *d; /* once started */
@@ -159,7 +161,7 @@ int fs_endpoint_open(const char *spec, struct fs_endpoint **ret, char *err, size
 
 /* ---- answers -------------------------------------------------------------------------------- */
 
-/* The scrape's text, as it grows. */
+/* The scrape's text, as it grows: one request's, on the daemon's thread (no lock). */
 struct body {
 	char *s;
 	size_t len, cap;

@@ -191,7 +191,9 @@ void fs_endpoint_free(struct fs_endpoint *e);
 void fs_preflight(const struct fs_opts *o);
 
 /* systemd's notify protocol (notify.c): READY=1 once the mount answers, STOPPING=1 at the
- * end, WATCHDOG=1 from the I/O loop. Embedded in mount.c's session. */
+ * end, WATCHDOG=1 from the I/O loop. Embedded in mount.c's session. No lock: every field but
+ * stopping is written by fs_main's thread before the ready thread and the timer start (or
+ * after they end), and only read by them. */
 struct fs_notify {
 	int fd;                 /* datagram socket for $NOTIFY_SOCKET; -1: none (not asked) */
 	struct sockaddr_un addr; /* $NOTIFY_SOCKET */

@@ -32,7 +32,8 @@
 
 #include "metrics.h"
 
-/* What one reading of /proc gave; each value with a flag saying /proc had it. */
+/* What one reading of /proc gave; each value with a flag saying /proc had it. On the caller's
+ * stack: no lock. */
 struct proc_sample {
 	double v[6];
 	bool have[6];

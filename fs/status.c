@@ -37,7 +37,7 @@
 
 #define STATUS_USAGE "usage: tierfs status [-w] [-n SECS] [-C NAME] MOUNTPOINT"
 
-/* One series of the stats file. */
+/* One series of the stats file. The command is one thread: no lock anywhere here. */
 struct series {
 	char name[80]; /* "tierfs_cache_hits_total", "tierfs_read_seconds_bucket" */
 	char key[24];  /* its tier= or op= label's value, "" without */
