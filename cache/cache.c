@@ -184,6 +184,9 @@ struct piece {
 	uint32_t len;        /* their length */
 	enum piece_pin pin;  /* what it holds */
 	uint8_t tier;        /* PIN_RING: the tier whose ring it is pinned in */
+	uint8_t src;         /* where its bytes came from: a memory tier (its index, a hit), or
+			      * CACHE_NTIERS + the chain level that answered its flight */
+	uint32_t fetched;    /* bytes of the flight it waited for, 0 for a hit */
 	struct ring_ref ref;
 	struct bounce *bounce;
 };
@@ -385,6 +388,8 @@ static bool lookup_at(struct cache *c, struct cache_key k, uint32_t start, uint6
 		if (ring_lookup(c->tier[t].ring, k, now, &p->ref) == 0) {
 			p->pin = PIN_RING;
 			p->tier = (uint8_t)t;
+			p->src = (uint8_t)t;
+			p->fetched = 0;
 			p->data = p->ref.data;
 			p->start = start;
 			p->len = p->ref.len;
@@ -442,6 +447,31 @@ static void piece_release(struct cache *c, struct piece *p)
 	p->pin = PIN_NONE;
 }
 
+/* What served the read being answered on this thread (cache_reply_served), NULL between
+ * answers. */
+static _Thread_local const struct cache_served *served_now;
+
+const struct cache_served *cache_reply_served(void)
+{
+	return served_now;
+}
+
+/* The deepest source of pieces @p[0..n) and the bytes fetched for them, into @ret. */
+static void served_of(const struct cache *c, const struct piece *p, uint32_t n,
+		      struct cache_served *ret)
+{
+	uint8_t deepest = 0;
+
+	ret->fetched = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (p[i].src > deepest)
+			deepest = p[i].src;
+		ret->fetched += p[i].fetched;
+	}
+	ret->from = deepest < CACHE_NTIERS ? tier_names[deepest]
+					   : c->chain.t[deepest - CACHE_NTIERS].ops->name;
+}
+
 /* Answer a read whose pieces are all present (or that failed), then drop its pins. */
 static void answer(struct cache *c, struct piece *p, uint32_t n, uint64_t first, uint64_t off,
 		   size_t len, int err, cache_reply_fn reply, void *req)
@@ -475,7 +505,12 @@ static void answer(struct cache *c, struct piece *p, uint32_t n, uint64_t first,
 		pos += take;
 		left -= take;
 	}
+	struct cache_served sv;
+
+	served_of(c, p, n, &sv);
+	served_now = &sv;
 	reply(req, iov, (int)n, 0);
+	served_now = NULL;
 	if (iov != stack_iov)
 		free(iov);
 out:
@@ -860,6 +895,8 @@ static struct pread *give_waiters(struct cache *c, struct flight *f, int err)
 
 		next = p->wnext;
 		p->wait = NULL;
+		p->src = (uint8_t)(CACHE_NTIERS + f->cr.level);
+		p->fetched = f->len;
 		if (err) {
 			if (!pr->err)
 				pr->err = err;

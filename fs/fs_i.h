@@ -99,6 +99,7 @@ struct mount {
 	struct read_watch *watches; /* interrupted reads whose reader was not dying; watch_lock */
 	unsigned nwatch;          /* their number; watch_lock (read without it, relaxed) */
 	bool watch_armed;         /* the watch timer is pending; watch_lock */
+	struct fs_trace *trace;   /* the read trace (trace=), or NULL; set before mounting */
 };
 
 /* An open file: an object version and its reader's position, or a control file's text. */
@@ -149,6 +150,28 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 		 const char *value, size_t size);
 
 
+
+/* ---------------------------------------------------------------------------------------------
+ * trace.c: the read trace (trace=FILE), one record per read answered.
+ * ------------------------------------------------------------------------------------------ */
+
+struct fs_trace;
+
+/* Create the trace file (before mounting). @return 0 or -errno, with one line on stderr. */
+int fs_trace_open(struct mount *m);
+/* Start its writer's thread (after daemonizing). Nothing without trace=. @return 0 or -errno. */
+int fs_trace_start(struct mount *m);
+/* CLOCK_MONOTONIC in ns: a read's arrival, for fs_trace_read. */
+uint64_t fs_trace_now(void);
+/* Record the read of [@off, @off + @len) of @o through handle @fh that came at @t0 and is
+ * answered now (@err: its error). Only inside the cache's reply callback, and only with
+ * m->trace set. */
+void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64_t off,
+		   size_t len, uint64_t t0, int err);
+/* Reads recorded and dropped so far (0, 0 without trace=). */
+void fs_trace_stats(struct mount *m, uint64_t *ret_records, uint64_t *ret_dropped);
+/* Write the rest and close (after every reply). Nothing without trace=. */
+void fs_trace_close(struct mount *m);
 
 /* ---------------------------------------------------------------------------------------------
  * ops.c for mount.c: the operations and what the mount's setup and teardown ask of them.

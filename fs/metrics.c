@@ -205,6 +205,10 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "Bytes answered to readers, all tiers.")                                                 \
 	X(interrupted_reads_watched, GAUGE, MOUNT(watched),                                        \
 	  "Interrupted reads still waiting, watched until answered or their reader dies.")         \
+	X(trace_records_total, COUNTER, MOUNT(trace_records),                                      \
+	  "Reads recorded in the read trace (trace=; 0 without).")                                 \
+	X(trace_dropped_total, COUNTER, MOUNT(trace_dropped),                                      \
+	  "Reads the trace did not record: its ring was full, or writing the file failed.")        \
 	X(backend_requests_total, COUNTER, BACKEND(requests),                                      \
 	  "Requests sent to the store, retries included.")                                         \
 	X(backend_retries_total, COUNTER, BACKEND(retries),                                        \
@@ -322,6 +326,7 @@ void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
 	ret->mount.read_errors = __atomic_load_n(&m->read_errors, __ATOMIC_RELAXED);
 	ret->mount.read_bytes = __atomic_load_n(&m->read_bytes, __ATOMIC_RELAXED);
 	ret->mount.watched = __atomic_load_n(&m->nwatch, __ATOMIC_RELAXED);
+	fs_trace_stats(m, &ret->mount.trace_records, &ret->mount.trace_dropped);
 	if (m->disk) {
 		ret->disk_on = true;
 		disk_get_stats(m->disk, &ret->disk);

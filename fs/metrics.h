@@ -27,6 +27,8 @@ struct fs_mount_stats {
 	uint64_t read_errors;	 /* ... with an error */
 	uint64_t read_bytes;	 /* bytes answered */
 	uint64_t watched;	 /* interrupted reads watched now */
+	uint64_t trace_records;	 /* reads recorded in the trace (trace=) */
+	uint64_t trace_dropped;	 /* reads the trace dropped (its ring full, or writing failed) */
 };
 
 /* Every value the metrics show, taken at one moment. Plain values with no pointer into the
