@@ -5,7 +5,8 @@
  *   files ─► grouped by trace id (the parts of one mount's trace, in part order) ─► mounts
  *
  *   mount i:  reader(part k) ─► reorder heap (by request time; a record is written when its
- *             read is answered, so the file is in answer order) ─► next read at T_i
+ *             read is answered, so the file is in answer order: the heap holds what was
+ *             asked within the longest latency seen, plus a margin) ─► next read at T_i
  *   fleet:    heap of mounts by T_i ─► the earliest: run the events due by T_i, then
  *             cache_read(mount i) under its store's plug, as op_read does
  *
@@ -40,7 +41,8 @@
 #include "trace.h"
 
 #define MONO0	   (1000ULL * 1000000000ULL) /* the cache's clock at time 0 */
-#define REORDER_NS (10ULL * 1000000000ULL)  /* how far answer order may stray from request order */
+#define REORDER_NS (100ULL * 1000000ULL)   /* margin of the reorder window over the longest
+						* latency seen (see fill) */
 
 /* One version of one object, as every mount sees it (the cache's ctx). */
 struct sim_obj {
@@ -52,7 +54,7 @@ struct sim_obj {
 struct sim_stream {
 	uint32_t id;
 	bool used;
-	struct cache_oid oid; /* what it reads now */
+	struct sim_obj *o; /* what it reads now */
 	struct cache_stream s;
 };
 
@@ -73,6 +75,7 @@ struct sim_mount {
 	struct trace_read *pend;     /* reorder heap by t_ns */
 	size_t npend, cappend;
 	uint64_t last_answer_t;	     /* the latest answer time read from the file (t + lat) */
+	uint64_t max_lat;	     /* the longest latency read from the file */
 	uint64_t offset;	     /* world time of the trace's start */
 	uint64_t outstanding;	     /* reads waiting */
 	uint64_t first_t, last_t;    /* world times of its first read and last answer */
@@ -172,27 +175,30 @@ static int streams_grow(struct sim_mount *m)
 	return 0;
 }
 
-/* The stream of handle @id reading @oid: a handle seen reading another version starts over.
- * @return NULL only for out-of-memory. */
-static struct cache_stream *stream_of(struct sim_mount *m, uint32_t id, struct cache_oid oid)
+/* The stream of the handle read @r came through, reading @r's version (interned here unless
+ * the stream read it last: a sequential reader asks the object table once per open). A
+ * handle seen reading another version starts over. @return NULL only for out-of-memory. */
+static struct sim_stream *stream_of(struct sim_mount *m, const struct trace_read *r)
 {
 	struct sim_stream *st;
 	uint32_t s;
 
 	if ((m->nstreams + 1) * 2 > m->smask + 1 && streams_grow(m) < 0)
 		return NULL;
-	for (s = (uint32_t)mix(id, 1) & m->smask; m->streams[s].used; s = (s + 1) & m->smask)
-		if (m->streams[s].id == id)
+	for (s = (uint32_t)mix(r->stream, 1) & m->smask; m->streams[s].used; s = (s + 1) & m->smask)
+		if (m->streams[s].id == r->stream)
 			break;
 	st = &m->streams[s];
-	if (!st->used) {
-		*st = (struct sim_stream){.id = id, .used = true, .oid = oid};
+	if (st->used && st->o->co.id.hi == r->obj && st->o->co.id.lo == r->ver)
+		return st;
+	struct sim_obj *o = intern(m->w, r);
+
+	if (!o)
+		return NULL;
+	if (!st->used)
 		m->nstreams++;
-	} else if (!cache_oid_eq(st->oid, oid)) {
-		st->oid = oid;
-		memset(&st->s, 0, sizeof(st->s));
-	}
-	return &st->s;
+	*st = (struct sim_stream){.id = r->stream, .used = true, .o = o};
+	return st;
 }
 
 /* ---- reading the traces --------------------------------------------------------------------- */
@@ -248,7 +254,7 @@ static int next_record(struct sim_mount *m, struct trace_read *ret)
  * file. @return 1 when one is ready, 0 when the mount has no more, -errno. */
 static int fill(struct sim_mount *m)
 {
-	while (m->rd && (!m->npend || m->last_answer_t < m->pend[0].t_ns + REORDER_NS)) {
+	while (m->rd && (!m->npend || m->last_answer_t < m->pend[0].t_ns + m->max_lat + REORDER_NS)) {
 		struct trace_read r;
 		int e = next_record(m, &r);
 
@@ -267,6 +273,8 @@ static int fill(struct sim_mount *m)
 			m->cappend = cap;
 		}
 		pend_push(m, &r);
+		if ((uint64_t)r.lat_us * 1000 > m->max_lat)
+			m->max_lat = (uint64_t)r.lat_us * 1000;
 		if (r.t_ns + (uint64_t)r.lat_us * 1000 > m->last_answer_t)
 			m->last_answer_t = r.t_ns + (uint64_t)r.lat_us * 1000;
 	}
@@ -325,11 +333,10 @@ static void replied(void *req, const struct cache_iov *iov, int n, int err)
 static int issue(struct sim_mount *m, const struct trace_read *r)
 {
 	struct world *w = m->w;
-	struct sim_obj *o = intern(w, r);
-	struct cache_stream *s = o ? stream_of(m, r->stream, o->co.id) : NULL;
+	struct sim_stream *st = stream_of(m, r);
 	struct sim_req *q = w->free_reqs;
 
-	if (!s || (!q && !(q = malloc(sizeof(*q)))))
+	if (!st || (!q && !(q = malloc(sizeof(*q)))))
 		return -ENOMEM;
 	if (q == w->free_reqs)
 		w->free_reqs = q->next;
@@ -339,7 +346,7 @@ static int issue(struct sim_mount *m, const struct trace_read *r)
 		m->first_t = w->q.now;
 	m->outstanding++;
 	sim_store_plug(m->store);
-	cache_read(m->c, &o->co, s, r->off, r->len, 0, replied, q);
+	cache_read(m->c, &st->o->co, &st->s, r->off, r->len, 0, replied, q);
 	sim_store_unplug(m->store);
 	return 0;
 }
