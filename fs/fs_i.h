@@ -163,11 +163,11 @@ int fs_trace_open(struct mount *m);
 int fs_trace_start(struct mount *m);
 /* CLOCK_MONOTONIC in ns: a read's arrival, for fs_trace_read. */
 uint64_t fs_trace_now(void);
-/* Record the read of [@off, @off + @len) of @o through handle @fh that came at @t0 and is
- * answered now (@err: its error). Only inside the cache's reply callback, and only with
- * m->trace set. */
+/* Record the read of [@off, @off + @len) of @o through handle @fh that came at @t0 (@first:
+ * the handle's first) and is answered now (@err: its error). Only inside the cache's reply
+ * callback, and only with m->trace set. */
 void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64_t off,
-		   size_t len, uint64_t t0, int err);
+		   size_t len, uint64_t t0, bool first, int err);
 /* Reads recorded and dropped so far (0, 0 without trace=). */
 void fs_trace_stats(struct mount *m, uint64_t *ret_records, uint64_t *ret_dropped);
 /* Write the rest and close (after every reply). Nothing without trace=. */

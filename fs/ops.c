@@ -515,6 +515,7 @@ struct read_req {
 	size_t size;
 	uint64_t ticket;          /* the cache's name for the read, for cancelling it */
 	uint64_t t0;              /* when it came (fs_trace_now), with trace= only */
+	bool first;               /* the first read through its handle (trace= only) */
 };
 
 /* Run @fn(@arg) on a detached thread of its own, counted in m->invals so that the mount's end
@@ -745,7 +746,7 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 	if (retry && helper(rr->m, move_thread, rr) == 0)
 		return;
 	if (rr->m->trace)
-		fs_trace_read(rr->m, rr->o, rr->fh, rr->off, rr->size, rr->t0, err);
+		fs_trace_read(rr->m, rr->o, rr->fh, rr->off, rr->size, rr->t0, rr->first, err);
 
 	/* waits for an on_interrupt still running on another thread, and stops later ones:
 	 * after it, the watch list holds this read's watch, if it ever will */
@@ -912,6 +913,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rr->off = (uint64_t)off;
 	rr->size = size;
 	rr->t0 = m->trace ? fs_trace_now() : 0;
+	rr->first = m->trace && __atomic_load_n(&fh->s.next_off, __ATOMIC_RELAXED) == 0;
 	pthread_mutex_lock(&fh->lock);
 	rr->o = fh->obj; /* a move may change it: take the version under the lock */
 	fobj_get(rr->o);

@@ -12,7 +12,8 @@
  *
  * The record names the object by salted hashes only (trace.h): of its key, of its version's
  * id (the cache's oid, which names the version whichever the store), and of the file handle
- * it was read through (so a replay keeps each reader's readahead stream apart). The salt is
+ * it was read through (so a replay keeps each reader's readahead stream apart; a handle's
+ * address may be reused by the next open, so its first read is flagged: a new stream). The salt is
  * random per trace, or the first 16 bytes of trace_salt=FILE, so that the traces of a
  * fleet's mounts name one object alike and a replay of them shares it in the fleet's tier.
  *
@@ -116,7 +117,7 @@ int fs_trace_start(struct mount *m)
 }
 
 void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64_t off,
-		   size_t len, uint64_t t0, int err)
+		   size_t len, uint64_t t0, bool first, int err)
 {
 	struct fs_trace *t = m->trace;
 	const struct cache_served *sv = cache_reply_served();
@@ -134,7 +135,7 @@ void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64
 		.fetched = !sv ? 0 : sv->fetched > TRACE_LAT_MAX ? TRACE_LAT_MAX
 								 : (uint32_t)sv->fetched,
 		.tier = sv ? trace_tier_code(sv->from) : TRACE_NONE,
-		.flags = err ? TRACE_F_ERROR : 0,
+		.flags = (err ? TRACE_F_ERROR : 0) | (first ? TRACE_F_OPEN : 0),
 	};
 
 	trace_push(t->w, &r);

@@ -47,6 +47,7 @@ struct reader {
 	uint32_t stream;       /* the open file: one per segment */
 	bool replay;
 	bool done;
+	bool fresh;	       /* its next read is the first of its open */
 };
 
 /* A partition's clock (its births), or one reading broker's replays of it. */
@@ -95,7 +96,7 @@ static uint64_t seg_id(const struct gen_world *gw, unsigned part, int64_t seg, b
 
 /* Write one read of @len bytes at @off of (@part, @seg), now, into @broker's trace. */
 static void emit(struct gen_world *gw, unsigned broker, unsigned part, int64_t seg, bool index,
-		 uint64_t off, uint64_t len, uint32_t stream)
+		 uint64_t off, uint64_t len, uint32_t stream, bool first)
 {
 	const struct sim_gen *g = gw->g;
 	uint64_t size = index ? g->index_size : g->segment;
@@ -109,6 +110,7 @@ static void emit(struct gen_world *gw, unsigned broker, unsigned part, int64_t s
 		.size = size,
 		.mtime = ((int64_t)WALL0_NS + birth(gw, part, seg)) / (int64_t)NS,
 		.tier = TRACE_NONE,
+		.flags = first ? TRACE_F_OPEN : 0,
 	};
 
 	while (!gw->error && !trace_push(gw->w[broker], &r))
@@ -124,7 +126,7 @@ static void lookups(struct gen_world *gw, const struct reader *rd)
 
 	for (unsigned i = 0; i < g->index_lookups && units; i++)
 		emit(gw, rd->broker, rd->part, rd->seg, true,
-		     sim_rand(&gw->rng) % units * g->index_read, g->index_read, rd->stream);
+		     sim_rand(&gw->rng) % units * g->index_read, g->index_read, rd->stream, i == 0);
 }
 
 static void read_step(void *arg);
@@ -137,6 +139,7 @@ static void open_seg(struct reader *rd, int64_t seg)
 	rd->seg = seg;
 	rd->off = 0;
 	rd->stream = ++gw->next_stream;
+	rd->fresh = true;
 	lookups(gw, rd);
 	sim_ev_at(&gw->q, gw->q.now, read_step, rd);
 }
@@ -152,7 +155,8 @@ static void read_step(void *arg)
 	struct gen_world *gw = rd->gw;
 	const struct sim_gen *g = gw->g;
 
-	emit(gw, rd->broker, rd->part, rd->seg, false, rd->off, g->fetch, rd->stream);
+	emit(gw, rd->broker, rd->part, rd->seg, false, rd->off, g->fetch, rd->stream, rd->fresh);
+	rd->fresh = false;
 	rd->off += g->fetch;
 	if (rd->off < g->segment) {
 		sim_ev_at(&gw->q, gw->q.now + g->fetch * NS / rd->rate, read_step, rd);

@@ -16,8 +16,9 @@
  * A read's record holds the object's size and mtime, so its version is a struct cache_obj
  * at once (interned, one per version, shared by the mounts: the oid is the trace's salted
  * (key, version) hashes, so traces salted alike share blocks in Redis). Its stream is the
- * hash of the file handle it was read through: a handle that reads another object is a new
- * open, and its stream starts over. The reply records the read's latency and bytes.
+ * hash of the file handle it was read through: a handle that reads another object, or whose
+ * read is flagged as its first (TRACE_F_OPEN: handles' addresses are reused), is a new open,
+ * and its stream starts over. The reply records the read's latency and bytes.
  *
  * Alignment: each trace's times count from its start (its header's wall clock); mounts are
  * aligned on those wall clocks, or all start at 0 (align_start). Each mount's wall clock,
@@ -189,8 +190,11 @@ static struct sim_stream *stream_of(struct sim_mount *m, const struct trace_read
 		if (m->streams[s].id == r->stream)
 			break;
 	st = &m->streams[s];
-	if (st->used && st->o->co.id.hi == r->obj && st->o->co.id.lo == r->ver)
+	if (st->used && st->o->co.id.hi == r->obj && st->o->co.id.lo == r->ver) {
+		if (r->flags & TRACE_F_OPEN)
+			memset(&st->s, 0, sizeof(st->s)); /* a new open at the same address */
 		return st;
+	}
 	struct sim_obj *o = intern(m->w, r);
 
 	if (!o)

@@ -43,6 +43,7 @@ enum trace_tier {
 
 /* A read record's flags. */
 #define TRACE_F_ERROR 0x01 /* answered with an error */
+#define TRACE_F_OPEN  0x02 /* the first read through its handle: its stream starts here */
 
 /* "hot", "lagging", "disk", "shared", "store"; "none" for TRACE_NONE; NULL past those. */
 const char *trace_tier_name(unsigned t);
