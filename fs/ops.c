@@ -745,8 +745,6 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 	pthread_mutex_unlock(&fh->lock);
 	if (retry && helper(rr->m, move_thread, rr) == 0)
 		return;
-	if (rr->m->trace)
-		fs_trace_read(rr->m, rr->o, rr->fh, rr->off, rr->size, rr->t0, rr->first, err);
 
 	/* waits for an on_interrupt still running on another thread, and stops later ones:
 	 * after it, the watch list holds this read's watch, if it ever will */
@@ -767,6 +765,9 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 		__atomic_fetch_add(&rr->m->read_bytes, total, __ATOMIC_RELAXED);
 	}
 	reply_read(rr->req, iov, n, err);
+	/* after the answer, off the reader's wait; still inside the cache's reply */
+	if (rr->m->trace)
+		fs_trace_read(rr->m, rr->o, rr->fh, rr->off, rr->size, rr->t0, rr->first, err);
 	fobj_put(rr->o);
 	free(rr);
 }
