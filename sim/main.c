@@ -391,40 +391,56 @@ static char *sweep_opts(const struct sweep *sw, uint64_t v)
 	return s;
 }
 
-/* Draw the rows into @png: hit ratios on the left axis, dollars a day on the right. */
+/* The value of series @col (0 hot, 1 lagging, 2 shared hit ratios, 3 dollars a day) of row @x;
+ * NAN when the tier was never asked. */
+static double series(const struct sim_result *x, int col, const struct sim_cfg *cfg)
+{
+	double d = x->span_ns ? 86400e9 / (double)x->span_ns : 0;
+	uint64_t h = col == 2 ? x->shared_hits : col < 2 ? x->cache.tier[col].hits : 0;
+	uint64_t m = col == 2 ? x->shared_misses : col < 2 ? x->cache.tier[col].misses : 0;
+
+	if (col == 3)
+		return ((double)x->store_gets / 1000.0 * cfg->get_price +
+			(double)x->store_bytes / 1e9 * cfg->gb_price) * d;
+	return h + m ? (double)h / (double)(h + m) : NAN;
+}
+
+/* Draw the rows into @png: hit ratios on the left axis, dollars a day on the right, one tick
+ * per value. @return 0 or -errno. */
 static int plot(const char *png, const struct sweep *sw, struct sim_run *runs,
 		const struct sim_cfg *cfg)
 {
+	static const char *const title[] = {"hot", "lagging", "shared", "store $/day"};
 	FILE *g = popen("gnuplot", "w");
+	char label[32];
+	bool first = true;
 
 	if (!g)
 		return -errno;
-	fprintf(g, "set terminal pngcairo size 900,540\nset output '%s'\n"
-		   "set title 'tierfs-sim: %s sweep'\nset xlabel '%s (bytes or count)'\n"
-		   "set ylabel 'hit ratio'\nset yrange [0:1.05]\nset y2label 'store dollars per day'\n"
-		   "set y2tics\nset ytics nomirror\nset key bottom right\nset grid\n%s"
-		   "plot '-' u 1:2 w lp t 'hot', '-' u 1:2 w lp t 'lagging', "
-		   "'-' u 1:2 w lp t 'shared', '-' u 1:2 axes x1y2 w lp t '$/day'\n",
+	fprintf(g, "set terminal pngcairo size 900,540 noenhanced\nset output '%s'\n"
+		   "set title 'tierfs-sim: %s sweep'\nset xlabel '%s'\nset ylabel 'hit ratio'\n"
+		   "set yrange [0:1.05]\nset y2label 'store dollars per day'\nset y2tics\n"
+		   "set ytics nomirror\nset key bottom right\nset grid\nset offsets graph 0.04, graph 0.04, 0, 0\n%sset xtics (",
 		png, sw->name, sw->name, sw->geometric ? "set logscale x 2\n" : "");
-	for (int col = 0; col < 4; col++) {
-		for (unsigned i = 0; i < sw->n; i++) {
-			const struct sim_result *x = &runs[i].fleet;
-			double y, d = x->span_ns ? 86400e9 / (double)x->span_ns : 0;
-			uint64_t h = 0, m = 0;
-
-			if (col < 2) {
-				h = x->cache.tier[col].hits;
-				m = x->cache.tier[col].misses;
-			} else if (col == 2) {
-				h = x->shared_hits;
-				m = x->shared_misses;
-			}
-			y = col == 3 ? ((double)x->store_gets / 1000.0 * cfg->get_price +
-					(double)x->store_bytes / 1e9 * cfg->gb_price) * d
-			    : h + m ? (double)h / (double)(h + m) : NAN;
-			if (!isnan(y))
-				fprintf(g, "%llu %g\n", (unsigned long long)sw->v[i], y);
+	for (unsigned i = 0; i < sw->n; i++) {
+		human(sw->v[i], label, sizeof(label));
+		fprintf(g, "%s'%s' %llu", i ? ", " : "", label, (unsigned long long)sw->v[i]);
+	}
+	fprintf(g, ")\nplot");
+	for (int col = 0; col < 4; col++)
+		if (!isnan(series(&runs[0].fleet, col, cfg))) {
+			fprintf(g, "%s '-' u 1:2 %sw lp t '%s'", first ? "" : ",",
+				col == 3 ? "axes x1y2 " : "", title[col]);
+			first = false;
 		}
+	fprintf(g, "\n");
+	for (int col = 0; col < 4; col++) {
+		if (isnan(series(&runs[0].fleet, col, cfg)))
+			continue;
+		for (unsigned i = 0; i < sw->n; i++)
+			if (!isnan(series(&runs[i].fleet, col, cfg)))
+				fprintf(g, "%llu %g\n", (unsigned long long)sw->v[i],
+					series(&runs[i].fleet, col, cfg));
 		fprintf(g, "e\n");
 	}
 	return pclose(g) == 0 ? 0 : -EIO;
