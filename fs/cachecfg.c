@@ -16,18 +16,18 @@
 void fs_cache_cfg(const struct fs_opts *o, bool disk, struct cache_cfg *ret)
 {
 	*ret = (struct cache_cfg){
-		.block_size = (uint32_t)o->block_size,
-		.hot_size = o->hot_size,
-		.hot_ttl = o->hot_ttl,
-		.lagging = o->lagging,
-		.lagging_size = o->lagging_size,
-		.lagging_ttl = o->lagging_ttl,
-		.lagging_rate = o->lagging_rate,
-		.lagging_burst = o->lagging_burst,
-		.lagging_ops = o->lagging_ops,
-		.readahead = (uint32_t)o->readahead,
-		.prefault = o->prefault,
-		.bounce_limit = CACHE_BOUNCE_LIMIT,
+	    .block_size = (uint32_t)o->block_size,
+	    .hot_size = o->hot_size,
+	    .hot_ttl = o->hot_ttl,
+	    .lagging = o->lagging,
+	    .lagging_size = o->lagging_size,
+	    .lagging_ttl = o->lagging_ttl,
+	    .lagging_rate = o->lagging_rate,
+	    .lagging_burst = o->lagging_burst,
+	    .lagging_ops = o->lagging_ops,
+	    .readahead = (uint32_t)o->readahead,
+	    .prefault = o->prefault,
+	    .bounce_limit = CACHE_BOUNCE_LIMIT,
 	};
 	/* random reads of a hot object that the local tiers cannot hold as whole blocks fetch
 	 * parts (the disk tier counts if it opened); with shared=, whole blocks also serve the

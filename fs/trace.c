@@ -77,11 +77,11 @@ int fs_trace_open(struct mount *m)
 	struct fs_trace *t = calloc(1, sizeof(*t));
 	uint8_t salt[TRACE_SALT_LEN];
 	struct trace_wcfg wc = {
-		.path = o->trace,
-		.max_size = o->trace_size,
-		.keep = (unsigned)o->trace_files,
-		.block_size = (uint32_t)o->block_size,
-		.start_wall_ns = wall_ns(),
+	    .path = o->trace,
+	    .max_size = o->trace_size,
+	    .keep = (unsigned)o->trace_files,
+	    .block_size = (uint32_t)o->block_size,
+	    .start_wall_ns = wall_ns(),
 	};
 	int r;
 
@@ -116,26 +116,27 @@ int fs_trace_start(struct mount *m)
 	return r;
 }
 
-void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64_t off,
-		   size_t len, uint64_t t0, bool first, int err)
+void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64_t off, size_t len,
+		   uint64_t t0, bool first, int err)
 {
 	struct fs_trace *t = m->trace;
 	const struct cache_served *sv = cache_reply_served();
 	uint64_t now = fs_trace_now(), lat = (now - t0) / 1000;
 	struct trace_read r = {
-		.t_ns = t0 - t->start_mono,
-		.obj = trace_hash(t->salt, o->path, strlen(o->path)),
-		.ver = (uint32_t)trace_hash(t->salt, &o->id, sizeof(o->id)),
-		.stream = (uint32_t)trace_hash(t->salt, &fh, sizeof(fh)),
-		.off = off,
-		.len = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len,
-		.lat_us = lat > TRACE_LAT_MAX ? TRACE_LAT_MAX : (uint32_t)lat,
-		.size = o->size,
-		.mtime = o->mtime,
-		.fetched = !sv ? 0 : sv->fetched > TRACE_LAT_MAX ? TRACE_LAT_MAX
-								 : (uint32_t)sv->fetched,
-		.tier = sv ? trace_tier_code(sv->from) : TRACE_NONE,
-		.flags = (err ? TRACE_F_ERROR : 0) | (first ? TRACE_F_OPEN : 0),
+	    .t_ns = t0 - t->start_mono,
+	    .obj = trace_hash(t->salt, o->path, strlen(o->path)),
+	    .ver = (uint32_t)trace_hash(t->salt, &o->id, sizeof(o->id)),
+	    .stream = (uint32_t)trace_hash(t->salt, &fh, sizeof(fh)),
+	    .off = off,
+	    .len = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len,
+	    .lat_us = lat > TRACE_LAT_MAX ? TRACE_LAT_MAX : (uint32_t)lat,
+	    .size = o->size,
+	    .mtime = o->mtime,
+	    .fetched = !sv			     ? 0
+		       : sv->fetched > TRACE_LAT_MAX ? TRACE_LAT_MAX
+						     : (uint32_t)sv->fetched,
+	    .tier = sv ? trace_tier_code(sv->from) : TRACE_NONE,
+	    .flags = (err ? TRACE_F_ERROR : 0) | (first ? TRACE_F_OPEN : 0),
 	};
 
 	trace_push(t->w, &r);

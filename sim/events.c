@@ -147,12 +147,12 @@ static void nothing(void *ctx)
 struct cache_env sim_env(struct sim_clock *clk)
 {
 	return (struct cache_env){
-		.arg = clk,
-		.mono_ns = clk_mono,
-		.wall_s = clk_wall,
-		.defer = clk_defer,
-		.hold = nothing,
-		.release = nothing,
+	    .arg = clk,
+	    .mono_ns = clk_mono,
+	    .wall_s = clk_wall,
+	    .defer = clk_defer,
+	    .hold = nothing,
+	    .release = nothing,
 	};
 }
 

@@ -31,14 +31,14 @@
 #include "sim_i.h"
 #include "trace.h"
 
-#define NS	  1000000000ULL
-#define WALL0_NS  (1700000000ULL * NS) /* the traces' wall clock at their start */
+#define NS	 1000000000ULL
+#define WALL0_NS (1700000000ULL * NS) /* the traces' wall clock at their start */
 
 struct gen_world;
 
 /* One reader: a tail pass over one segment, or a replay over many. */
 struct reader {
-	struct reader *all;    /* every reader made, freed at the end */
+	struct reader *all; /* every reader made, freed at the end */
 	struct gen_world *gw;
 	unsigned broker, part; /* where it reads: broker's trace, global partition */
 	int64_t seg;	       /* segment being read */
@@ -47,7 +47,7 @@ struct reader {
 	uint32_t stream;       /* the open file: one per segment */
 	bool replay;
 	bool done;
-	bool fresh;	       /* its next read is the first of its open */
+	bool fresh; /* its next read is the first of its open */
 };
 
 /* A partition's clock (its births), or one reading broker's replays of it. */
@@ -63,11 +63,11 @@ struct gen_world {
 	struct trace_writer **w; /* one per broker */
 	uint8_t salt[TRACE_SALT_LEN];
 	uint64_t rng;
-	unsigned nparts;	 /* brokers x partitions */
-	uint64_t *phase;	 /* per partition: birth of its segment 0, ns */
-	bool *replaying;	 /* per (reading broker, partition) */
-	struct tick *births;	 /* per partition */
-	struct tick *replays;	 /* per (reading broker, partition) */
+	unsigned nparts;      /* brokers x partitions */
+	uint64_t *phase;      /* per partition: birth of its segment 0, ns */
+	bool *replaying;      /* per (reading broker, partition) */
+	struct tick *births;  /* per partition */
+	struct tick *replays; /* per (reading broker, partition) */
 	struct reader *all;
 	uint64_t reads;
 	uint32_t next_stream;
@@ -101,16 +101,16 @@ static void emit(struct gen_world *gw, unsigned broker, unsigned part, int64_t s
 	const struct sim_gen *g = gw->g;
 	uint64_t size = index ? g->index_size : g->segment;
 	struct trace_read r = {
-		.t_ns = gw->q.now,
-		.obj = seg_id(gw, part, seg, index),
-		.ver = 1,
-		.stream = stream,
-		.off = off,
-		.len = (uint32_t)(off + len > size ? size - off : len),
-		.size = size,
-		.mtime = ((int64_t)WALL0_NS + birth(gw, part, seg)) / (int64_t)NS,
-		.tier = TRACE_NONE,
-		.flags = first ? TRACE_F_OPEN : 0,
+	    .t_ns = gw->q.now,
+	    .obj = seg_id(gw, part, seg, index),
+	    .ver = 1,
+	    .stream = stream,
+	    .off = off,
+	    .len = (uint32_t)(off + len > size ? size - off : len),
+	    .size = size,
+	    .mtime = ((int64_t)WALL0_NS + birth(gw, part, seg)) / (int64_t)NS,
+	    .tier = TRACE_NONE,
+	    .flags = first ? TRACE_F_OPEN : 0,
 	};
 
 	while (!gw->error && !trace_push(gw->w[broker], &r))
@@ -170,8 +170,7 @@ static void read_step(void *arg)
 }
 
 /* A new reader of @part on @broker. @return NULL only for out-of-memory. */
-static struct reader *reader_new(struct gen_world *gw, unsigned broker, unsigned part,
-				 bool replay)
+static struct reader *reader_new(struct gen_world *gw, unsigned broker, unsigned part, bool replay)
 {
 	struct reader *rd = calloc(1, sizeof(*rd));
 
@@ -179,9 +178,9 @@ static struct reader *reader_new(struct gen_world *gw, unsigned broker, unsigned
 		gw->error = -ENOMEM;
 		return NULL;
 	}
-	*rd = (struct reader){.all = gw->all, .gw = gw, .broker = broker, .part = part,
-			      .replay = replay};
-	rd->rate = replay ? gw->g->replay_rate
+	*rd = (struct reader){
+	    .all = gw->all, .gw = gw, .broker = broker, .part = part, .replay = replay};
+	rd->rate = replay	      ? gw->g->replay_rate
 		   : gw->g->tail_rate ? gw->g->tail_rate
 				      : gw->g->segment / gw->g->roll_s;
 	if (!rd->rate)
@@ -216,8 +215,9 @@ static void born(void *arg)
 				return;
 			rd->seg = t->seg;
 			sim_ev_at(&gw->q,
-				  gw->q.now + (g->tail_lag_s ? sim_rand(&gw->rng) %
-								   (g->tail_lag_s * NS) : 0),
+				  gw->q.now + (g->tail_lag_s
+						   ? sim_rand(&gw->rng) % (g->tail_lag_s * NS)
+						   : 0),
 				  tail_start, rd);
 		}
 	}
@@ -247,34 +247,35 @@ static void replay_start(void *arg)
 void sim_gen_default(struct sim_gen *ret)
 {
 	*ret = (struct sim_gen){
-		.mounts = 1,
-		.partitions = 50,
-		.share = 1,
-		.segment = 64ULL << 20,
-		.roll_s = 300,
-		.duration_s = 3600,
-		.consumers = 3,
-		.tail_lag_s = 10,
-		.replay_every_s = 3600,
-		.replay_span_s = 86400,
-		.replay_rate = 16ULL << 20,
-		.fetch = 1ULL << 20,
-		.index_size = 10ULL << 20,
-		.index_lookups = 2,
-		.index_read = 4096,
-		.seed = 1,
+	    .mounts = 1,
+	    .partitions = 50,
+	    .share = 1,
+	    .segment = 64ULL << 20,
+	    .roll_s = 300,
+	    .duration_s = 3600,
+	    .consumers = 3,
+	    .tail_lag_s = 10,
+	    .replay_every_s = 3600,
+	    .replay_span_s = 86400,
+	    .replay_rate = 16ULL << 20,
+	    .fetch = 1ULL << 20,
+	    .index_size = 10ULL << 20,
+	    .index_lookups = 2,
+	    .index_read = 4096,
+	    .seed = 1,
 	};
 }
 
 static int check_gen(const struct sim_gen *g, char *err, size_t errlen)
 {
-	const char *bad = !g->mounts		     ? "--mounts must be at least 1"
-			  : !g->partitions	     ? "--partitions must be at least 1"
+	const char *bad = !g->mounts			      ? "--mounts must be at least 1"
+			  : !g->partitions		      ? "--partitions must be at least 1"
 			  : !g->share || g->share > g->mounts ? "--share must be 1..--mounts"
 			  : !g->segment || !g->fetch ? "--segment and --fetch must be more than 0"
 			  : !g->roll_s		     ? "--roll must be at least 1s"
 			  : !g->duration_s	     ? "--duration must be at least 1s"
-			  : g->replay_every_s && !g->replay_rate ? "--replay-rate must be more than 0"
+			  : g->replay_every_s && !g->replay_rate
+			      ? "--replay-rate must be more than 0"
 			  : g->index_lookups && (!g->index_read || g->index_read > g->index_size)
 			      ? "--index-read must be 1..--index-size"
 			      : NULL;
@@ -295,8 +296,11 @@ static int open_writers(struct gen_world *gw, const char *prefix, char *err, siz
 	if (!gw->w)
 		return -ENOMEM;
 	for (unsigned b = 0; b < g->mounts; b++) {
-		struct trace_wcfg wc = {.path = path, .max_size = UINT64_MAX / 4, .salt = gw->salt,
-					.start_wall_ns = WALL0_NS, .ring = 1u << 16};
+		struct trace_wcfg wc = {.path = path,
+					.max_size = UINT64_MAX / 4,
+					.salt = gw->salt,
+					.start_wall_ns = WALL0_NS,
+					.ring = 1u << 16};
 		int r;
 
 		snprintf(path, n, "%s-%03u.trace", prefix, b);
@@ -329,8 +333,8 @@ static int schedule(struct gen_world *gw)
 		for (unsigned j = 0; g->replay_every_s && j < g->share; j++) {
 			struct tick *t = &gw->replays[(size_t)p * g->share + j];
 
-			*t = (struct tick){.gw = gw, .broker = (p / g->partitions + j) % g->mounts,
-					   .part = p};
+			*t = (struct tick){
+			    .gw = gw, .broker = (p / g->partitions + j) % g->mounts, .part = p};
 			sim_ev_at(&gw->q, sim_rand(&gw->rng) % (g->replay_every_s * NS),
 				  replay_start, t);
 		}

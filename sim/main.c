@@ -45,9 +45,9 @@ struct sopt {
 	const char *name;
 	enum sopt_kind kind;
 	enum sopt_for of;
-	size_t off;	  /* in struct sim_cfg or struct sim_gen */
-	size_t width;	  /* of the field: 8 (uint64_t, double) or 4 (unsigned), 1 (bool) */
-	bool in_seconds;  /* SO_TIME stored in seconds, not ns */
+	size_t off;	 /* in struct sim_cfg or struct sim_gen */
+	size_t width;	 /* of the field: 8 (uint64_t, double) or 4 (unsigned), 1 (bool) */
+	bool in_seconds; /* SO_TIME stored in seconds, not ns */
 	const char *help;
 };
 
@@ -77,7 +77,7 @@ static const struct sopt sim_opts[] = {
 	{"consumers", SO_COUNT, GEN(consumers), false, "per partition, at the tail"},
 	{"tail-rate", SO_SIZE, GEN(tail_rate), false, "bytes/s of a tail reader (0: keeps pace)"},
 	{"tail-lag", SO_TIME, GEN(tail_lag_s), true, "a tail reader starts a segment within"},
-	{"replay-every", SO_TIME, GEN(replay_every_s), true, "consumer 0 replays this often (0: never)"},
+	{"replay-every", SO_TIME, GEN(replay_every_s), true, "a replay this often (0: never)"},
 	{"replay-span", SO_TIME, GEN(replay_span_s), true, "... reading this far back"},
 	{"replay-rate", SO_SIZE, GEN(replay_rate), false, "... at this many bytes/s"},
 	{"fetch", SO_SIZE, GEN(fetch), false, "bytes of one read"},
@@ -94,9 +94,9 @@ static const struct sopt sim_opts[] = {
 struct cli {
 	struct sim_cfg cfg;
 	struct sim_gen gen;
-	char *mount_opts;   /* every -o, joined with commas; malloc'd */
+	char *mount_opts; /* every -o, joined with commas; malloc'd */
 	bool json;
-	const char *plot;   /* PNG to draw a sweep into */
+	const char *plot;     /* PNG to draw a sweep into */
 	const char *generate; /* the prefix of the traces to write */
 	char **traces;
 	unsigned ntraces;
@@ -123,8 +123,8 @@ static int parse_time(const char *s, uint64_t *ret_ns)
 	static const struct {
 		const char *suffix;
 		double ns;
-	} units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"m", 60e9}, {"h", 3600e9},
-		     {"d", 86400e9}, {"", 1e9}};
+	} units[] = {{"ns", 1},	  {"us", 1e3},	 {"ms", 1e6},	 {"s", 1e9},
+		     {"m", 60e9}, {"h", 3600e9}, {"d", 86400e9}, {"", 1e9}};
 	char *end;
 	double v = strtod(s, &end);
 
@@ -189,7 +189,7 @@ static void set_sim_opt(struct cli *c, const struct sopt *d, const char *value)
 	}
 	if (r < 0 || (d->width < sizeof(uint64_t) && v > UINT32_MAX))
 		usage_error("--%s=%s: not a %s", d->name, value,
-			    d->kind == SO_TIME ? "duration (30ms, 2s, 5m, 1h)"
+			    d->kind == SO_TIME	 ? "duration (30ms, 2s, 5m, 1h)"
 			    : d->kind == SO_SIZE ? "size (4M, 1G)"
 						 : "whole number");
 	store_uint(at, d->width, v);
@@ -211,8 +211,8 @@ static void help(void)
 		char left[40];
 
 		if (i == 0 || sim_opts[i].of != sim_opts[i - 1].of)
-			printf("\n%s\n", sim_opts[i].of == FOR_SIM ? "the simulated world:"
-								   : "--generate:");
+			printf("\n%s\n",
+			       sim_opts[i].of == FOR_SIM ? "the simulated world:" : "--generate:");
 		snprintf(left, sizeof(left), "--%s%s", sim_opts[i].name,
 			 sim_opts[i].kind == SO_FLAG ? "" : "=V");
 		printf("    %-24s%s\n", left, sim_opts[i].help);
@@ -304,8 +304,8 @@ static void mount_options(const char *opts, struct fs_opts *ret)
 /* ---- sweeps --------------------------------------------------------------------------------- */
 
 struct sweep {
-	char *name;	       /* the swept option; NULL: no sweep */
-	char *before, *after;  /* the other options, before and after it */
+	char *name;	      /* the swept option; NULL: no sweep */
+	char *before, *after; /* the other options, before and after it */
 	uint64_t v[MAX_ROWS];
 	unsigned n;
 	bool geometric;
@@ -322,13 +322,15 @@ static bool sweep_values(const char *name, const char *value, struct sweep *sw)
 	    (step[0] != 'x' && step[0] != '+'))
 		return false;
 	if (fs_parse_size(lo, &a) < 0 || fs_parse_size(hi, &b) < 0 || b < a)
-		usage_error("-o %s=%s: a sweep is LO:HI:xF or LO:HI:+STEP with LO <= HI", name, value);
+		usage_error("-o %s=%s: a sweep is LO:HI:xF or LO:HI:+STEP with LO <= HI", name,
+			    value);
 	sw->geometric = step[0] == 'x';
 	if (sw->geometric ? !((f = strtod(step + 1, NULL)) > 1.0)
 			  : fs_parse_size(step + 1, &s) < 0 || !s)
 		usage_error("-o %s=%s: the step must be x(more than 1) or +(more than 0)", name,
 			    value);
-	for (double v = (double)a; v <= (double)b * (1 + 1e-9); v = sw->geometric ? v * f : v + (double)s) {
+	for (double v = (double)a; v <= (double)b * (1 + 1e-9);
+	     v = sw->geometric ? v * f : v + (double)s) {
 		if (sw->n == MAX_ROWS)
 			usage_error("-o %s=%s: more than %d values", name, value, MAX_ROWS);
 		sw->v[sw->n++] = (uint64_t)llround(v);
@@ -401,7 +403,8 @@ static double series(const struct sim_result *x, int col, const struct sim_cfg *
 
 	if (col == 3)
 		return ((double)x->store_gets / 1000.0 * cfg->get_price +
-			(double)x->store_bytes / 1e9 * cfg->gb_price) * d;
+			(double)x->store_bytes / 1e9 * cfg->gb_price) *
+		       d;
 	return h + m ? (double)h / (double)(h + m) : NAN;
 }
 
@@ -417,10 +420,12 @@ static int plot(const char *png, const struct sweep *sw, struct sim_run *runs,
 
 	if (!g)
 		return -errno;
-	fprintf(g, "set terminal pngcairo size 900,540 noenhanced\nset output '%s'\n"
-		   "set title 'tierfs-sim: %s sweep'\nset xlabel '%s'\nset ylabel 'hit ratio'\n"
-		   "set yrange [0:1.05]\nset y2label 'store dollars per day'\nset y2tics\n"
-		   "set ytics nomirror\nset key bottom right\nset grid\nset offsets graph 0.04, graph 0.04, 0, 0\n%sset xtics (",
+	fprintf(g,
+		"set terminal pngcairo size 900,540 noenhanced\nset output '%s'\n"
+		"set title 'tierfs-sim: %s sweep'\nset xlabel '%s'\nset ylabel 'hit ratio'\n"
+		"set yrange [0:1.05]\nset y2label 'store dollars per day'\nset y2tics\n"
+		"set ytics nomirror\nset key bottom right\nset grid\nset offsets graph 0.04, graph "
+		"0.04, 0, 0\n%sset xtics (",
 		png, sw->name, sw->name, sw->geometric ? "set logscale x 2\n" : "");
 	for (unsigned i = 0; i < sw->n; i++) {
 		human(sw->v[i], label, sizeof(label));

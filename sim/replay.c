@@ -41,9 +41,10 @@
 #include "sim_i.h"
 #include "trace.h"
 
-#define MONO0	   (1000ULL * 1000000000ULL) /* the cache's clock at time 0 */
-#define REORDER_NS (100ULL * 1000000ULL)   /* margin of the reorder window over the longest
-						* latency seen (see fill) */
+#define MONO0 (1000ULL * 1000000000ULL) /* the cache's clock at time 0 */
+#define REORDER_NS                                                                                 \
+	(100ULL * 1000000ULL) /* margin of the reorder window over the longest                     \
+			       * latency seen (see fill) */
 
 /* One version of one object, as every mount sees it (the cache's ctx). */
 struct sim_obj {
@@ -62,24 +63,24 @@ struct sim_stream {
 struct world;
 
 struct sim_mount {
-	struct sim_clock clk;	     /* first: the env's arg */
+	struct sim_clock clk; /* first: the env's arg */
 	struct world *w;
 	unsigned idx;
 	struct cache *c;
 	struct sim_store *store;
 	struct sim_redis_port *port;
-	struct sim_stream *streams;  /* open addressing */
+	struct sim_stream *streams; /* open addressing */
 	uint32_t smask, nstreams;
-	char **parts;		     /* its files, in part order */
+	char **parts; /* its files, in part order */
 	unsigned nparts, part;
-	struct trace_reader *rd;     /* the part being read, NULL at the end */
-	struct trace_read *pend;     /* reorder heap by t_ns */
+	struct trace_reader *rd; /* the part being read, NULL at the end */
+	struct trace_read *pend; /* reorder heap by t_ns */
 	size_t npend, cappend;
-	uint64_t last_answer_t;	     /* the latest answer time read from the file (t + lat) */
-	uint64_t max_lat;	     /* the longest latency read from the file */
-	uint64_t offset;	     /* world time of the trace's start */
-	uint64_t outstanding;	     /* reads waiting */
-	uint64_t first_t, last_t;    /* world times of its first read and last answer */
+	uint64_t last_answer_t;	  /* the latest answer time read from the file (t + lat) */
+	uint64_t max_lat;	  /* the longest latency read from the file */
+	uint64_t offset;	  /* world time of the trace's start */
+	uint64_t outstanding;	  /* reads waiting */
+	uint64_t first_t, last_t; /* world times of its first read and last answer */
 	struct sim_result res;
 };
 
@@ -96,9 +97,9 @@ struct world {
 	struct sim_redis *redis;
 	struct sim_mount *m;
 	unsigned nm;
-	unsigned *heap;		 /* mounts by next read time */
+	unsigned *heap; /* mounts by next read time */
 	unsigned nheap;
-	struct sim_obj **objs;	 /* interned versions */
+	struct sim_obj **objs; /* interned versions */
 	uint64_t omask, nobjs;
 	struct sim_req *free_reqs;
 	char *err;
@@ -166,7 +167,8 @@ static int streams_grow(struct sim_mount *m)
 
 		if (!m->streams[i].used)
 			continue;
-		for (s = (uint32_t)mix(m->streams[i].id, 1) & (cap - 1); t[s].used; s = (s + 1) & (cap - 1))
+		for (s = (uint32_t)mix(m->streams[i].id, 1) & (cap - 1); t[s].used;
+		     s = (s + 1) & (cap - 1))
 			;
 		t[s] = m->streams[i];
 	}
@@ -258,7 +260,8 @@ static int next_record(struct sim_mount *m, struct trace_read *ret)
  * file. @return 1 when one is ready, 0 when the mount has no more, -errno. */
 static int fill(struct sim_mount *m)
 {
-	while (m->rd && (!m->npend || m->last_answer_t < m->pend[0].t_ns + m->max_lat + REORDER_NS)) {
+	while (m->rd &&
+	       (!m->npend || m->last_answer_t < m->pend[0].t_ns + m->max_lat + REORDER_NS)) {
 		struct trace_read r;
 		int e = next_record(m, &r);
 
@@ -543,7 +546,8 @@ void sim_lat_add(struct sim_lat *h, uint64_t ns)
 
 	if (us > 0) {
 		unsigned lg = 63 - (unsigned)__builtin_clzll(us);
-		unsigned frac = lg >= 3 ? (unsigned)((us >> (lg - 3)) & 7) : (unsigned)((us << (3 - lg)) & 7);
+		unsigned frac =
+		    lg >= 3 ? (unsigned)((us >> (lg - 3)) & 7) : (unsigned)((us << (3 - lg)) & 7);
 
 		b = 1 + 8 * lg + frac;
 	}
@@ -597,7 +601,8 @@ static void add_result(struct sim_result *into, const struct sim_result *r)
 		const uint64_t *src = (const uint64_t *)&r->cache.tier[t];
 
 		/* every field before 'tokens' is a uint64_t counter (as cache_get_stats copies) */
-		for (size_t i = 0; i < offsetof(struct cache_tier_stats, tokens) / sizeof(uint64_t); i++)
+		for (size_t i = 0; i < offsetof(struct cache_tier_stats, tokens) / sizeof(uint64_t);
+		     i++)
 			dst[i] += src[i];
 		into->cache.tier[t].limited |= r->cache.tier[t].limited;
 	}
@@ -792,16 +797,16 @@ void sim_run_free(struct sim_run *r)
 void sim_cfg_default(struct sim_cfg *ret)
 {
 	*ret = (struct sim_cfg){
-		.store_lat_ns = 30 * 1000000ULL,
-		.store_p99_ns = 150 * 1000000ULL,
-		.store_bw = 90ULL << 20,
-		.link_bw = 1250000000ULL,
-		.get_price = 0.0004,
-		.gb_price = 0.0,
-		.redis_mem = 4ULL << 30,
-		.redis_lat_ns = 300 * 1000ULL,
-		.redis_bw = 1000000000ULL,
-		.max_queued = 100000,
-		.seed = 1,
+	    .store_lat_ns = 30 * 1000000ULL,
+	    .store_p99_ns = 150 * 1000000ULL,
+	    .store_bw = 90ULL << 20,
+	    .link_bw = 1250000000ULL,
+	    .get_price = 0.0004,
+	    .gb_price = 0.0,
+	    .redis_mem = 4ULL << 30,
+	    .redis_lat_ns = 300 * 1000ULL,
+	    .redis_bw = 1000000000ULL,
+	    .max_queued = 100000,
+	    .seed = 1,
 	};
 }

@@ -66,8 +66,9 @@ static void text_tiers(FILE *f, const struct sim_result *r, bool shared)
 	for (int t = 0; t < CACHE_NTIERS; t++) {
 		const struct cache_tier_stats *s = &r->cache.tier[t];
 
-		fprintf(f, "  %-8s hit ratio %s (hits %" PRIu64 ", misses %" PRIu64
-			   ", joins %" PRIu64 "), fetched %.1f MiB",
+		fprintf(f,
+			"  %-8s hit ratio %s (hits %" PRIu64 ", misses %" PRIu64 ", joins %" PRIu64
+			"), fetched %.1f MiB",
 			cache_tier_name(t), ratio_text(ratio(s->hits, s->misses), b, sizeof(b)),
 			s->hits, s->misses, s->joins, (double)s->bytes_fetched / MIB);
 		if (s->limited)
@@ -76,8 +77,9 @@ static void text_tiers(FILE *f, const struct sim_result *r, bool shared)
 		fprintf(f, "\n");
 	}
 	if (shared)
-		fprintf(f, "  %-8s hit ratio %s (hits %" PRIu64 ", misses %" PRIu64
-			   ", lock waits %" PRIu64 "), GET %.1f MiB, SET %.1f MiB\n",
+		fprintf(f,
+			"  %-8s hit ratio %s (hits %" PRIu64 ", misses %" PRIu64
+			", lock waits %" PRIu64 "), GET %.1f MiB, SET %.1f MiB\n",
 			"shared", ratio_text(ratio(r->shared_hits, r->shared_misses), b, sizeof(b)),
 			r->shared_hits, r->shared_misses, r->shared_lock_waits,
 			(double)r->shared_get_bytes / MIB, (double)r->shared_set_bytes / MIB);
@@ -92,10 +94,12 @@ static void text_result(FILE *f, const char *title, const struct sim_result *r,
 		(double)r->read_bytes / MIB, (double)r->span_ns / 1e9,
 		r->read_errors ? " (with errors)" : "");
 	text_tiers(f, r, shared);
-	fprintf(f, "  %-8s %" PRIu64 " GETs (%" PRIu64 " block reads merged into them), %.1f MiB: "
-		   "$%.4f + $%.4f = $%.4f; per day %.0f GETs, %.1f GiB, $%.2f\n",
-		"store", r->store_gets, r->store_merged, (double)r->store_bytes / MIB, cg, cb, cg + cb,
-		(double)r->store_gets * d, (double)r->store_bytes * d / (MIB * 1024), (cg + cb) * d);
+	fprintf(f,
+		"  %-8s %" PRIu64 " GETs (%" PRIu64 " block reads merged into them), %.1f MiB: "
+		"$%.4f + $%.4f = $%.4f; per day %.0f GETs, %.1f GiB, $%.2f\n",
+		"store", r->store_gets, r->store_merged, (double)r->store_bytes / MIB, cg, cb,
+		cg + cb, (double)r->store_gets * d, (double)r->store_bytes * d / (MIB * 1024),
+		(cg + cb) * d);
 	fprintf(f, "  %-8s p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms\n", "latency",
 		ms(sim_lat_quantile(&r->lat, 0.5)), ms(sim_lat_quantile(&r->lat, 0.99)),
 		ms(sim_lat_quantile(&r->lat, 0.999)), ms(r->lat.max_ns));
@@ -112,13 +116,14 @@ void sim_report_text(FILE *f, const struct sim_run *r, const struct sim_cfg *c)
 	}
 	text_result(f, "fleet", &r->fleet, c, shared);
 	if (shared)
-		fprintf(f, "  %-8s %.1f MiB used, peak %.1f MiB of %.1f MiB, %" PRIu64
-			   " evictions\n",
-			"redis", (double)r->fleet.redis_used / MIB, (double)r->fleet.redis_peak / MIB,
-			(double)c->redis_mem / MIB, r->fleet.redis_evictions);
+		fprintf(
+		    f, "  %-8s %.1f MiB used, peak %.1f MiB of %.1f MiB, %" PRIu64 " evictions\n",
+		    "redis", (double)r->fleet.redis_used / MIB, (double)r->fleet.redis_peak / MIB,
+		    (double)c->redis_mem / MIB, r->fleet.redis_evictions);
 	if (r->overloaded)
-		fprintf(f, "OVERLOADED: a mount had more than %" PRIu64 " reads waiting %.1f s in: "
-			   "these settings cannot serve this trace\n",
+		fprintf(f,
+			"OVERLOADED: a mount had more than %" PRIu64 " reads waiting %.1f s in: "
+			"these settings cannot serve this trace\n",
 			c->max_queued, (double)r->overload_at_ns / 1e9);
 	fprintf(f, "replayed in %.2f s of CPU (%.0f reads/s, %" PRIu64 " events)\n", r->cpu_s,
 		r->cpu_s > 0 ? (double)r->fleet.reads / r->cpu_s : 0.0, r->events);
@@ -143,17 +148,18 @@ static void json_tiers(FILE *f, const struct sim_result *r)
 		fprintf(f, "\"%s\":{\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"hit_ratio\":",
 			cache_tier_name(t), s->hits, s->misses);
 		json_ratio(f, ratio(s->hits, s->misses));
-		fprintf(f, ",\"joins\":%" PRIu64 ",\"bytes_served\":%" PRIu64
-			   ",\"bytes_fetched\":%" PRIu64 ",\"throttled_s\":%.6f,"
-			   "\"throttle_waits\":%" PRIu64 "},",
+		fprintf(f,
+			",\"joins\":%" PRIu64 ",\"bytes_served\":%" PRIu64
+			",\"bytes_fetched\":%" PRIu64 ",\"throttled_s\":%.6f,"
+			"\"throttle_waits\":%" PRIu64 "},",
 			s->joins, s->bytes_served, s->bytes_fetched, (double)s->throttled_ns / 1e9,
 			s->throttle_waits);
 	}
 	fprintf(f, "\"shared\":{\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"hit_ratio\":",
 		r->shared_hits, r->shared_misses);
 	json_ratio(f, ratio(r->shared_hits, r->shared_misses));
-	fprintf(f, ",\"get_bytes\":%" PRIu64 ",\"set_bytes\":%" PRIu64 ",\"lock_waits\":%" PRIu64
-		   "}}",
+	fprintf(f,
+		",\"get_bytes\":%" PRIu64 ",\"set_bytes\":%" PRIu64 ",\"lock_waits\":%" PRIu64 "}}",
 		r->shared_get_bytes, r->shared_set_bytes, r->shared_lock_waits);
 }
 
@@ -161,13 +167,15 @@ static void json_result(FILE *f, const struct sim_result *r, const struct sim_cf
 {
 	double cg = cost_gets(r, c), cb = cost_bytes(r, c), d = per_day(r);
 
-	fprintf(f, "\"reads\":%" PRIu64 ",\"read_bytes\":%" PRIu64 ",\"read_errors\":%" PRIu64
-		   ",\"span_s\":%.6f,",
+	fprintf(f,
+		"\"reads\":%" PRIu64 ",\"read_bytes\":%" PRIu64 ",\"read_errors\":%" PRIu64
+		",\"span_s\":%.6f,",
 		r->reads, r->read_bytes, r->read_errors, (double)r->span_ns / 1e9);
 	json_tiers(f, r);
-	fprintf(f, ",\"store\":{\"gets\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"merged\":%" PRIu64
-		   ",\"cost_gets\":%.6f,\"cost_bytes\":%.6f,\"cost\":%.6f,\"gets_per_day\":%.0f,"
-		   "\"bytes_per_day\":%.0f,\"cost_per_day\":%.4f}",
+	fprintf(f,
+		",\"store\":{\"gets\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"merged\":%" PRIu64
+		",\"cost_gets\":%.6f,\"cost_bytes\":%.6f,\"cost\":%.6f,\"gets_per_day\":%.0f,"
+		"\"bytes_per_day\":%.0f,\"cost_per_day\":%.4f}",
 		r->store_gets, r->store_bytes, r->store_merged, cg, cb, cg + cb,
 		(double)r->store_gets * d, (double)r->store_bytes * d, (cg + cb) * d);
 	fprintf(f, ",\"latency_ms\":{\"p50\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f}",
@@ -193,9 +201,10 @@ static void json_string(FILE *f, const char *s)
 void sim_report_json_fleet(FILE *f, const struct sim_run *r, const struct sim_cfg *c)
 {
 	json_result(f, &r->fleet, c);
-	fprintf(f, ",\"redis\":{\"used\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"limit\":%" PRIu64
-		   ",\"evictions\":%" PRIu64 "},\"overloaded\":%s,\"overload_at_s\":%.3f,"
-		   "\"cpu_s\":%.3f,\"events\":%" PRIu64,
+	fprintf(f,
+		",\"redis\":{\"used\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"limit\":%" PRIu64
+		",\"evictions\":%" PRIu64 "},\"overloaded\":%s,\"overload_at_s\":%.3f,"
+		"\"cpu_s\":%.3f,\"events\":%" PRIu64,
 		r->fleet.redis_used, r->fleet.redis_peak, c->redis_mem, r->fleet.redis_evictions,
 		r->overloaded ? "true" : "false", (double)r->overload_at_ns / 1e9, r->cpu_s,
 		r->events);
@@ -218,8 +227,8 @@ void sim_report_json(FILE *f, const struct sim_run *r, const struct sim_cfg *c)
 
 /* ---- a sweep's row -------------------------------------------------------------------------- */
 
-void sim_report_row(FILE *f, const char *label, const struct sim_run *r,
-		    const struct sim_cfg *c, bool header)
+void sim_report_row(FILE *f, const char *label, const struct sim_run *r, const struct sim_cfg *c,
+		    bool header)
 {
 	const struct sim_result *x = &r->fleet;
 	char h[16], l[16], s[16];

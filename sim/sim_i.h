@@ -25,11 +25,11 @@ struct sim_ev {
 };
 
 struct sim_events {
-	uint64_t now;	    /* simulated time, ns; only moves forward */
+	uint64_t now;	     /* simulated time, ns; only moves forward */
 	struct sim_ev *heap; /* a binary min-heap on (t, seq) */
 	size_t n, cap;
 	uint64_t seq;
-	uint64_t ran;	    /* events run so far */
+	uint64_t ran; /* events run so far */
 };
 
 void sim_ev_init(struct sim_events *q, uint64_t now);
@@ -46,7 +46,7 @@ uint64_t sim_ev_run_all(struct sim_events *q);
  * plus q->now, defer schedules, hold and release do nothing. */
 struct sim_clock {
 	struct sim_events *q;
-	uint64_t mono0;	  /* added to now: the cache takes 0 for "never" in places */
+	uint64_t mono0; /* added to now: the cache takes 0 for "never" in places */
 	uint64_t wall0_ns;
 };
 struct cache_env sim_env(struct sim_clock *clk);
@@ -67,8 +67,8 @@ struct sim_store;
 
 /* A store for one mount with @max_conns connections (the mount's option), on queue @q.
  * @return NULL only for out-of-memory. */
-struct sim_store *sim_store_new(struct sim_events *q, const struct sim_cfg *cfg,
-				unsigned max_conns, uint64_t seed);
+struct sim_store *sim_store_new(struct sim_events *q, const struct sim_cfg *cfg, unsigned max_conns,
+				uint64_t seed);
 void sim_store_free(struct sim_store *s);
 /* The store as the last tier of a cache's chain. */
 struct tier sim_store_tier(struct sim_store *s);
@@ -90,8 +90,7 @@ struct sim_redis *sim_redis_new(struct sim_events *q, const struct sim_cfg *cfg)
 void sim_redis_free(struct sim_redis *r);
 /* A mount's tier over @r: @fill_lagging as shared_fill_lagging, @wait_ns the fetch lock's
  * bound (10 x shared_timeout). */
-struct sim_redis_port *sim_redis_port_new(struct sim_redis *r, bool fill_lagging,
-					  uint64_t wait_ns);
+struct sim_redis_port *sim_redis_port_new(struct sim_redis *r, bool fill_lagging, uint64_t wait_ns);
 void sim_redis_port_free(struct sim_redis_port *p);
 struct tier sim_redis_tier(struct sim_redis_port *p);
 /* Into @ret: this mount's shared_* figures; the fleet's redis_used/peak/evictions. */

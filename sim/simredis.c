@@ -31,14 +31,14 @@
 
 #include "sim_i.h"
 
-#define VALUE_OVERHEAD 128 /* bytes Redis spends per value beyond its bytes: key, header */
+#define VALUE_OVERHEAD 128  /* bytes Redis spends per value beyond its bytes: key, header */
 #define LOCK_BUCKETS   4096 /* locks are few: the blocks being fetched */
 
 struct rnode {
 	struct rnode *hnext;	   /* hash chain */
 	struct rnode *prev, *next; /* LRU, head newest */
 	struct cache_key key;
-	uint64_t len;		   /* bytes charged: the value and its overhead */
+	uint64_t len; /* bytes charged: the value and its overhead */
 };
 
 struct rwait;
@@ -56,7 +56,7 @@ struct rwait {
 	struct tier_io *io;
 	struct sim_redis_port *p;
 	struct sim_redis *r;
-	unsigned refs;	 /* the lock's list (until woken) and the bound's event */
+	unsigned refs; /* the lock's list (until woken) and the bound's event */
 	bool answered;
 };
 
@@ -343,7 +343,8 @@ static int redis_get(void *self, struct tier_io *io)
 		p->hits++;
 		p->get_bytes += io->len;
 		return later(r, io, 0,
-			     c->redis_lat_ns + (uint64_t)((double)io->len * 1e9 / (double)c->redis_bw));
+			     c->redis_lat_ns +
+				 (uint64_t)((double)io->len * 1e9 / (double)c->redis_bw));
 	}
 	if (!fills(p, io)) {
 		p->misses++;
@@ -366,7 +367,8 @@ static void redis_put(void *self, const struct tier_io *io, int err)
 {
 	struct sim_redis_port *p = self;
 	struct sim_redis *r = p->r;
-	bool held = *io->priv == HOLDS_LOCK, store = !err && (held || (io->written && fills(p, io)));
+	bool held = *io->priv == HOLDS_LOCK,
+	     store = !err && (held || (io->written && fills(p, io)));
 
 	*io->priv = NULL;
 	if (store) {
@@ -378,9 +380,9 @@ static void redis_put(void *self, const struct tier_io *io, int err)
 }
 
 static const struct tier_ops redis_ops = {
-	.name = "shared",
-	.get = redis_get,
-	.put = redis_put,
+    .name = "shared",
+    .get = redis_get,
+    .put = redis_put,
 };
 
 struct sim_redis_port *sim_redis_port_new(struct sim_redis *r, bool fill_lagging, uint64_t wait_ns)

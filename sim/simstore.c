@@ -39,9 +39,9 @@ struct sio {
 struct sreq {
 	struct sreq *next; /* its FIFO */
 	struct sim_store *s;
-	bool bg;	   /* background (lagging) */
+	bool bg; /* background (lagging) */
 	uint64_t len;
-	unsigned n, left;  /* reads it carries, and those not answered yet */
+	unsigned n, left; /* reads it carries, and those not answered yet */
 	struct sio io[];
 };
 
@@ -49,18 +49,18 @@ struct sim_store {
 	struct sim_events *q;
 	const struct sim_cfg *cfg;
 	uint64_t rng;
-	unsigned max, reserve;	     /* connection slots; kept for urgent GETs */
-	unsigned active, active_bg;  /* GETs running */
+	unsigned max, reserve;		/* connection slots; kept for urgent GETs */
+	unsigned active, active_bg;	/* GETs running */
 	struct sreq *head[2], *tail[2]; /* [0] urgent, [1] background */
-	unsigned plug;		     /* plug depth */
-	struct tier_io **batch;	     /* reads handed over under the plug, in order */
+	unsigned plug;			/* plug depth */
+	struct tier_io **batch;		/* reads handed over under the plug, in order */
 	size_t nbatch, capbatch;
-	uint64_t link_free;	     /* when the link has carried what it was given */
+	uint64_t link_free; /* when the link has carried what it was given */
 	uint64_t gets, bytes, merged;
 };
 
-struct sim_store *sim_store_new(struct sim_events *q, const struct sim_cfg *cfg,
-				unsigned max_conns, uint64_t seed)
+struct sim_store *sim_store_new(struct sim_events *q, const struct sim_cfg *cfg, unsigned max_conns,
+				uint64_t seed)
 {
 	struct sim_store *s = calloc(1, sizeof(*s));
 
@@ -233,8 +233,8 @@ void sim_store_unplug(struct sim_store *s)
 }
 
 static const struct tier_ops store_ops = {
-	.name = "store",
-	.get = store_get,
+    .name = "store",
+    .get = store_get,
 };
 
 struct tier sim_store_tier(struct sim_store *s)

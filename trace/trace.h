@@ -22,13 +22,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TRACE_MAGIC	 "TIERFSTR" /* the first 8 bytes of every file */
-#define TRACE_VERSION	 1
-#define TRACE_HDR_LEN	 64 /* bytes of the header */
-#define TRACE_OBJ_LEN	 32 /* bytes of an object record */
-#define TRACE_READ_LEN	 40 /* bytes of a read record */
-#define TRACE_SALT_LEN	 16
-#define TRACE_LAT_MAX	 UINT32_MAX /* lat_us and fetched saturate here */
+#define TRACE_MAGIC    "TIERFSTR" /* the first 8 bytes of every file */
+#define TRACE_VERSION  1
+#define TRACE_HDR_LEN  64 /* bytes of the header */
+#define TRACE_OBJ_LEN  32 /* bytes of an object record */
+#define TRACE_READ_LEN 40 /* bytes of a read record */
+#define TRACE_SALT_LEN 16
+#define TRACE_LAT_MAX  UINT32_MAX /* lat_us and fetched saturate here */
 
 /* Which tier served a read: the deepest source of its blocks (cache.h, cache_served). */
 enum trace_tier {
@@ -52,10 +52,10 @@ uint8_t trace_tier_code(const char *name);
 
 /* A file's header. */
 struct trace_hdr {
-	uint64_t id;		 /* the trace: random, the same in every file of one mount's run */
-	uint32_t part;		 /* 0 for its first file, then 1, 2 ... in the order written */
-	uint32_t block_size;	 /* the mount's block_size, for the replay's default */
-	uint64_t start_wall_ns;	 /* CLOCK_REALTIME at the trace's start; t_ns counts from it */
+	uint64_t id;		/* the trace: random, the same in every file of one mount's run */
+	uint32_t part;		/* 0 for its first file, then 1, 2 ... in the order written */
+	uint32_t block_size;	/* the mount's block_size, for the replay's default */
+	uint64_t start_wall_ns; /* CLOCK_REALTIME at the trace's start; t_ns counts from it */
 	uint8_t salt[TRACE_SALT_LEN];
 };
 
@@ -83,20 +83,20 @@ uint64_t trace_hash(const uint8_t salt[TRACE_SALT_LEN], const void *data, size_t
  * ------------------------------------------------------------------------------------------ */
 
 struct trace_wcfg {
-	const char *path;	  /* the file; rotated files are path.1 (newest) .. path.keep */
-	uint64_t max_size;	  /* bytes per file, at least TRACE_HDR_LEN + a few records */
-	unsigned keep;		  /* rotated files kept (0: the full file is deleted) */
-	uint32_t block_size;	  /* for the header */
-	const uint8_t *salt;	  /* TRACE_SALT_LEN bytes, or NULL: a random one */
-	uint64_t start_wall_ns;	  /* the trace's start, CLOCK_REALTIME */
-	unsigned ring;		  /* entries of the ring, a power of two; 0: 16384 */
-	unsigned flush_ms;	  /* how often the thread drains the ring; 0: 50 */
+	const char *path;	/* the file; rotated files are path.1 (newest) .. path.keep */
+	uint64_t max_size;	/* bytes per file, at least TRACE_HDR_LEN + a few records */
+	unsigned keep;		/* rotated files kept (0: the full file is deleted) */
+	uint32_t block_size;	/* for the header */
+	const uint8_t *salt;	/* TRACE_SALT_LEN bytes, or NULL: a random one */
+	uint64_t start_wall_ns; /* the trace's start, CLOCK_REALTIME */
+	unsigned ring;		/* entries of the ring, a power of two; 0: 16384 */
+	unsigned flush_ms;	/* how often the thread drains the ring; 0: 50 */
 };
 
 struct trace_wstats {
 	uint64_t records;   /* reads written */
 	uint64_t dropped;   /* reads not written: the ring was full, or writing failed */
-	uint64_t bytes;     /* bytes written, headers included */
+	uint64_t bytes;	    /* bytes written, headers included */
 	uint64_t rotations; /* files closed because they were full */
 	int error;	    /* the write error that stopped the trace, 0 if none */
 };

@@ -29,12 +29,12 @@
 struct trace_reader {
 	int fd;
 	struct trace_hdr hdr;
-	uint8_t *buf;		   /* RBUF_LEN bytes */
-	size_t pos, end;	   /* unread bytes are buf[pos..end) */
-	bool eof;		   /* read(2) said so */
-	uint64_t offset;	   /* file offset of buf[pos] */
-	uint64_t cut;		   /* bytes of a last record cut short */
-	struct trace_objrec *obj;  /* the file's object records, by ref */
+	uint8_t *buf;		  /* RBUF_LEN bytes */
+	size_t pos, end;	  /* unread bytes are buf[pos..end) */
+	bool eof;		  /* read(2) said so */
+	uint64_t offset;	  /* file offset of buf[pos] */
+	uint64_t cut;		  /* bytes of a last record cut short */
+	struct trace_objrec *obj; /* the file's object records, by ref */
 	uint32_t nobj, capobj;
 };
 
@@ -80,7 +80,7 @@ int trace_reader_open(const char *path, struct trace_reader **ret, char *err, si
 	e = n < 0 ? (int)n : n < TRACE_HDR_LEN ? -EBADMSG : trace_get_hdr(r->buf, &r->hdr);
 	if (e < 0) {
 		snprintf(err, errlen, "%s: %s", path,
-			 e == -EPROTO	? "a tierfs trace of another format version"
+			 e == -EPROTO	 ? "a tierfs trace of another format version"
 			 : e == -EBADMSG ? "not a tierfs trace (no TIERFSTR header)"
 					 : strerror(-e));
 		e = e == -EPROTO ? -EBADMSG : e;
@@ -142,7 +142,8 @@ static int get_read(struct trace_reader *r, const uint8_t *p, struct trace_read 
 int trace_reader_next(struct trace_reader *r, struct trace_read *ret, char *err, size_t errlen)
 {
 	for (;;) {
-		ssize_t n = fill(r, TRACE_OBJ_LEN > TRACE_READ_LEN ? TRACE_OBJ_LEN : TRACE_READ_LEN);
+		ssize_t n =
+		    fill(r, TRACE_OBJ_LEN > TRACE_READ_LEN ? TRACE_OBJ_LEN : TRACE_READ_LEN);
 		const uint8_t *p = r->buf + r->pos;
 		size_t len;
 		int e;

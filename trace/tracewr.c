@@ -61,34 +61,34 @@ struct cell {
 struct objtab {
 	struct trace_objrec *o; /* open addressing; size 0 marks an empty slot, size + 1 stored */
 	uint32_t *ref;
-	uint32_t cap;		/* a power of two */
+	uint32_t cap; /* a power of two */
 	uint32_t n;
 };
 
 struct trace_writer {
-	struct trace_wcfg cfg;	     /* as given; path copied */
+	struct trace_wcfg cfg; /* as given; path copied */
 	char *path;
-	struct trace_hdr hdr;	     /* of the current file; drain_lock */
-	struct cell *cells;	     /* cfg.ring of them */
-	uint64_t mask;		     /* cfg.ring - 1 */
-	uint64_t enq;		     /* next ticket; atomic */
-	uint64_t deq;		     /* next ticket to drain; drain_lock */
+	struct trace_hdr hdr; /* of the current file; drain_lock */
+	struct cell *cells;   /* cfg.ring of them */
+	uint64_t mask;	      /* cfg.ring - 1 */
+	uint64_t enq;	      /* next ticket; atomic */
+	uint64_t deq;	      /* next ticket to drain; drain_lock */
 
 	pthread_mutex_t drain_lock;
-	int fd;			     /* the current file, -1 once the trace failed; drain_lock */
-	uint64_t size;		     /* its bytes; drain_lock */
-	uint8_t *buf;		     /* encoded, not yet written; drain_lock */
-	size_t used;		     /* drain_lock */
-	struct objtab tab;	     /* drain_lock */
+	int fd;		   /* the current file, -1 once the trace failed; drain_lock */
+	uint64_t size;	   /* its bytes; drain_lock */
+	uint8_t *buf;	   /* encoded, not yet written; drain_lock */
+	size_t used;	   /* drain_lock */
+	struct objtab tab; /* drain_lock */
 
-	pthread_mutex_t lock;	     /* guards stop; with cond, wakes the thread */
+	pthread_mutex_t lock; /* guards stop; with cond, wakes the thread */
 	pthread_cond_t cond;
 	bool stop;
-	bool started;		     /* the thread runs (only the opener's thread reads it) */
+	bool started; /* the thread runs (only the opener's thread reads it) */
 	pthread_t thread;
 
 	uint64_t records, dropped, bytes, rotations; /* atomic */
-	int error;		     /* drain_lock */
+	int error;				     /* drain_lock */
 };
 
 #define ADD(w, f, v) __atomic_fetch_add(&(w)->f, (v), __ATOMIC_RELAXED)

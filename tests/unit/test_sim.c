@@ -153,7 +153,9 @@ static void unplug(void *arg)
  * fleet's Redis R when it is there. */
 static void mnt_open(struct mnt *m, unsigned conns)
 {
-	struct cache_cfg cc = {.block_size = BS, .hot_size = 1 << 20, .hot_ttl = 60,
+	struct cache_cfg cc = {.block_size = BS,
+			       .hot_size = 1 << 20,
+			       .hot_ttl = 60,
 			       .bounce_limit = CACHE_BOUNCE_LIMIT};
 	struct tier chain[2];
 	unsigned n = 0;
@@ -199,8 +201,8 @@ static int world_setup(void **state)
 	CFG.redis_lat_ns = 1 * MS;
 	CFG.redis_bw = 1ULL << 40;
 	for (int i = 0; i < 4; i++)
-		OBJ[i].co = (struct cache_obj){.id = {i + 1, 1}, .size = 1 << 20,
-					       .mtime = INT64_MIN, .ctx = &OBJ[i]};
+		OBJ[i].co = (struct cache_obj){
+		    .id = {i + 1, 1}, .size = 1 << 20, .mtime = INT64_MIN, .ctx = &OBJ[i]};
 	replies = 0;
 	R = NULL;
 	return 0;
@@ -363,13 +365,14 @@ static void test_redis_lru(void **state)
 static void test_replay(void **state)
 {
 	char dir[] = "/tmp/test_sim.XXXXXX", path[64], err[256];
-	struct trace_wcfg wc = {.path = path, .max_size = 1 << 20, .start_wall_ns = 1700000000ULL * 1000000000ULL};
+	struct trace_wcfg wc = {
+	    .path = path, .max_size = 1 << 20, .start_wall_ns = 1700000000ULL * 1000000000ULL};
 	struct trace_writer *w;
 	struct fs_opts o;
 	struct sim_run run;
 	char *argv[] = {"t", "file:///", "/", "-o", "block_size=64K,hot_size=1M", NULL};
-	struct trace_read r = {.obj = 9, .ver = 1, .stream = 1, .len = 4096, .size = 1 << 20,
-			       .mtime = 1700000000};
+	struct trace_read r = {
+	    .obj = 9, .ver = 1, .stream = 1, .len = 4096, .size = 1 << 20, .mtime = 1700000000};
 
 	(void)state;
 	assert_non_null(mkdtemp(dir));
@@ -398,16 +401,16 @@ static void test_replay(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_events),
-		cmocka_unit_test(test_events_random),
-		cmocka_unit_test(test_lognormal),
-		cmocka_unit_test_setup_teardown(test_store_latency, world_setup, world_teardown),
-		cmocka_unit_test_setup_teardown(test_store_merge, world_setup, world_teardown),
-		cmocka_unit_test_setup_teardown(test_store_conns, world_setup, world_teardown),
-		cmocka_unit_test_setup_teardown(test_redis_shared, world_setup, world_teardown),
-		cmocka_unit_test_setup_teardown(test_redis_lock, world_setup, world_teardown),
-		cmocka_unit_test_setup_teardown(test_redis_lru, world_setup, world_teardown),
-		cmocka_unit_test_setup_teardown(test_replay, world_setup, world_teardown),
+	    cmocka_unit_test(test_events),
+	    cmocka_unit_test(test_events_random),
+	    cmocka_unit_test(test_lognormal),
+	    cmocka_unit_test_setup_teardown(test_store_latency, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_store_merge, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_store_conns, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_redis_shared, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_redis_lock, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_redis_lru, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_replay, world_setup, world_teardown),
 	};
 
 	return cmocka_run_group_tests_name("sim", tests, NULL, NULL);

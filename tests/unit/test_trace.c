@@ -42,10 +42,18 @@ static struct trace_read rand_read(uint64_t *s, unsigned nobj, uint64_t t)
 	unsigned o = (unsigned)(mix(s) % nobj);
 
 	return (struct trace_read){
-		.t_ns = t, .obj = 1000 + o, .ver = o * 7, .stream = (uint32_t)mix(s),
-		.off = mix(s) % (1ULL << 40), .len = (uint32_t)mix(s), .lat_us = (uint32_t)mix(s),
-		.size = 4096 + o, .mtime = 1700000000 - (int64_t)o, .fetched = (uint32_t)mix(s),
-		.tier = (uint8_t)(mix(s) % TRACE_NTIERS), .flags = (uint8_t)(mix(s) & 1),
+	    .t_ns = t,
+	    .obj = 1000 + o,
+	    .ver = o * 7,
+	    .stream = (uint32_t)mix(s),
+	    .off = mix(s) % (1ULL << 40),
+	    .len = (uint32_t)mix(s),
+	    .lat_us = (uint32_t)mix(s),
+	    .size = 4096 + o,
+	    .mtime = 1700000000 - (int64_t)o,
+	    .fetched = (uint32_t)mix(s),
+	    .tier = (uint8_t)(mix(s) % TRACE_NTIERS),
+	    .flags = (uint8_t)(mix(s) & 1),
 	};
 }
 
@@ -96,8 +104,13 @@ static void clean(void)
 
 static struct trace_writer *open_w(uint64_t max, unsigned keep, const uint8_t *salt)
 {
-	struct trace_wcfg wc = {.path = path, .max_size = max, .keep = keep, .block_size = 65536,
-				.salt = salt, .start_wall_ns = 42, .ring = 64};
+	struct trace_wcfg wc = {.path = path,
+				.max_size = max,
+				.keep = keep,
+				.block_size = 65536,
+				.salt = salt,
+				.start_wall_ns = 42,
+				.ring = 64};
 	struct trace_writer *w = NULL;
 
 	assert_int_equal(trace_writer_open(&wc, &w), 0);
@@ -133,8 +146,11 @@ static size_t read_all(const char *p, struct trace_read *ret, size_t max, struct
 
 static void test_header_round_trip(void **state)
 {
-	struct trace_hdr h = {.id = 0x1122334455667788ULL, .part = 7, .block_size = 4 << 20,
-			      .start_wall_ns = 1700000000123456789ULL}, g;
+	struct trace_hdr h = {.id = 0x1122334455667788ULL,
+			      .part = 7,
+			      .block_size = 4 << 20,
+			      .start_wall_ns = 1700000000123456789ULL},
+			 g;
 	uint8_t buf[TRACE_HDR_LEN];
 
 	(void)state;
@@ -156,8 +172,15 @@ static void test_header_round_trip(void **state)
 
 static void test_records_little_endian(void **state)
 {
-	struct trace_read r = {.t_ns = 0x0102030405060708ULL, .off = 9, .len = 10, .lat_us = 11,
-			       .fetched = 12, .stream = 13, .tier = TRACE_STORE, .flags = 1}, g;
+	struct trace_read r = {.t_ns = 0x0102030405060708ULL,
+			       .off = 9,
+			       .len = 10,
+			       .lat_us = 11,
+			       .fetched = 12,
+			       .stream = 13,
+			       .tier = TRACE_STORE,
+			       .flags = 1},
+			  g;
 	uint8_t buf[TRACE_READ_LEN];
 	uint32_t ref;
 
@@ -214,8 +237,8 @@ static void test_salt(void **state)
 
 static void test_round_trip(void **state)
 {
-	uint64_t seed = getenv("TIERFS_TRACE_SEED") ? strtoull(getenv("TIERFS_TRACE_SEED"), 0, 0)
-						    : 31;
+	uint64_t seed =
+	    getenv("TIERFS_TRACE_SEED") ? strtoull(getenv("TIERFS_TRACE_SEED"), 0, 0) : 31;
 	enum { N = 5000 };
 	static struct trace_read want[N], got[N];
 	struct trace_writer *w;
@@ -399,8 +422,9 @@ static void test_reader_damage(void **state)
 	trace_reader_close(rd);
 	/* not a trace at all */
 	fd = open(path, O_WRONLY | O_TRUNC);
-	assert_int_equal(write(fd, "hello, world, this is not a trace, not at all, no no no no no no "
-				   "no",
+	assert_int_equal(write(fd,
+			       "hello, world, this is not a trace, not at all, no no no no no no "
+			       "no",
 			       67),
 			 67);
 	close(fd);
@@ -440,10 +464,10 @@ static void test_thread(void **state)
 		pthread_join(t[i], NULL);
 	trace_writer_close(w);
 	w = NULL;
-	assert_int_equal(trace_writer_open(&(struct trace_wcfg){.path = path, .max_size = 1ULL << 30,
-								 .keep = 1},
-					   &w),
-			 0);
+	assert_int_equal(
+	    trace_writer_open(&(struct trace_wcfg){.path = path, .max_size = 1ULL << 30, .keep = 1},
+			      &w),
+	    0);
 	trace_writer_stats(w, &ws);
 	trace_writer_close(w);
 	{
@@ -465,18 +489,18 @@ static void test_thread(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_header_round_trip),
-		cmocka_unit_test(test_records_little_endian),
-		cmocka_unit_test(test_tier_names),
-		cmocka_unit_test(test_siphash_vector),
-		cmocka_unit_test(test_salt),
-		cmocka_unit_test(test_round_trip),
-		cmocka_unit_test(test_ring_full),
-		cmocka_unit_test(test_rotation),
-		cmocka_unit_test(test_refusals),
-		cmocka_unit_test(test_reopen_rotates),
-		cmocka_unit_test(test_reader_damage),
-		cmocka_unit_test(test_thread),
+	    cmocka_unit_test(test_header_round_trip),
+	    cmocka_unit_test(test_records_little_endian),
+	    cmocka_unit_test(test_tier_names),
+	    cmocka_unit_test(test_siphash_vector),
+	    cmocka_unit_test(test_salt),
+	    cmocka_unit_test(test_round_trip),
+	    cmocka_unit_test(test_ring_full),
+	    cmocka_unit_test(test_rotation),
+	    cmocka_unit_test(test_refusals),
+	    cmocka_unit_test(test_reopen_rotates),
+	    cmocka_unit_test(test_reader_damage),
+	    cmocka_unit_test(test_thread),
 	};
 
 	return cmocka_run_group_tests_name("trace", tests, setup, teardown);
