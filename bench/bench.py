@@ -60,6 +60,14 @@ Scenarios (interleaved runs A B C A B C ..., medians and min-max):
  12c the MAC's cost on a shared hit (--only mac): a fresh mount reads the new objects, every
     block from Redis (another mount put them there), with shared_key and without: MiB/s, rounds
     interleaved, each on a fresh mount with its memory taken at mount (prefault=on)
+  trace (--only trace, issue 31): full-speed cached reads of one mount with trace=FILE against
+    one without, interleaved: 1 MiB sequential (MB/s) and 4 KiB O_DIRECT random (IOPS), each
+    pass checked to be served by tierfs; the ratio on/off (target >= 0.95), and every read
+    recorded, none dropped
+  sim (--only sim, issue 31): tierfs-sim's speed on one core: one broker's hour of the sizing
+    example (docs/sizing.md) replayed, reads per second of CPU (target >= 1M); and a fleet of
+    100 such brokers over an hour, wall time of the replay (target < 60 s). The generated
+    traces are kept in BENCH_WORK between runs
 
 Everything started here is recorded in RUN/state (mounts, pids) so that scripts/bench's trap
 can clean up even if this process is killed; this process cleans up itself on any exit.
@@ -81,6 +89,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DISKFILL = None  # bench/diskfill (main)
+SIM = None  # sim/tierfs-sim (main)
 # The integration harness's helpers: polling, ports, mount checks, stopping our processes.
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 from harness import free_port, port_open, wait_until  # noqa: E402
@@ -687,6 +696,10 @@ class Bench:
             "fleet_rate": "30M",
             "fleet_seconds": 6 if q else 15,
             "mac_rounds": 5 if q else 9,  # 12c: rounds of (plain, keyed) shared-hit reads
+            "trace_runs": 5 if q else 9,  # trace: interleaved on/off pairs
+            "trace_rand_seconds": 1.0,  # trace: each random-read pass
+            "sim_mounts": 100,  # sim: brokers of the fleet replayed together
+            "sim_duration": "1h",  # sim: their trace's span
         }
         for kv in args.set:
             k, v = kv.split("=", 1)
@@ -1350,6 +1363,88 @@ class Bench:
                 self.close_mount(m, "failed")
             raise
         return ms
+
+    # -- trace and sim (issue 31) ----------------------------------------------------------
+
+    def scen_trace(self):
+        """Cached reads at full speed, trace=FILE on and off: two mounts of seq.bin, warmed,
+        then interleaved passes with every kernel cache dropped before each (as scenario 2),
+        1 MiB sequential and 4 KiB O_DIRECT random."""
+        size = self.p["seq_size"]
+        tdir = self.run_dir / "trace"
+        shutil.rmtree(tdir, ignore_errors=True)
+        tdir.mkdir(parents=True)
+        opts = {"off": self.seq_opts(), "on": dict(self.seq_opts(), trace=str(tdir / "t.trace"))}
+        mounts = {k: Tierfs(f"tierfs-trace-{k}", self.mnt(f"trace-{k}"), self.http_url, o,
+                            self.run_dir / f"trace-{k}.log").start() for k, o in opts.items()}
+        res = {k: {"seq": [], "rand": [], "invalid": []} for k in mounts}
+        try:
+            for m in mounts.values():
+                preader(["seq", m.path("seq.bin")])  # fills the hot tier
+            for i in range(self.p["trace_runs"]):
+                order = ["off", "on"] if i % 2 == 0 else ["on", "off"]
+                for k in order:
+                    self.trace_pass(mounts[k], res[k], size, i)
+            recs = mounts["on"].stats()
+        finally:
+            for m in mounts.values():
+                self.close_mount(m, "trace")
+        ratios = {w: [a / b for a, b in zip(res["on"][w], res["off"][w]) if a and b]
+                  for w in ("seq", "rand")}
+        self.raw["runs"]["trace"] = {
+            "res": res, "ratios": ratios,
+            "records": recs.get("tierfs_trace_records_total"),
+            "reads": recs.get("tierfs_reads_total"),
+            "dropped": recs.get("tierfs_trace_dropped_total")}
+        log(f"trace: on/off seq {ratios['seq']}, rand {ratios['rand']}; records "
+            f"{recs.get('tierfs_trace_records_total')} of {recs.get('tierfs_reads_total')} "
+            f"reads, dropped {recs.get('tierfs_trace_dropped_total')}")
+
+    def trace_pass(self, m, out, size, i):
+        """One sequential and one random pass of @m, kernel caches dropped, each counted only
+        if tierfs served it (scenario 2's check)."""
+        drop_caches()
+        sa = m.stats()
+        c = preader(["seq", m.path("seq.bin")])
+        why = served_check(sa, m.stats(), size)
+        out["seq"].append(None if why else c["mbps"])
+        drop_caches()
+        sa = m.stats()
+        rr = preader(["rand", "--direct", "--duration", self.p["trace_rand_seconds"],
+                      "--seed", i + 1, m.path("seq.bin")])
+        why2 = served_check(sa, m.stats(), rr["ops"] * 4096)
+        out["rand"].append(None if why2 else rr["iops"])
+        for w in (why, why2):
+            if w:
+                out["invalid"].append(w)
+                log(f"trace {m.name} pass {i + 1}: INVALID: {w}")
+
+    def scen_sim(self):
+        """tierfs-sim on one core: one broker's hour, then a fleet of sim_mounts brokers."""
+        gdir = self.work / "sim-traces"
+        gdir.mkdir(parents=True, exist_ok=True)
+        out = {}
+        for name, mounts in (("one", 1), ("fleet", self.p["sim_mounts"])):
+            prefix = gdir / f"{name}-{mounts}-{self.p['sim_duration']}"
+            files = [Path(f"{prefix}-{i:03d}.trace") for i in range(mounts)]
+            if not all(f.exists() for f in files):
+                t0 = time.monotonic()
+                run([str(SIM), f"--generate={prefix}", f"--mounts={mounts}",
+                     f"--duration={self.p['sim_duration']}"], timeout=1800)
+                log(f"sim: generated {name} ({mounts} brokers) in "
+                    f"{time.monotonic() - t0:.1f}s")
+            t0 = time.monotonic()
+            r = run([str(SIM), "--json", "-o", "hot_ttl=600,lagging_rate=0"] +
+                    [str(f) for f in files], timeout=1800)
+            wall = time.monotonic() - t0
+            j = json.loads(r.stdout)
+            out[name] = {"mounts": mounts, "reads": j["reads"], "cpu_s": j["cpu_s"],
+                         "wall_s": wall, "reads_per_cpu_s": j["reads"] / j["cpu_s"],
+                         "span_s": j["span_s"], "store_gets": j["store"]["gets"]}
+            log(f"sim {name}: {j['reads']} reads of {mounts} mounts over {j['span_s']:.0f} s "
+                f"replayed in {wall:.1f} s ({j['cpu_s']:.1f} s CPU, "
+                f"{j['reads'] / j['cpu_s'] / 1e6:.2f}M reads/s)")
+        self.raw["runs"]["sim"] = out
 
     def scen_shared(self):
         p = self.p
@@ -3079,6 +3174,42 @@ def shared_report(b, cols):
     return rows, targets
 
 
+def sim_report(b, cols):
+    """Rows and targets of scenarios trace and sim (none for one that did not run)."""
+    rows, targets = [], []
+    t = b.raw["runs"].get("trace")
+    if t:
+        for w, unit, what in (("seq", " MB/s", "1 MiB sequential"),
+                              ("rand", " IOPS", "4 KiB O_DIRECT random")):
+            ratio = median(t["ratios"][w])
+            rows.append((f"trace: cached {what} reads, trace=FILE on / off (interleaved "
+                         f"passes; {t['records']:.0f} of {t['reads']:.0f} reads recorded, "
+                         f"{t['dropped']:.0f} dropped)",
+                         f"{cell(t['res']['on'][w], unit)} / {cell(t['res']['off'][w], unit)} "
+                         f"= {cell(t['ratios'][w], 'x')}",
+                         {k: ("n/a", None) for k in cols}, ">= 0.95x",
+                         ratio is not None and ratio >= 0.95))
+            targets.append((f"trace on/off, cached {w} reads", ratio, 0.95, "min"))
+        targets.append(("trace: reads dropped", t["dropped"], 0, "max"))
+    s = b.raw["runs"].get("sim")
+    if s:
+        one, fleet = s["one"], s["fleet"]
+        rows.append((f"sim: one broker's hour ({one['reads']} reads) replayed on one core",
+                     f"{one['reads_per_cpu_s'] / 1e6:.2f}M reads/s",
+                     {k: ("n/a", None) for k in cols}, ">= 1M reads/s",
+                     one["reads_per_cpu_s"] >= 1e6))
+        targets.append(("sim: reads replayed per CPU second", one["reads_per_cpu_s"], 1e6,
+                        "min"))
+        rows.append((f"sim: {fleet['mounts']} brokers over {fleet['span_s'] / 3600:.1f} h "
+                     f"({fleet['reads']} reads) replayed",
+                     f"{fleet['wall_s']:.1f} s ({fleet['cpu_s']:.1f} s CPU, "
+                     f"{fleet['reads_per_cpu_s'] / 1e6:.2f}M reads/s)",
+                     {k: ("n/a", None) for k in cols}, "< 60 s", fleet["wall_s"] < 60))
+        targets.append((f"sim: {fleet['mounts']}-mount hour, seconds", fleet["wall_s"], 60,
+                        "max"))
+    return rows, targets
+
+
 def write_results(b, cols, rows, targets, machine, elapsed):
     out = b.out
     out.mkdir(parents=True, exist_ok=True)
@@ -3282,7 +3413,7 @@ unset multiplot
 
 
 def main():
-    global TIERFS, NULLFS, PREADER, DISKFILL
+    global TIERFS, NULLFS, PREADER, DISKFILL, SIM
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--peers", dest="peers", action="store_true", default=None)
@@ -3290,7 +3421,7 @@ def main():
     ap.add_argument("--runs", type=int, default=0)
     ap.add_argument("--only", default="",
                     help="comma list of scenarios: seq,multi,iso,rate,mem,broker,meta,lagrand,"
-                    "disk,shared,mac")
+                    "disk,shared,mac,trace,sim")
     ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                     help="override a parameter (see Bench.p), e.g. --set iso_seconds=30")
     ap.add_argument("--chart-only", action="store_true",
@@ -3299,11 +3430,13 @@ def main():
     ap.add_argument("--nullfs", required=True)
     ap.add_argument("--preader", required=True)
     ap.add_argument("--diskfill", help="bench/diskfill (default: bench/diskfill beside --tierfs)")
+    ap.add_argument("--sim", help="tierfs-sim (default: sim/tierfs-sim beside --tierfs)")
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     TIERFS, NULLFS, PREADER = Path(args.tierfs), Path(args.nullfs), Path(args.preader)
     DISKFILL = Path(args.diskfill) if args.diskfill else TIERFS.parent / "bench" / "diskfill"
+    SIM = Path(args.sim) if args.sim else TIERFS.parent / "sim" / "tierfs-sim"
     if args.chart_only:
         raw = json.loads((Path(args.out) / "results.json").read_text())
         b = argparse.Namespace(out=Path(args.out), run_dir=Path(args.work),
@@ -3339,6 +3472,10 @@ def main():
             b.scen_shared()
         if not only or "mac" in only:
             b.scen_mac()
+        if not only or "trace" in only:
+            b.scen_trace()
+        if not only or "sim" in only:
+            b.scen_sim()
     finally:
         cleanup()
     if only:
@@ -3370,17 +3507,26 @@ def main():
         sr, st = shared_report(b, [])
         for name, tcell, _, target, met in sr:  # scenarios 12-13's rows
             print(f"| {name} | {tcell} | {target} | {'met' if met else 'MISSED'} |")
-        bt += ct + mt + lt + dt + st
+        xr, xt = sim_report(b, [])
+        for name, tcell, _, target, met in xr:  # scenarios trace and sim
+            print(f"| {name} | {tcell} | {target} | {'met' if met else 'MISSED'} |")
+        bt += ct + mt + lt + dt + st + xt
         for n in b.notes:
             print(f"note: {n}")
         for name, v, lim, kind in bt:
             print(f"| {name} | {fmt_num(v)} | {kind} {lim if kind == 'band' else fmt_num(lim)} | "
                   f"{'met' if lim is not None and target_ok(v, lim, kind) else 'MISSED'} |")
+        # scenarios trace and sim fail the run below their targets
+        missed = [name for name, v, lim, kind in xt if not target_ok(v, lim, kind)]
+        if missed:
+            log(f"targets missed: {', '.join(missed)}")
+            return 1
         return 0
     elapsed = time.monotonic() - t0
     cols, rows, targets = build_report(b, seq, multi, iso, rate)
     sr, st = shared_report(b, cols)
-    rows, targets = rows + sr, targets + st
+    xr, xt = sim_report(b, cols)
+    rows, targets = rows + sr + xr, targets + st + xt
     text = write_results(b, cols, rows, targets, b.machine(), elapsed)
     draw_chart(b, targets, seq)
     print()

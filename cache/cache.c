@@ -185,6 +185,7 @@ struct piece {
 	enum piece_pin pin;  /* what it holds */
 	uint8_t tier;        /* PIN_RING: the tier whose ring it is pinned in */
 	uint8_t from;        /* where the bytes were when the read came: cache_iov.from */
+	uint32_t fetched;    /* bytes of the flight it waited for, 0 for a hit */
 	struct ring_ref ref;
 	struct bounce *bounce;
 };
@@ -395,6 +396,7 @@ static bool lookup_at(struct cache *c, struct cache_key k, uint32_t start, uint6
 			p->pin = PIN_RING;
 			p->tier = (uint8_t)t;
 			p->from = (uint8_t)t;
+			p->fetched = 0;
 			p->data = p->ref.data;
 			p->start = start;
 			p->len = p->ref.len;
@@ -452,6 +454,30 @@ static void piece_release(struct cache *c, struct piece *p)
 	p->pin = PIN_NONE;
 }
 
+/* What served the read being answered on this thread (cache_reply_served), NULL between
+ * answers. */
+static _Thread_local const struct cache_served *served_now;
+
+const struct cache_served *cache_reply_served(void)
+{
+	return served_now;
+}
+
+/* The deepest source of pieces @p[0..n) and the bytes fetched for them, into @ret. */
+static void served_of(const struct cache *c, const struct piece *p, uint32_t n,
+		      struct cache_served *ret)
+{
+	uint8_t deepest = 0;
+
+	ret->fetched = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (p[i].from > deepest)
+			deepest = p[i].from;
+		ret->fetched += p[i].fetched;
+	}
+	ret->from = cache_source_name(c, deepest);
+}
+
 /* Answer a read whose pieces are all present (or that failed), then drop its pins. */
 static void answer(struct cache *c, struct piece *p, uint32_t n, uint64_t first, uint64_t off,
 		   size_t len, int err, cache_reply_fn reply, void *req)
@@ -486,7 +512,12 @@ static void answer(struct cache *c, struct piece *p, uint32_t n, uint64_t first,
 		pos += take;
 		left -= take;
 	}
+	struct cache_served sv;
+
+	served_of(c, p, n, &sv);
+	served_now = &sv;
 	reply(req, iov, (int)n, 0);
+	served_now = NULL;
 	if (iov != stack_iov)
 		free(iov);
 out:
@@ -872,6 +903,7 @@ static struct pread *give_waiters(struct cache *c, struct flight *f, int err)
 		next = p->wnext;
 		p->wait = NULL;
 		p->from = (uint8_t)(CACHE_NTIERS + f->cr.level);
+		p->fetched = f->len;
 		if (err) {
 			if (!pr->err)
 				pr->err = err;

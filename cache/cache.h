@@ -139,6 +139,21 @@ struct cache_iov {
  * answer, possibly short at end of object) and err 0, or with n 0 and err -errno. */
 typedef void (*cache_reply_fn)(void *req, const struct cache_iov *iov, int n, int err);
 
+/* What served a read: its deepest source, and the bytes fetched for it from below memory. */
+struct cache_served {
+	const char *from;  /* "hot", "lagging" (a memory hit), or the name of the chain's tier
+			    * that answered a block it waited for ("disk", "shared", "store"):
+			    * the deepest of its blocks' sources, in chain order */
+	uint64_t fetched;  /* bytes of the fetches it waited for, whichever tier answered them (a
+			    * fetch two reads waited for counts in both; readahead it did not
+			    * wait for, in none) */
+};
+
+/* Inside a reply callback, on its thread: what served the read being answered. NULL outside
+ * one, and for answers with no data (an error, end of object). Costs nothing to the reads of a
+ * mount that does not ask. */
+const struct cache_served *cache_reply_served(void);
+
 /* Per open file: where the last read ended, to detect sequential readers, and its adaptive
  * readahead window. Zero it at open. Unlocked (relaxed atomics): concurrent readers of one
  * handle only make readahead less exact. */

@@ -54,6 +54,10 @@ struct fs_opts {
 	uint64_t file_mode;   /* permission bits of files, 0..0777; default 0644 */
 	uint64_t dir_mode;    /* permission bits of directories, 0..0777; default 0755 */
 	char *metrics;        /* [HOST:]PORT of the /metrics endpoint; NULL: none */
+	char *trace;          /* the read trace's file (fs/trace.c); NULL = none */
+	uint64_t trace_size;  /* bytes per trace file, then it rotates; default 256M */
+	uint64_t trace_files; /* rotated trace files kept; default 8 */
+	char *trace_salt;     /* a file whose first 16 bytes salt the trace's ids; NULL: random */
 
 	char *shared;         /* redis://HOST:PORT[,HOST:PORT...]: the shared tier; NULL = none */
 	uint64_t shared_timeout; /* milliseconds a Redis call may take; default 50 */
@@ -127,6 +131,12 @@ int fs_opts_live_value(const struct fs_opts *o, const char *name, char *buf, siz
  * @return 0, -ENOENT (no such option), -ENODATA (a clear flag, an unset string), or -ERANGE
  * (@buf too short). */
 int fs_opts_value(const struct fs_opts *o, const char *name, char *buf, size_t len);
+
+struct cache_cfg;
+
+/* The cache's configuration for a mount with options @o (@disk: its disk tier opened), all but
+ * the chain (cachecfg.c): the one home of that mapping, for the mount and for tierfs-sim. */
+void fs_cache_cfg(const struct fs_opts *o, bool disk, struct cache_cfg *ret);
 
 /* The --help text, listing every option with its default. */
 const char *fs_opts_help(void);

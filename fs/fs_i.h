@@ -130,6 +130,7 @@ struct mount {
 	struct fs_device dev;     /* device.c's watch of the INIT exchange (atomics) */
 	uint64_t mounted_ns;      /* CLOCK_MONOTONIC when the root's first listing started;
 				   * set before the session loop, read-only after */
+	struct fs_trace *trace;   /* the read trace (trace=), or NULL; set before mounting */
 };
 
 /* An open file: an object version and its reader's position, or a control file's text. */
@@ -255,6 +256,26 @@ int fs_notify_serving(struct fs_notify *n, struct backend *b, const struct fs_op
 void fs_notify_stopping(struct fs_notify *n);
 /* After the unmount (the ready thread may wait on the mount until then): join, close. */
 void fs_notify_done(struct fs_notify *n);
+
+/* ---------------------------------------------------------------------------------------------
+ * trace.c: the read trace (trace=FILE), one record per read answered.
+ * ------------------------------------------------------------------------------------------ */
+
+struct fs_trace;
+
+/* Create the trace file (before mounting). @return 0 or -errno, with one line on stderr. */
+int fs_trace_open(struct mount *m);
+/* Start its writer's thread (after daemonizing). Nothing without trace=. @return 0 or -errno. */
+int fs_trace_start(struct mount *m);
+/* Record the read of [@off, @off + @len) of @o through handle @fh that came at @t0
+ * (fs_metrics_now_ns; @first: the handle's first) and is answered now (@err: its error). Only
+ * inside the cache's reply callback, and only with m->trace set. */
+void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64_t off,
+		   size_t len, uint64_t t0, bool first, int err);
+/* Reads recorded and dropped so far (0, 0 without trace=). */
+void fs_trace_stats(struct mount *m, uint64_t *ret_records, uint64_t *ret_dropped);
+/* Write the rest and close (after every reply). Nothing without trace=. */
+void fs_trace_close(struct mount *m);
 
 /* ---------------------------------------------------------------------------------------------
  * ops.c for mount.c: the operations and what the mount's setup and teardown ask of them.

@@ -225,6 +225,10 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	X(memory_bound_bytes, GAUGE, MOUNT(memory_bound),                                          \
 	  "What the process should stay under: hot_size + lagging_size + 64 MiB (compare "         \
 	  "process_resident_memory_bytes on the metrics endpoint).")                               \
+	X(trace_records_total, COUNTER, MOUNT(trace_records),                                      \
+	  "Reads recorded in the read trace (trace=; 0 without).")                                 \
+	X(trace_dropped_total, COUNTER, MOUNT(trace_dropped),                                      \
+	  "Reads the trace did not record: its ring was full, or writing the file failed.")        \
 	X(backend_requests_total, COUNTER, BACKEND(requests),                                      \
 	  "Requests sent to the store, retries included.")                                         \
 	X(backend_retries_total, COUNTER, BACKEND(retries),                                        \
@@ -355,6 +359,7 @@ void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
 		bk_hist_load(&m->read_lat[i], &ret->mount.read_lat[i]);
 	ret->mount.memory_bound = m->o->hot_size + (m->o->lagging ? m->o->lagging_size : 0) +
 				  FS_MEMORY_SLACK;
+	fs_trace_stats(m, &ret->mount.trace_records, &ret->mount.trace_dropped);
 	if (m->disk) {
 		ret->disk_on = true;
 		disk_get_stats(m->disk, &ret->disk);

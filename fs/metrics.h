@@ -30,6 +30,8 @@ struct fs_mount_stats {
 	/* reads answered with data, by the tier of their slowest block (enum fs_read_from) */
 	struct bk_hist read_lat[FS_FROM_N];
 	uint64_t memory_bound; /* hot_size + lagging_size + 64 MiB: what RSS should stay under */
+	uint64_t trace_records;	 /* reads recorded in the trace (trace=) */
+	uint64_t trace_dropped;	 /* reads the trace dropped (its ring full, or writing failed) */
 };
 
 /* Every value the metrics show, taken at one moment. Plain values with no pointer into the

@@ -20,6 +20,8 @@
  * fs_preflight warns before mounting (a non-empty mountpoint, a Redis that does not answer);
  * serve tells systemd READY=1 once the mount answers and pings its watchdog from the I/O loop
  * (notify.c); teardown says STOPPING=1 and stops the endpoint before anything it reads goes.
+ * trace= opens its file with the cache (a bad path fails the mount), starts its writer after
+ * daemonize, and is closed once every reply is out (trace.c).
  *
  * Everything that can fail before mounting fails with one line on stderr and exit status 1.
  * The backend's I/O thread is stopped across fuse_daemonize (a fork keeps only the calling
@@ -269,33 +271,12 @@ static int open_backend(struct mount *m)
  */
 static int open_cache(struct mount *m, struct cache_env *ret_env)
 {
-	const struct fs_opts *o = m->o;
-	struct cache_cfg cc = {
-		.block_size = (uint32_t)o->block_size,
-		.hot_size = o->hot_size,
-		.hot_ttl = o->hot_ttl,
-		.lagging = o->lagging,
-		.lagging_size = o->lagging_size,
-		.lagging_ttl = o->lagging_ttl,
-		.lagging_rate = o->lagging_rate,
-		.lagging_burst = o->lagging_burst,
-		.lagging_ops = o->lagging_ops,
-		.readahead = (uint32_t)o->readahead,
-		.prefault = o->prefault,
-		.bounce_limit = CACHE_BOUNCE_LIMIT,
-	};
+	struct cache_cfg cc;
 	struct cache_env env;
 	struct tier chain[TIER_CHAIN_MAX];
 	int r;
 
-	/* random reads of a hot object that the local tiers cannot hold as whole blocks fetch
-	 * parts (the disk tier counts if it opened); with shared=, whole blocks also serve the
-	 * fleet: keep them */
-	if (!o->shared) {
-		uint64_t d = m->disk ? o->disk_size : 0;
-
-		cc.hot_parts_above = o->hot_size > UINT64_MAX - d ? UINT64_MAX : o->hot_size + d;
-	}
+	fs_cache_cfg(m->o, m->disk != NULL, &cc); /* cachecfg.c, shared with tierfs-sim */
 	env = fs_cache_env(m);
 	cc.chain = chain;
 	cc.nchain = chain_of(m, chain);
@@ -470,6 +451,7 @@ static void teardown(struct mount *m, struct session *se)
 	if (se->handlers)
 		fuse_remove_signal_handlers(m->se);
 	fs_ops_drain(m);
+	fs_trace_close(m); /* every reply is out */
 	cache_free(m->c);
 	disk_close(m->disk); /* after the cache: no put can come; the queue is written */
 	ns_free(m->ns);
@@ -500,7 +482,7 @@ int fs_main(struct fs_opts *o)
 		goto out;
 	if (o->cache_dir && open_disk(&m) < 0)
 		goto out;
-	if (open_cache(&m, &env) < 0)
+	if (open_cache(&m, &env) < 0 || (o->trace && fs_trace_open(&m) < 0))
 		goto out;
 	if (open_ns(&m, &env, &se) < 0) {
 		fprintf(stderr, "tierfs: out of memory\n");
@@ -508,7 +490,7 @@ int fs_main(struct fs_opts *o)
 	}
 	fs_preflight(o);
 	if (open_session(&m, &se) < 0 || mount_session(&m, &se) < 0 || daemonize(&m) < 0 ||
-	    fs_endpoint_start(se.ep, &m) < 0)
+	    fs_endpoint_start(se.ep, &m) < 0 || fs_trace_start(&m) < 0)
 		goto out;
 	m.mounted_ns = env.mono_ns(env.arg); /* the control directory's grace counts from here */
 	status = serve(&m, &se);

@@ -323,6 +323,18 @@ static const struct opt opt_table[] = {
 	{.name = "metrics", .kind = OPT_STRING, .group = GROUP_MOUNT, .off = OFF(metrics),
 	 .check = CHECK_ENDPOINT, .meta = "[HOST:]PORT",
 	 .help = "serve /metrics over HTTP, HOST 127.0.0.1", .def_help = "off"},
+	/* the read trace (fs/trace.c, trace/): off unless trace= names a file */
+	{.name = "trace", .kind = OPT_PATH, .group = GROUP_MOUNT, .off = OFF(trace),
+	 .meta = "FILE", .help = "record every read in FILE, for tierfs-sim"},
+	{.name = "trace_size", .kind = OPT_SIZE, .group = GROUP_MOUNT, .off = OFF(trace_size),
+	 .min = MIB, .max = UINT64_MAX, .def = 256 * MIB,
+	 .help = "trace file size, then FILE.1, FILE.2..."},
+	{.name = "trace_files", .kind = OPT_COUNT, .group = GROUP_MOUNT, .off = OFF(trace_files),
+	 .min = 0, .max = 1000, .def = 8,
+	 .help = "full trace files kept, FILE.1 newest"},
+	{.name = "trace_salt", .kind = OPT_PATH, .group = GROUP_MOUNT, .off = OFF(trace_salt),
+	 .meta = "FILE", .help = "its 16 bytes salt ids, one per fleet",
+	 .def_help = "random"},
 };
 /* clang-format on */
 

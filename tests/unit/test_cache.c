@@ -391,6 +391,8 @@ struct rep {
 	uint64_t off;  /* the request */
 	size_t want;   /* bytes expected: the request clipped to the object */
 	unsigned char *buf;
+	const char *served; /* cache_reply_served() during the reply: its tier, or NULL */
+	uint64_t fetched; /* ... and its bytes fetched */
 };
 
 static void on_reply(void *req, const struct cache_iov *iov, int n, int err)
@@ -402,6 +404,8 @@ static void on_reply(void *req, const struct cache_iov *iov, int n, int err)
 	r->niov = n;
 	r->n = 0;
 	r->from = -1;
+	r->served = cache_reply_served() ? cache_reply_served()->from : NULL;
+	r->fetched = cache_reply_served() ? cache_reply_served()->fetched : 0;
 	if (n < 0 || (err && n != 0))
 		r->bad_iov = true;
 	for (int i = 0; i < n; i++) {
@@ -776,6 +780,38 @@ static void test_hits(void **state)
 	/* a truncated residency string still reports the block count */
 	assert_int_equal(cache_residency(c, &o, res, 2), 3);
 	assert_string_equal(res, "h");
+	rep_done(&r);
+	shut(c);
+}
+
+/* The reply says which tier served the read (the deepest of its blocks) and the bytes fetched
+ * for the blocks it waited for; outside a reply, and for an answer without data, nothing. */
+static void test_reply_served(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = mk(&cfg);
+	struct fobj fo;
+	struct cache_obj o = mkobj(&fo, 8, 3ull * BS + 100, WALL0 - 1);
+	struct rep r = {0};
+
+	(void)state;
+	assert_null(cache_reply_served());
+	assert_false(rd(c, &o, NULL, 0, 2 * BS, &r));
+	complete_all(0);
+	check_ok(&r);
+	assert_string_equal(r.served, "store");
+	assert_int_equal(r.fetched, 2 * BS);
+	assert_true(rd(c, &o, NULL, 10, BS, &r)); /* both blocks resident */
+	assert_string_equal(r.served, "hot");
+	assert_int_equal(r.fetched, 0);
+	assert_false(rd(c, &o, NULL, BS, 3 * BS, &r)); /* block 1 hot, 2 and 3 (short) fetched */
+	complete_all(0);
+	check_ok(&r);
+	assert_string_equal(r.served, "store");
+	assert_int_equal(r.fetched, BS + 100);
+	assert_true(rd(c, &o, NULL, 4 * BS, 10, &r)); /* past the end: no data */
+	assert_null(r.served);
+	assert_null(cache_reply_served());
 	rep_done(&r);
 	shut(c);
 }
@@ -4344,6 +4380,7 @@ int main(void)
 	    cmocka_unit_test(test_new_einval),
 	    cmocka_unit_test(test_alignment),
 	    cmocka_unit_test(test_hits),
+	    cmocka_unit_test(test_reply_served),
 	    cmocka_unit_test(test_sync_completion),
 	    cmocka_unit_test(test_single_flight),
 	    cmocka_unit_test(test_fetch_failure),

@@ -56,7 +56,9 @@ static const char *const all_options[] = {
     "shared",	    "shared_timeout",
     "shared_prefix", "shared_password_file", "shared_key",
     "shared_fill_lagging", "fleet_lagging_rate",
-    "fleet_lagging_ops", "metrics",
+    "fleet_lagging_ops", "metrics", "trace",
+    "trace_size",   "trace_files",
+    "trace_salt",
 };
 #define N_ALL (sizeof(all_options) / sizeof(all_options[0]))
 
@@ -1100,7 +1102,9 @@ static void test_format(void **state)
 		 "uid=%u\n"
 		 "gid=%u\n"
 		 "file_mode=0644\n"
-		 "dir_mode=0755\n",
+		 "dir_mode=0755\n"
+		 "trace_size=268435456\n"
+		 "trace_files=8\n",
 		 (unsigned)getuid(), (unsigned)getgid());
 	assert_string_equal(buf, want);
 	/* truncation like snprintf: same length back, NUL-terminated */
@@ -1110,10 +1114,10 @@ static void test_format(void **state)
 	assert_int_equal(fs_opts_format(&o, NULL, 0), need);
 	fs_opts_done(&o);
 
-	round_trip("", 28);
+	round_trip("", 30);
 	/* a mode round-trips as octal, whatever its digits */
-	round_trip("file_mode=0,dir_mode=7", 28);
-	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 28);
+	round_trip("file_mode=0,dir_mode=7", 30);
+	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 30);
 	/* every option set to something other than its default */
 	round_trip("block_size=64K,hot_size=512K,hot_ttl=1,lagging=off,lagging_size=0,"
 		   "lagging_ttl=100000,lagging_rate=0,lagging_burst=1T,lagging_ops=7,"
@@ -1125,14 +1129,15 @@ static void test_format(void **state)
 		   "gid=5678,file_mode=0400,dir_mode=0500,shared=redis://h:1\\,g:2,"
 		   "shared_timeout=50,shared_prefix=f:,shared_password_file=/pw,shared_key=/k,"
 		   "shared_fill_lagging=on,fleet_lagging_rate=30M,fleet_lagging_ops=100,"
-		   "metrics=[::1]:9100",
+		   "metrics=[::1]:9100,trace=/t,trace_size=1G,trace_files=0,trace_salt=/s",
 		   N_ALL);
 
 	/* with every option set, format names each exactly once, in the order of the list */
 	assert_non_null(getcwd(cwd, sizeof(cwd)));
 	expect_ok("immutable,lagging_page_cache,path_style,insecure,endpoint=https://e,"
 		  "region=r,profile=p,credentials=/c,manifest=/m,ca_file=/a,cache_dir=/d,"
-		  "shared=redis://h:1,shared_password_file=/p,shared_key=/k,metrics=9100",
+		  "shared=redis://h:1,shared_password_file=/p,shared_key=/k,metrics=9100,trace=/t,"
+		  "trace_salt=/s",
 		  &o);
 	fs_opts_format(&o, buf, sizeof(buf));
 	{

@@ -1,0 +1,417 @@
+/*
+ * test_sim.c - unit tests for sim/: the event queue and its clock, the lognormal draw, the
+ * simulated store (latency, connections, merged GETs) and Redis (shared values, the fetch
+ * lock, LRU under its memory limit), each a tier of a real cache's chain driven in simulated
+ * time; and a replay of a small trace written by trace/'s writer.
+ *
+ * Nothing sleeps: time is the queue's, moved by the test.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "fs.h"
+#include "sim.h"
+#include "sim_i.h"
+#include "trace.h"
+
+#define MS  1000000ULL
+#define KIB 1024u
+#define BS  (64 * KIB)
+
+/* ---- the event queue ------------------------------------------------------------------------ */
+
+static int order[16], norder;
+
+static void note(void *arg)
+{
+	order[norder++] = (int)(intptr_t)arg;
+}
+
+static void test_events(void **state)
+{
+	struct sim_events q;
+
+	(void)state;
+	norder = 0;
+	sim_ev_init(&q, 100);
+	sim_ev_at(&q, 105, note, (void *)1);
+	sim_ev_at(&q, 103, note, (void *)2);
+	sim_ev_at(&q, 103, note, (void *)3); /* same time: first come, first served */
+	sim_ev_at(&q, 110, note, (void *)4);
+	sim_ev_at(&q, 50, note, (void *)5); /* in the past: runs at now */
+	assert_int_equal(sim_ev_run_until(&q, 104), 3);
+	assert_int_equal(q.now, 104);
+	assert_int_equal(order[0], 5);
+	assert_int_equal(order[1], 2);
+	assert_int_equal(order[2], 3);
+	assert_int_equal(sim_ev_run_all(&q), 2);
+	assert_int_equal(q.now, 110);
+	assert_int_equal(order[3], 1);
+	assert_int_equal(order[4], 4);
+	sim_ev_run_until(&q, 50); /* the clock never goes back */
+	assert_int_equal(q.now, 110);
+	sim_ev_done(&q);
+}
+
+/* Many events in random order come out sorted (against a count of each time). */
+static void test_events_random(void **state)
+{
+	struct sim_events q;
+	uint64_t s = 7, last = 0;
+	static int seen;
+
+	(void)state;
+	sim_ev_init(&q, 0);
+	for (int i = 0; i < 20000; i++)
+		sim_ev_at(&q, sim_rand(&s) % 100000, note, (void *)0);
+	seen = 0;
+	while (q.n) {
+		uint64_t t = q.heap[0].t;
+
+		assert_true(t >= last);
+		last = t;
+		norder = 0;
+		seen += (int)sim_ev_run_until(&q, t);
+	}
+	assert_int_equal(seen, 20000);
+	sim_ev_done(&q);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void test_lognormal(void **state)
+{
+	enum { N = 100000 };
+	static uint64_t v[N];
+	uint64_t s = 1;
+
+	(void)state;
+	for (int i = 0; i < N; i++)
+		v[i] = sim_lognormal(&s, 30 * MS, 150 * MS);
+	qsort(v, N, sizeof(v[0]), cmp_u64);
+	assert_in_range(v[N / 2], 28 * MS, 32 * MS);
+	assert_in_range(v[N * 99 / 100], 135 * MS, 165 * MS);
+	assert_int_equal(sim_lognormal(&s, 5 * MS, 5 * MS), 5 * MS); /* no spread */
+}
+
+/* ---- a world of one or two mounts ----------------------------------------------------------- */
+
+struct mnt {
+	struct sim_clock clk;
+	struct cache *c;
+	struct sim_store *store;
+	struct sim_redis_port *port;
+};
+
+static struct sim_events Q;
+static struct sim_cfg CFG;
+static struct sim_redis *R;
+
+struct obj {
+	struct cache_obj co;
+};
+
+static struct obj OBJ[4];
+
+static int replies;
+static uint64_t last_reply_ns;
+
+static void reply(void *req, const struct cache_iov *iov, int n, int err)
+{
+	(void)req;
+	(void)iov;
+	(void)n;
+	assert_int_equal(err, 0);
+	replies++;
+	last_reply_ns = Q.now;
+}
+
+static void plug(void *arg)
+{
+	sim_store_plug(((struct mnt *)arg)->store);
+}
+
+static void unplug(void *arg)
+{
+	sim_store_unplug(((struct mnt *)arg)->store);
+}
+
+/* A mount with no readahead, a 1 MiB hot tier, lagging off, @conns connections; through the
+ * fleet's Redis R when it is there. */
+static void mnt_open(struct mnt *m, unsigned conns)
+{
+	struct cache_cfg cc = {.block_size = BS,
+			       .hot_size = 1 << 20,
+			       .hot_ttl = 60,
+			       .bounce_limit = CACHE_BOUNCE_LIMIT};
+	struct tier chain[2];
+	unsigned n = 0;
+	struct cache_env env;
+
+	*m = (struct mnt){.clk = {.q = &Q, .mono0 = 1000 * MS * 1000, .wall0_ns = 0}};
+	m->store = sim_store_new(&Q, &CFG, conns, 1);
+	if (R) {
+		m->port = sim_redis_port_new(R, false, 500 * MS);
+		chain[n++] = sim_redis_tier(m->port);
+	}
+	chain[n++] = sim_store_tier(m->store);
+	cc.chain = chain;
+	cc.nchain = n;
+	env = sim_env(&m->clk);
+	env.plug = plug;
+	env.unplug = unplug;
+	assert_int_equal(cache_new(&cc, &env, &m->c), 0);
+}
+
+static void mnt_close(struct mnt *m)
+{
+	cache_free(m->c);
+	sim_store_free(m->store);
+	sim_redis_port_free(m->port);
+}
+
+static void rd(struct mnt *m, int o, uint64_t off, size_t len)
+{
+	sim_store_plug(m->store);
+	cache_read(m->c, &OBJ[o].co, NULL, off, len, 0, reply, NULL);
+	sim_store_unplug(m->store);
+}
+
+static int world_setup(void **state)
+{
+	(void)state;
+	sim_ev_init(&Q, 0);
+	sim_cfg_default(&CFG);
+	CFG.store_lat_ns = CFG.store_p99_ns = 10 * MS; /* no spread: exact times */
+	CFG.store_bw = 64 * KIB * 100;		       /* a block in 10 ms */
+	CFG.link_bw = 1ULL << 40;
+	CFG.redis_lat_ns = 1 * MS;
+	CFG.redis_bw = 1ULL << 40;
+	for (int i = 0; i < 4; i++)
+		OBJ[i].co = (struct cache_obj){
+		    .id = {i + 1, 1}, .size = 1 << 20, .mtime = INT64_MIN, .ctx = &OBJ[i]};
+	replies = 0;
+	R = NULL;
+	return 0;
+}
+
+static int world_teardown(void **state)
+{
+	(void)state;
+	sim_redis_free(R);
+	R = NULL;
+	sim_ev_done(&Q);
+	return 0;
+}
+
+/* ---- the store ------------------------------------------------------------------------------ */
+
+static void test_store_latency(void **state)
+{
+	struct mnt m;
+	uint64_t gets, bytes, merged;
+
+	(void)state;
+	mnt_open(&m, 16);
+	rd(&m, 0, 0, 4096);
+	sim_ev_run_until(&Q, 19 * MS);
+	assert_int_equal(replies, 0);
+	sim_ev_run_until(&Q, 20 * MS); /* 10 ms to the first byte, 10 ms of transfer */
+	assert_int_equal(replies, 1);
+	rd(&m, 0, 100, 10); /* a hit: answered at once */
+	assert_int_equal(replies, 2);
+	sim_store_stats(m.store, &gets, &bytes, &merged);
+	assert_int_equal(gets, 1);
+	assert_int_equal(bytes, BS);
+	mnt_close(&m);
+}
+
+/* One read of four blocks goes out as one GET of 256 KiB; its first block is answered first. */
+static void test_store_merge(void **state)
+{
+	struct mnt m;
+	uint64_t gets, bytes, merged;
+
+	(void)state;
+	mnt_open(&m, 16);
+	rd(&m, 1, 0, 4 * BS);
+	sim_ev_run_all(&Q);
+	assert_int_equal(replies, 1);
+	assert_int_equal(last_reply_ns, 10 * MS + 40 * MS); /* the last block's bytes */
+	sim_store_stats(m.store, &gets, &bytes, &merged);
+	assert_int_equal(gets, 1);
+	assert_int_equal(bytes, 4 * BS);
+	assert_int_equal(merged, 3);
+	mnt_close(&m);
+}
+
+/* With 2 connections, a third GET waits for one of them. */
+static void test_store_conns(void **state)
+{
+	struct mnt m;
+
+	(void)state;
+	mnt_open(&m, 2);
+	rd(&m, 0, 0, 1);
+	rd(&m, 1, 0, 1);
+	rd(&m, 2, 0, 1);
+	sim_ev_run_until(&Q, 20 * MS);
+	assert_int_equal(replies, 2);
+	sim_ev_run_all(&Q);
+	assert_int_equal(replies, 3);
+	assert_int_equal(last_reply_ns, 40 * MS);
+	mnt_close(&m);
+}
+
+/* ---- Redis ---------------------------------------------------------------------------------- */
+
+/* A block one mount fetched is another's Redis hit: the store is asked once. */
+static void test_redis_shared(void **state)
+{
+	struct mnt a, b;
+	struct sim_result ra = {0}, rb = {0};
+	uint64_t gets, bytes, merged;
+
+	(void)state;
+	R = sim_redis_new(&Q, &CFG);
+	mnt_open(&a, 16);
+	mnt_open(&b, 16);
+	rd(&a, 0, 0, 100);
+	sim_ev_run_all(&Q);
+	rd(&b, 0, 0, 100);
+	sim_ev_run_all(&Q);
+	assert_int_equal(replies, 2);
+	sim_redis_port_stats(a.port, &ra);
+	sim_redis_port_stats(b.port, &rb);
+	assert_int_equal(ra.shared_misses, 1);
+	assert_int_equal(ra.shared_set_bytes, BS);
+	assert_int_equal(rb.shared_hits, 1);
+	sim_store_stats(b.store, &gets, &bytes, &merged);
+	assert_int_equal(gets, 0);
+	mnt_close(&a);
+	mnt_close(&b);
+}
+
+/* Two mounts missing one block at once: one fetches, the other waits for its value. */
+static void test_redis_lock(void **state)
+{
+	struct mnt a, b;
+	struct sim_result rb = {0};
+	uint64_t ga, gb, bytes, merged;
+
+	(void)state;
+	R = sim_redis_new(&Q, &CFG);
+	mnt_open(&a, 16);
+	mnt_open(&b, 16);
+	rd(&a, 0, 0, 100);
+	rd(&b, 0, 0, 100);
+	sim_ev_run_all(&Q);
+	assert_int_equal(replies, 2);
+	sim_store_stats(a.store, &ga, &bytes, &merged);
+	sim_store_stats(b.store, &gb, &bytes, &merged);
+	assert_int_equal(ga + gb, 1);
+	sim_redis_port_stats(b.port, &rb);
+	assert_int_equal(rb.shared_lock_waits, 1);
+	assert_int_equal(rb.shared_hits, 1);
+	mnt_close(&a);
+	mnt_close(&b);
+}
+
+/* Under its memory limit Redis keeps the most recently used values. */
+static void test_redis_lru(void **state)
+{
+	struct mnt a, b;
+	struct sim_result rr = {0}, rb = {0};
+
+	(void)state;
+	CFG.redis_mem = 3 * (BS + 128);
+	R = sim_redis_new(&Q, &CFG);
+	mnt_open(&a, 16);
+	mnt_open(&b, 16);
+	for (int o = 0; o < 4; o++) {
+		rd(&a, o, 0, 1);
+		sim_ev_run_all(&Q);
+	}
+	sim_redis_stats(R, &rr);
+	assert_int_equal(rr.redis_evictions, 1);
+	assert_int_equal(rr.redis_used, 3 * (BS + 128));
+	rd(&b, 0, 0, 1); /* evicted */
+	rd(&b, 3, 0, 1); /* kept */
+	sim_ev_run_all(&Q);
+	sim_redis_port_stats(b.port, &rb);
+	assert_int_equal(rb.shared_hits, 1);
+	assert_int_equal(rb.shared_misses, 1);
+	mnt_close(&a);
+	mnt_close(&b);
+}
+
+/* ---- a replay ------------------------------------------------------------------------------- */
+
+/* Two reads of one block a second apart, then one of another object: a miss, a hit, a miss;
+ * two GETs; the same through the mount's option table. */
+static void test_replay(void **state)
+{
+	char dir[] = "/tmp/test_sim.XXXXXX", path[64], err[256];
+	struct trace_wcfg wc = {
+	    .path = path, .max_size = 1 << 20, .start_wall_ns = 1700000000ULL * 1000000000ULL};
+	struct trace_writer *w;
+	struct fs_opts o;
+	struct sim_run run;
+	char *argv[] = {"t", "file:///", "/", "-o", "block_size=64K,hot_size=1M", NULL};
+	struct trace_read r = {
+	    .obj = 9, .ver = 1, .stream = 1, .len = 4096, .size = 1 << 20, .mtime = 1700000000};
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/t", dir);
+	assert_int_equal(trace_writer_open(&wc, &w), 0);
+	assert_true(trace_push(w, &r));
+	r.t_ns = 1000 * MS;
+	assert_true(trace_push(w, &r));
+	r.obj = 10;
+	assert_true(trace_push(w, &r));
+	trace_writer_close(w);
+	assert_int_equal(fs_opts_parse(5, argv, &o, err, sizeof(err)), 0);
+	assert_int_equal(sim_replay(&o, &CFG, (char *[]){path}, 1, &run, err, sizeof(err)), 0);
+	assert_int_equal(run.nmounts, 1);
+	assert_int_equal(run.fleet.reads, 3);
+	assert_int_equal(run.fleet.cache.tier[CACHE_HOT].hits, 1);
+	assert_int_equal(run.fleet.cache.tier[CACHE_HOT].misses, 2);
+	assert_int_equal(run.fleet.store_gets, 2);
+	assert_int_equal(run.fleet.lat.count, 3);
+	sim_run_free(&run);
+	fs_opts_done(&o);
+	unlink(path);
+	rmdir(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_events),
+	    cmocka_unit_test(test_events_random),
+	    cmocka_unit_test(test_lognormal),
+	    cmocka_unit_test_setup_teardown(test_store_latency, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_store_merge, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_store_conns, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_redis_shared, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_redis_lock, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_redis_lru, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_replay, world_setup, world_teardown),
+	};
+
+	return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
+}
