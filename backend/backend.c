@@ -4,7 +4,8 @@
  *
  *   fs/ ──► backend.c ──table──► s3.c, http.c, file.c ──► io.c (the I/O thread)
  *                  │                                   sigv4.c, s3xml.c, creds.c,
- *                  └──► url.c (each row's URL rules)   jsonidx.c, httphdr.c
+ *                  ├──► url.c (each row's URL rules)   jsonidx.c, httphdr.c
+ *                  └──► upload.c ──► s3write.c, filewrite.c (writes)
  *
  * Nothing below calls back up into this file: what the schemes share lives in io.c.
  * Locking: none here; see io.c.
@@ -16,6 +17,7 @@
 
 #include "io.h"
 #include "scheme.h"
+#include "upload.h"
 
 /* The schemes a URL may start with, compared ignoring case, who sets each up, and what its
  * URLs must look like (url.c). */
@@ -87,6 +89,7 @@ int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, 
 		free(b);
 		return r;
 	}
+	b->writable = cfg->writable && b->ops->upload_init;
 	*ret = b;
 	return 0;
 }
@@ -103,11 +106,17 @@ void backend_free(struct backend *b)
 
 int backend_start(struct backend *b)
 {
-	return b->io ? io_start(b->io) : 0;
+	int e = b->io ? io_start(b->io) : 0;
+
+	if (e == 0 && b->ops->start)
+		e = b->ops->start(b);
+	return e;
 }
 
 void backend_stop(struct backend *b)
 {
+	if (b->ops->stop)
+		b->ops->stop(b);
 	if (b->io)
 		io_stop(b->io);
 }
@@ -157,9 +166,20 @@ void backend_unplug(struct backend *b)
 
 void backend_get_stats(struct backend *b, struct bk_stats *ret)
 {
+	const struct bk_write_stats *w = &b->wst;
+
 	memset(ret, 0, sizeof(*ret));
 	if (b->io)
 		io_get_stats(b->io, ret);
+	ret->uploads_started = __atomic_load_n(&w->started, __ATOMIC_RELAXED);
+	ret->uploads_completed = __atomic_load_n(&w->completed, __ATOMIC_RELAXED);
+	ret->uploads_failed = __atomic_load_n(&w->failed, __ATOMIC_RELAXED);
+	ret->uploads_aborted = __atomic_load_n(&w->aborted, __ATOMIC_RELAXED);
+	ret->abort_errors = __atomic_load_n(&w->abort_errors, __ATOMIC_RELAXED);
+	ret->parts = __atomic_load_n(&w->parts, __ATOMIC_RELAXED);
+	ret->bytes_up = __atomic_load_n(&w->bytes, __ATOMIC_RELAXED);
+	ret->upload_retries = __atomic_load_n(&w->retries, __ATOMIC_RELAXED);
+	ret->tmp_removed = __atomic_load_n(&w->tmp_removed, __ATOMIC_RELAXED);
 }
 
 const char *backend_scheme(const struct backend *b)
@@ -236,4 +256,45 @@ int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_don
 	if (e == -EOPNOTSUPP)
 		e = meta_job(b, true, dir, NULL, fn, done, arg);
 	return e;
+}
+
+/* ---- writing (the uploads are upload.c's) ------------------------------------------------- */
+
+/* -EROFS, -EINVAL, or 0 if a write at @path may go to the scheme. */
+static int write_ok(struct backend *b, const char *path)
+{
+	if (!b->writable)
+		return -EROFS;
+	return upload_path_ok(path) ? 0 : -EINVAL;
+}
+
+int backend_unlink_async(struct backend *b, const char *path, bk_done_fn done, void *arg)
+{
+	int e = write_ok(b, path);
+
+	return e ? e : b->ops->unlink(b, path, done, arg);
+}
+
+int backend_rename_async(struct backend *b, const char *from, const char *to, bool overwrite,
+			 bk_done_fn done, void *arg)
+{
+	int e = write_ok(b, from);
+
+	if (!e)
+		e = write_ok(b, to);
+	return e ? e : b->ops->rename(b, from, to, overwrite, done, arg);
+}
+
+int backend_mkdir_async(struct backend *b, const char *path, bk_done_fn done, void *arg)
+{
+	int e = write_ok(b, path);
+
+	return e ? e : b->ops->mkdir(b, path, false, done, arg);
+}
+
+int backend_rmdir_async(struct backend *b, const char *path, bk_done_fn done, void *arg)
+{
+	int e = write_ok(b, path);
+
+	return e ? e : b->ops->mkdir(b, path, true, done, arg);
 }

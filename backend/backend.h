@@ -8,6 +8,9 @@
  * backend_list_async); range reads are asynchronous. Asynchronous calls complete on the
  * backend's single I/O thread. Every error crossing this interface is a -errno: HTTP status
  * and curl codes are mapped inside backend/ and never leave it.
+ *
+ * Writing (s3 and file; http is read-only) is new objects only, each written whole by one
+ * upload: see "writing" at the end.
  */
 #ifndef TIERFS_BACKEND_H
 #define TIERFS_BACKEND_H
@@ -39,6 +42,10 @@ struct backend_cfg {
 	unsigned max_conns;      /* parallel transfers (>= 2) */
 	unsigned timeout_s;      /* per request */
 	unsigned retries;        /* extra attempts for retryable failures */
+	/* The mount writes (allow_write): without it every write call below is -EROFS, and
+	 * backend_start touches nothing in the store (file:// removes leftover temporary files
+	 * only with it). */
+	bool writable;
 	/* Where the backend reports failures worth a log line (never a secret); may be NULL.
 	 * Called from any thread. level: 0 error, 1 warning, 2 info, 3 debug. */
 	void (*log)(void *log_arg, int level, const char *line);
@@ -128,6 +135,20 @@ struct bk_stats {
 	uint64_t slowdowns;  /* 503 SlowDown / 429 answers received */
 	uint64_t window;     /* transfers allowed at once now (AIMD), <= max_conns */
 	uint64_t merged;     /* range reads that went out inside another's request (io.c) */
+
+	/* writes (backend_upload_*, s3 and file) */
+	uint64_t uploads_started;   /* backend_upload_new calls that made an upload */
+	uint64_t uploads_completed; /* commits the store acknowledged: the object is there */
+	uint64_t uploads_failed;    /* commits that ended in an error: the object is not there */
+	uint64_t uploads_aborted;   /* uploads undone, counted when the undoing is over:
+				     * backend_upload_abort, or a failed commit (S3's
+				     * AbortMultipartUpload answered, file://'s temp removed) */
+	uint64_t abort_errors;	    /* S3 aborts the store refused or never answered (parts left
+				     * for the bucket's lifecycle rule, README) */
+	uint64_t parts;		    /* parts the store acknowledged (a PutObject counts one) */
+	uint64_t bytes_up;	    /* body bytes of those parts */
+	uint64_t upload_retries;    /* write requests sent again (parts, PutObject, Complete...) */
+	uint64_t tmp_removed;	    /* file://: leftover temporary files removed at start */
 };
 /* Hold this thread's range reads until backend_unplug and submit them together, so that
  * consecutive ones can go to the store as one request (io_plug). s3 and http: file's reads
@@ -160,5 +181,146 @@ int backend_stat_async(struct backend *b, const char *path, bk_stat_done_fn done
  */
 int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
 		       void *arg);
+
+/* ---- writing ------------------------------------------------------------------------------- */
+
+/*
+ * An upload writes ONE new object, whole or not at all: nothing appears under its name until
+ * backend_upload_commit's done reports success, which comes only after the store acknowledged
+ * the whole object; a failed or abandoned upload leaves nothing new under the name.
+ *
+ *   backend_upload_new ─► backend_upload_part × N (in order) ─► backend_upload_commit ─► done
+ *                                     └──────────────────────────► backend_upload_abort
+ *
+ *   s3    one part that was never sent goes up as ONE PutObject at commit; from the second
+ *         part on, CreateMultipartUpload, UploadPart per part (several in flight), and
+ *         CompleteMultipartUpload; AbortMultipartUpload if it fails or is abandoned
+ *   file  a hidden temporary file beside the name (".tierfs-tmp-*", never listed nor opened by
+ *         the read path), written part by part, then fsync, rename into place beneath the
+ *         root (never following a symlink), fsync of the directory
+ *
+ * Threads: part, commit and abort of one upload are called by one thread at a time (any
+ * thread, never blocking on the store); every done runs once, on the I/O thread (after
+ * backend_stop, on the thread that stops it). Hashing a part's bytes (S3: SHA-256 signed into
+ * the request, Content-MD5) is done by the caller's thread in backend_upload_part.
+ */
+struct bk_upload;
+
+#define BK_PART_SIZE_DEFAULT (8ull << 20) /* 8 MiB */
+#define BK_PART_SIZE_MIN     (5ull << 20) /* S3: every part but the last is at least 5 MiB */
+#define BK_PART_SIZE_MAX     (5ull << 30) /* S3: at most 5 GiB */
+#define BK_PARTS_MAX	     10000u	  /* S3: part numbers 1..10000 */
+#define BK_IN_FLIGHT_DEFAULT 4u
+#define BK_IN_FLIGHT_MAX     64u
+
+struct bk_upload_cfg {
+	/* Every part but the last is exactly this many bytes; 0: BK_PART_SIZE_DEFAULT. s3: from
+	 * BK_PART_SIZE_MIN, and at most BK_PARTS_MAX parts (80,000 MiB at the default; a part
+	 * past that is -EFBIG); file: any size. At most BK_PART_SIZE_MAX. */
+	uint64_t part_size;
+	/* Parts handed over whose done has not run yet, at most; 0: BK_IN_FLIGHT_DEFAULT; 2..
+	 * BK_IN_FLIGHT_MAX (s3 holds the first part back, see backend_upload_part, so one
+	 * would never do). */
+	unsigned max_parts_in_flight;
+	/* May the object replace one already under the name? false: the store refuses it at
+	 * commit (-EEXIST). s3: "If-None-Match: *" on PutObject and CompleteMultipartUpload,
+	 * which AWS S3 honours since 2024 (412); a store that ignores it (s3rver 3) overwrites.
+	 * file: rename(2) with RENAME_NOREPLACE, or link(2) where that is not supported. */
+	bool overwrite;
+	/* The priority of the upload's requests on the I/O loop (s3): the caller's policy. */
+	enum bk_prio prio;
+};
+
+/* May this mount write (backend_cfg.writable, and a scheme that can: s3 and file)? */
+bool backend_writable(const struct backend *b);
+
+/*
+ * Prepare an upload of a new object at @path ('/'-separated, relative to the root, not "").
+ * No I/O yet: the store hears of it with the first part sent (or at commit). @cfg NULL:
+ * defaults. *ret is the caller's until backend_upload_commit or backend_upload_abort.
+ * @return 0 and *ret; -EROFS (not writable), -EINVAL (a bad @cfg or @path, or a name the
+ * store reserves), -ENOMEM.
+ */
+int backend_upload_new(struct backend *b, const char *path, const struct bk_upload_cfg *cfg,
+		       struct bk_upload **ret);
+
+/*
+ * Hand over the next @len bytes of the object. Every part but the last is exactly part_size
+ * bytes; a shorter part is the last one (another part then is -EINVAL); an empty object has
+ * no part at all (commit at once). @done runs once, on the I/O thread, when the bytes are
+ * safely with the store (s3: the part acknowledged, its ETag checked against the MD5 of what
+ * was sent; file: written to the temporary file) or with -errno when they are not; @data must
+ * stay valid and unchanged until then.
+ *
+ * s3 holds a first part back, unsent, until the next call: a second part starts a multipart
+ * upload and sends both, a commit sends it as one PutObject. Its done therefore comes only
+ * after the next part or the commit: never wait for one part's done before handing over the
+ * next while fewer than max_parts_in_flight are in flight.
+ *
+ * The caller bounds what it has in flight: more than max_parts_in_flight is refused with
+ * -EAGAIN (nothing is queued beyond it). A part after a failure (an earlier part's done got
+ * an error) is refused with that error: the upload is lost, abort it (or commit, which
+ * reports the error).
+ * @return 0 (taken: done will run), or -errno (not taken, done not called): -EAGAIN,
+ * -EINVAL (the contract above; after commit or abort), -EFBIG, -ENOMEM, a failure already seen.
+ */
+int backend_upload_part(struct bk_upload *u, const void *data, size_t len, bk_done_fn done,
+			void *arg);
+
+/* Completion of a commit: @err 0 with @meta (valid during the call only), or -errno. */
+typedef void (*bk_commit_fn)(void *arg, int err, const struct bk_meta *meta);
+
+/*
+ * Finish the upload: once every part's done has run, make the object appear (s3: PutObject or
+ * CompleteMultipartUpload; file: fsync, rename into place, fsync of the directory). @done
+ * runs once, on the I/O thread, after every part's done: with 0 and the new object's size,
+ * mtime and version (meta.etag: s3, the ETag the store answered; file, the same
+ * "dev-ino-size-mtime_ns" string the read path computes), so the caller can key cache blocks
+ * by it; or with -errno (the part failure first seen, -EEXIST, -ENOSPC, -EIO...), and then
+ * nothing was left under the name (s3: the multipart upload aborted; file: the temporary file
+ * removed). mtime is the store's clock when it answered (s3: its Date header; file: the
+ * file's mtime), which a later listing may show a second apart on S3.
+ * After this call @u is the backend's: it is freed after @done, and must not be used again.
+ * @return 0 (done will run) or -errno (done not called; @u is still the caller's, to abort).
+ */
+int backend_upload_commit(struct bk_upload *u, bk_commit_fn done, void *arg);
+
+/*
+ * Abandon the upload: nothing appears under the name. Parts in flight finish first (their
+ * done runs as usual; parts s3 has not sent yet, the held first one or those waiting for
+ * CreateMultipartUpload's answer, get -ECANCELED); then s3 sends AbortMultipartUpload (best
+ * effort: a failure is counted in abort_errors and logged) and file removes its temporary
+ * file. Frees @u when that is over (uploads_aborted counts it then); @u must not be used
+ * again. NULL is allowed; after a commit that returned 0, nothing happens.
+ */
+void backend_upload_abort(struct bk_upload *u);
+
+/*
+ * Remove the object (s3: DeleteObject, which S3 answers 204 whether or not it was there;
+ * file: unlinkat beneath the root, a symlink itself and not its target). @done runs once, on
+ * the I/O thread. @return 0 (done will run) or -errno (not queued): -EROFS...
+ */
+int backend_unlink_async(struct backend *b, const char *path, bk_done_fn done, void *arg);
+
+/*
+ * Rename @from to @to, objects or directories. file: renameat beneath the root (with
+ * RENAME_NOREPLACE unless @overwrite, else -EEXIST), then fsync of both directories. s3 has
+ * no rename: -EXDEV at once, so mv(1) and Java's Files.move copy and unlink themselves (a copy
+ * is a new upload), and the store never holds a half-renamed state (mountpoint-s3 does not
+ * emulate rename either; s3fs copies and deletes inside the mount, which is not atomic).
+ * @return 0 (done will run) or -errno (not queued): -EXDEV, -EROFS...
+ */
+int backend_rename_async(struct backend *b, const char *from, const char *to, bool overwrite,
+			 bk_done_fn done, void *arg);
+
+/*
+ * Make directory @path (file: mkdirat beneath the root, 0755, fsync of its parent; -EEXIST if
+ * something is there) or remove an empty one (file: unlinkat AT_REMOVEDIR). s3 has no
+ * directories (key prefixes are): both succeed at once, done(0) on the I/O thread, and no
+ * marker object is written, so a directory with nothing in it is not in the store.
+ * @return 0 (done will run) or -errno (not queued).
+ */
+int backend_mkdir_async(struct backend *b, const char *path, bk_done_fn done, void *arg);
+int backend_rmdir_async(struct backend *b, const char *path, bk_done_fn done, void *arg);
 
 #endif

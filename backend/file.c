@@ -5,7 +5,8 @@
  * the directory; their ETag is made from what identifies the file's bytes,
  * "dev-inode-size-mtime_ns" in hex, stable across processes and mounts. Reads run as jobs on
  * the backend's I/O thread (pread from the page cache is fast, and it keeps FUSE workers off
- * the disk), and check the ETag first, so a file replaced under an open handle gives -ESTALE, never a mix.
+ * the disk), and check the ETag first, so a file replaced under an open handle gives -ESTALE,
+ * never a mix.
  *
  * Confinement. The store's contents are untrusted input: anyone who can write into the
  * directory may plant `shadow -> /etc/shadow`, `up -> ../..` or a FIFO, and the mount (often
@@ -33,7 +34,13 @@
  *     TIERFS_FILE_NO_OPENAT2=1 in the environment forces this walk (for tests).
  *
  * Each entry also carries the store's permission bits (bk_meta.perm): fs/ never shows a mode
- * wider than them. Locking: none; the struct is read-only after file_init.
+ * wider than them.
+ *
+ * Writes (filewrite.c) go through a temporary file beside the name, ".tierfs-tmp-*": such
+ * names are neither listed, nor found by stat, nor opened here, so no reader ever sees an
+ * object before it is whole.
+ *
+ * Locking: none; the struct is read-only after file_init (its writer has its own lock).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -46,14 +53,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "file_i.h"
 #include "io.h"
 #include "scheme.h"
-
-struct file {
-	char *root; /* absolute directory, no trailing slash (for messages) */
-	int rootfd; /* O_PATH on root: every path is resolved beneath it */
-	bool walk;  /* no openat2: resolve component by component, following no symlink */
-};
 
 struct job {
 	struct backend *b;
@@ -72,13 +74,14 @@ static void file_free(struct backend *b)
 
 	if (!f)
 		return;
+	file_write_free(f);
 	if (f->rootfd >= 0)
 		close(f->rootfd);
 	free(f->root);
 	free(f);
 }
 
-static void meta_from_stat(const struct stat *st, struct bk_meta *m)
+void file_meta_from_stat(const struct stat *st, struct bk_meta *m)
 {
 	memset(m, 0, sizeof(*m));
 	m->size = (uint64_t)st->st_size;
@@ -154,9 +157,7 @@ static int walk_open(const struct file *f, const char *path, int flags)
 	return hide(fd);
 }
 
-/* Open @path (relative, "" = the root) beneath the root. @return an fd or -errno (-ENOENT
- * for anything outside the root). */
-static int open_beneath(const struct file *f, const char *path, int flags)
+int file_open_beneath(const struct file *f, const char *path, int flags)
 {
 	int fd;
 
@@ -166,11 +167,30 @@ static int open_beneath(const struct file *f, const char *path, int flags)
 	return fd < 0 ? hide(-errno) : fd;
 }
 
+int file_open_dir(const struct file *f, const char *path)
+{
+	int fd, flags = O_RDONLY | O_DIRECTORY;
+
+	if (f->walk)
+		return walk_open(f, path, flags);
+	fd = sys_openat2(f->rootfd, rel(path), flags,
+			 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+	return fd < 0 ? hide(-errno) : fd;
+}
+
+/* Is the last segment of @path a temporary file's name (filewrite.c), never shown? */
+static bool temporary(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	return upload_reserved_name(slash ? slash + 1 : path);
+}
+
 /* What @path is, resolved beneath the root (a followed symlink gives its target). Opens
  * nothing but an O_PATH fd. @return 0 or -errno. */
 static int stat_beneath(const struct file *f, const char *path, struct stat *ret)
 {
-	int fd = open_beneath(f, path, O_PATH);
+	int fd = file_open_beneath(f, path, O_PATH);
 	int e = 0;
 
 	if (fd < 0)
@@ -188,12 +208,14 @@ static int open_regular(const struct file *f, const char *path, struct stat *ret
 	struct stat ps, st;
 	int e, fd;
 
+	if (temporary(path))
+		return -ENOENT;
 	e = stat_beneath(f, path, &ps);
 	if (e < 0)
 		return e;
 	if (!S_ISREG(ps.st_mode))
 		return S_ISDIR(ps.st_mode) ? -EISDIR : -ENOENT;
-	fd = open_beneath(f, path, O_RDONLY | O_NONBLOCK);
+	fd = file_open_beneath(f, path, O_RDONLY | O_NONBLOCK);
 	if (fd < 0)
 		return fd;
 	if (fstat(fd, &st) < 0) {
@@ -216,8 +238,11 @@ static int file_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct file *f = b->priv;
 	struct stat st;
-	int e, fd = open_beneath(f, path, O_PATH | O_NOFOLLOW);
+	int e, fd;
 
+	if (temporary(path))
+		return -ENOENT;
+	fd = file_open_beneath(f, path, O_PATH | O_NOFOLLOW);
 	if (fd < 0)
 		return fd;
 	e = fstat(fd, &st) < 0 ? -errno : 0;
@@ -233,7 +258,7 @@ static int file_stat(struct backend *b, const char *path, struct bk_meta *ret)
 		return -EISDIR;
 	if (!S_ISREG(st.st_mode))
 		return -ENOENT; /* a FIFO, socket or device: never served */
-	meta_from_stat(&st, ret);
+	file_meta_from_stat(&st, ret);
 	return 0;
 }
 
@@ -245,6 +270,8 @@ static int list_one(struct file *f, int dfd, const char *dir, const char *name, 
 	struct stat st;
 	struct bk_meta m;
 
+	if (upload_reserved_name(name))
+		return 0; /* an upload's temporary file */
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return 0; /* vanished */
 	if (S_ISLNK(st.st_mode)) {
@@ -258,7 +285,7 @@ static int list_one(struct file *f, int dfd, const char *dir, const char *name, 
 		if (e < 0 || !S_ISREG(st.st_mode))
 			return 0; /* out of the root, dangling, or not a regular file: hidden */
 	}
-	meta_from_stat(&st, &m);
+	file_meta_from_stat(&st, &m);
 	if (S_ISDIR(st.st_mode)) {
 		m.size = 0;
 		m.etag[0] = '\0';
@@ -272,7 +299,7 @@ static int list_one(struct file *f, int dfd, const char *dir, const char *name, 
 static int file_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 {
 	struct file *f = b->priv;
-	int fd = open_beneath(f, dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK);
+	int fd = file_open_beneath(f, dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK);
 	struct dirent *de;
 	DIR *d;
 	int e = 0;
@@ -310,7 +337,7 @@ static void run_job(void *arg)
 		e = fd;
 		goto out;
 	}
-	meta_from_stat(&st, &m);
+	file_meta_from_stat(&st, &m);
 	if (j->etag[0] && strcmp(j->etag, m.etag) != 0) {
 		e = -ESTALE;
 		goto out;
@@ -373,7 +400,7 @@ static int file_read(struct backend *b, const char *path, const char *etag, uint
 static int file_check(struct backend *b, char *err, size_t errlen)
 {
 	struct file *f = b->priv;
-	int fd = open_beneath(f, "", O_RDONLY | O_DIRECTORY);
+	int fd = file_open_beneath(f, "", O_RDONLY | O_DIRECTORY);
 
 	if (fd < 0) {
 		snprintf(err, errlen, "%s: %s", f->root, strerror(-fd));
@@ -389,6 +416,18 @@ static const struct bk_ops file_ops = {
     .list = file_list,
     .read = file_read,
     .free = file_free,
+    .start = file_write_start,
+    .stop = file_write_stop,
+    .min_part = 1,
+    .max_parts = UINT32_MAX,
+    .hold_first = false,
+    .upload_init = file_upload_init,
+    .upload_part = file_upload_part,
+    .upload_commit = file_upload_commit,
+    .upload_abort = file_upload_abort,
+    .unlink = file_unlink,
+    .rename = file_rename,
+    .mkdir = file_mkdir,
 };
 
 static int hexval(char c)

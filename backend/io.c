@@ -54,6 +54,13 @@
  * passes its own), and the rules above are pure functions (io_window_feedback, io_backoff_ns,
  * io_range_check) that tests/unit/test_io.c drives directly.
  *
+ * Writes. A request may carry a method (PUT, POST, DELETE) and a body in the submitter's
+ * memory, which every attempt hands to curl again from its first byte, so a retried part goes
+ * out whole. Its answer goes through the same status table and retry rules as a read's; a
+ * submitter's check (io_check_fn) may then fail an answer the status alone would pass (S3's
+ * 200 carrying an <Error>, a part's ETag that is not the MD5 of the bytes sent), and a failure
+ * it calls -EIO is retried like a corrupt read.
+ *
  * A request (struct io_req, io.h) shows the submitter what it asks and what came back; io's
  * own state of it (struct io_xfer: the curl handle, the queue link, the attempt's progress) is
  * allocated with it and hidden here. The schemes share io_read (a range GET, If-Match) and
@@ -182,34 +189,38 @@ static void logf_(struct io *io, int level, const char *fmt, ...)
 	io->cfg.log(io->cfg.log_arg, level, line);
 }
 
-int io_status_errno(long status)
+/* HTTP status -> errno: the one table. Any other failure is -EIO. */
+static const struct {
+	long status;
+	int err;       /* for a read (GET, HEAD) and a DELETE */
+	int write_err; /* for a PUT or POST, where it differs */
+} statuses[] = {
+    {400, -EINVAL, 0},
+    {401, -EACCES, 0},
+    {403, -EACCES, 0},
+    {404, -ENOENT, 0},
+    {405, -EOPNOTSUPP, 0},
+    {408, -ETIMEDOUT, 0},
+    {410, -ENOENT, 0},
+    /* a read's If-Match: the object is not (or no longer) the version we know; a write's
+     * If-None-Match: *: the name is taken */
+    {412, -ESTALE, -EEXIST},
+    {416, -ESTALE, 0},
+    {429, -EAGAIN, 0}, /* slow down; becomes EIO if retries run out */
+    {501, -EOPNOTSUPP, 0},
+    {503, -EAGAIN, 0},
+    {504, -ETIMEDOUT, 0},
+};
+
+int io_status_errno(long status, bool write)
 {
 	if (status >= 200 && status < 300)
 		return 0;
-	switch (status) {
-	case 400:
-		return -EINVAL;
-	case 401:
-	case 403:
-		return -EACCES;
-	case 404:
-	case 410:
-		return -ENOENT;
-	case 405:
-	case 501:
-		return -EOPNOTSUPP;
-	case 408:
-	case 504:
-		return -ETIMEDOUT;
-	case 412:
-	case 416:
-		return -ESTALE; /* the object is not (or no longer) the version we know */
-	case 429:
-	case 503:
-		return -EAGAIN; /* slow down; becomes EIO if retries run out */
-	default:
-		return -EIO;
-	}
+	for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++)
+		if (statuses[i].status == status)
+			return write && statuses[i].write_err ? statuses[i].write_err
+							      : statuses[i].err;
+	return -EIO;
 }
 
 static bool status_retryable(long status)
@@ -264,6 +275,7 @@ struct io_req *io_req_new(void)
 		return NULL;
 	b->r.xfer = &b->x;
 	b->r.mtime = INT64_MIN;
+	b->r.date = INT64_MIN;
 	b->r.length = UINT64_MAX;
 	return &b->r;
 }
@@ -316,7 +328,9 @@ static void reset_attempt(struct io_req *r)
 	r->body_len = 0;
 	r->etag_got[0] = '\0';
 	r->mtime = INT64_MIN;
+	r->date = INT64_MIN;
 	r->length = UINT64_MAX;
+	r->sse[0] = '\0';
 	r->errmsg[0] = '\0';
 	r->xfer->got = 0;
 	r->xfer->skip = 0;
@@ -358,7 +372,9 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg)
 		r->status = 0;
 		r->etag_got[0] = '\0';
 		r->mtime = INT64_MIN;
+		r->date = INT64_MIN;
 		r->length = UINT64_MAX;
+		r->sse[0] = '\0';
 		r->xfer->have_cr = false;
 		if (sp && (size_t)(sp - buf) + 4 <= n)
 			r->status = strtol(sp + 1, NULL, 10);
@@ -374,6 +390,16 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *arg)
 
 		if (httphdr_date(v, vlen, &t) == 0)
 			r->mtime = t;
+	} else if ((v = header_value(buf, n, "date:", &vlen))) {
+		int64_t t;
+
+		if (httphdr_date(v, vlen, &t) == 0)
+			r->date = t;
+	} else if ((v = header_value(buf, n, "x-amz-server-side-encryption:", &vlen))) {
+		if (vlen < sizeof(r->sse)) {
+			memcpy(r->sse, v, vlen);
+			r->sse[vlen] = '\0';
+		}
 	} else if ((v = header_value(buf, n, "content-length:", &vlen))) {
 		uint64_t len;
 
@@ -573,13 +599,24 @@ static struct io_req *dequeue(struct io *io, enum bk_prio prio)
 
 static void part_end(struct io *io, struct io_req *c, struct io_req *p, bool retry);
 
+static const char *method_of(const struct io_req *r)
+{
+	return r->method ? r->method : r->head ? "HEAD" : "GET";
+}
+
+/* Does @r write (PUT, POST), for the status table? */
+static bool writes(const struct io_req *r)
+{
+	return r->method && (!strcmp(r->method, "PUT") || !strcmp(r->method, "POST"));
+}
+
 /* Count and log a request that failed for good. */
 static void failed(struct io *io, struct io_req *r)
 {
 	STAT_ADD(io, errors, 1);
 	if (r->err != -ENOENT && r->err != -ESHUTDOWN)
-		logf_(io, 1, "%s %s%s: %s", r->head ? "HEAD" : "GET", r->url,
-		      r->len ? " (range)" : "", r->errmsg[0] ? r->errmsg : strerror(-r->err));
+		logf_(io, 1, "%s %s%s: %s", method_of(r), r->url, r->len ? " (range)" : "",
+		      r->errmsg[0] ? r->errmsg : strerror(-r->err));
 }
 
 /* Carrier @c is over: its reads not yet completed end with its answer (@retry: those that
@@ -722,6 +759,23 @@ static struct io_req *merge(struct io *io, struct io_req *r)
 	return c;
 }
 
+/* The method, and the body of a PUT or POST: handed to curl again by every attempt, so a
+ * retry sends it whole from its first byte (curl keeps the pointer, it copies nothing). A
+ * pooled handle keeps the last request's settings: each one is set here, every time. */
+static void set_method(CURL *e, const struct io_req *r)
+{
+	bool body = writes(r);
+
+	curl_easy_setopt(e, CURLOPT_NOBODY, r->head ? 1L : 0L);
+	if (!r->head)
+		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+	if (body) {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->upload_len);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->upload ? r->upload : "");
+	}
+	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
+}
+
 static int start_attempt(struct io *io, struct io_req *r)
 {
 	CURL *e = io->npool ? io->pool[--io->npool] : curl_easy_init();
@@ -753,9 +807,7 @@ static int start_attempt(struct io *io, struct io_req *r)
 
 	curl_easy_setopt(e, CURLOPT_URL, r->url);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->xfer->att_headers);
-	curl_easy_setopt(e, CURLOPT_NOBODY, r->head ? 1L : 0L);
-	if (!r->head)
-		curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+	set_method(e, r);
 	if (r->len) {
 		snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)r->off,
 			 (unsigned long long)(r->off + r->len - 1));
@@ -784,6 +836,7 @@ static int start_attempt(struct io *io, struct io_req *r)
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
 	}
 	r->xfer->easy = e;
+	r->attempts = r->xfer->attempt + 1;
 	if (curl_multi_add_handle(io->multi, e) != CURLM_OK) {
 		r->xfer->easy = NULL;
 		io->pool[io->npool++] = e;
@@ -927,7 +980,7 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		r->err = curl_errno(code, &retry);
 		if (!r->errmsg[0])
 			snprintf(r->errmsg, sizeof(r->errmsg), "%s", curl_easy_strerror(code));
-	} else if ((r->err = io_status_errno(r->status)) != 0) {
+	} else if ((r->err = io_status_errno(r->status, writes(r))) != 0) {
 		retry = status_retryable(r->status);
 		if (!r->errmsg[0])
 			snprintf(r->errmsg, sizeof(r->errmsg), "HTTP %ld", r->status);
@@ -937,6 +990,8 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		snprintf(r->errmsg, sizeof(r->errmsg), "short body: %llu of %u bytes",
 			 (unsigned long long)r->xfer->got, r->len);
 	}
+	if (code == CURLE_OK && r->check && !r->xfer->complete)
+		r->check(r, &retry);
 	if (r->len && !r->err && !r->xfer->carrier)
 		STAT_ADD(io, bytes, r->len); /* a carrier's reads count their own */
 	if (r->status)

@@ -22,11 +22,24 @@ typedef void (*io_done_fn)(struct io_req *r);
  * already holds a copy of r->headers. @return 0 or -errno (the request fails). */
 typedef int (*io_sign_fn)(struct io_req *r, struct curl_slist **list, void *arg);
 
+/*
+ * Called on the I/O thread when an attempt got a whole answer (any status), after io mapped
+ * its status to r->err (0 for 2xx) and decided *retry: may change both, e.g. to fail a 200
+ * whose body says the request failed, or a part whose ETag is not the bytes sent (-EIO and
+ * *retry true: tried again like a corrupt answer).
+ */
+typedef void (*io_check_fn)(struct io_req *r, bool *retry);
+
 /* One HTTP request. The submitter fills the first block; io fills the results. */
 struct io_req {
 	char *url;                   /* owned by the request (freed by io_req_free) */
 	struct curl_slist *headers;  /* owned; sent with every attempt */
 	bool head;                   /* HEAD instead of GET */
+	const char *method; /* NULL: GET (or HEAD); else "PUT", "POST", "DELETE" (static) */
+	const void *upload; /* PUT, POST: the body, sent whole by every attempt; not owned,
+			     * valid until done (NULL: empty body) */
+	size_t upload_len;
+	io_check_fn check;	     /* NULL: the status alone decides */
 	uint64_t off;                /* range reads: first byte */
 	uint32_t len;                /* range reads: exact length, 0 = not a range read */
 	void *dst;                   /* range reads: where the bytes go (len bytes) */
@@ -44,7 +57,10 @@ struct io_req {
 	size_t body_len;
 	char etag_got[BK_ETAG_MAX];  /* ETag header, "" if none */
 	int64_t mtime;               /* Last-Modified, INT64_MIN if none */
+	int64_t date;		     /* Date (the server's clock), INT64_MIN if none */
 	uint64_t length;             /* Content-Length, UINT64_MAX if none */
+	char sse[24];		     /* x-amz-server-side-encryption, "" if none */
+	unsigned attempts;	     /* attempts started, retries included */
 	char errmsg[256];            /* why it failed, for a log line or the user */
 
 	struct io_xfer *xfer;        /* io's own state of the request (io.c); allocated with it */
@@ -119,8 +135,9 @@ void io_get_stats(struct io *io, struct bk_stats *ret);
 /* Count a read done outside curl (file://): one request, @bytes received or an error. */
 void io_account(struct io *io, uint64_t bytes, bool error);
 
-/* HTTP status -> errno (0 for 2xx); is a failure with this status or curl code retryable? */
-int io_status_errno(long status);
+/* HTTP status -> errno (0 for 2xx), for a read or DELETE, or for a PUT or POST (@write): the
+ * one table of them. */
+int io_status_errno(long status, bool write);
 
 /* ---- the loop's rules as pure functions, exposed for tests ---------------------------------- */
 

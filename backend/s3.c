@@ -22,22 +22,11 @@
 #include <time.h>
 
 #include "creds.h"
+#include "s3_i.h"
 #include "s3xml.h"
 #include "io.h"
 #include "scheme.h"
 #include "sigv4.h"
-
-#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-
-struct s3 {
-	char *bucket;
-	char *prefix;	/* "" or "some/prefix/" */
-	char *endpoint; /* scheme://host[:port], for messages */
-	char *base_url; /* where keys start: "http://h:9000/bucket" or "https://bucket.h" */
-	char *region;
-	bool path_style;
-	struct s3_creds creds;
-};
 
 static void s3_free(struct backend *b)
 {
@@ -54,50 +43,70 @@ static void s3_free(struct backend *b)
 	free(s);
 }
 
-/* Append SigV4 headers for the request @r (its method and URL are final). */
-static int sign(struct io_req *r, struct curl_slist **list, void *arg)
+/* Split @url into the Host curl sends (@host) and the path it signs (@curi), and its query.
+ * @return 0 or -errno. */
+static int url_parts(const char *url, char host[512], char curi[8192], const char **ret_query)
 {
-	struct s3 *s = arg;
-	const char *p = strstr(r->url, "://"), *q;
-	char host[512], curi[8192], date[17], auth[1024], line[4200];
-	struct kv hdr[4];
-	size_t nh = 0;
-	int e;
+	const char *p = strstr(url, "://"), *q;
 
-	if (!s->creds.access_key[0])
-		return 0; /* anonymous */
-	p = p ? p + 3 : r->url;
+	p = p ? p + 3 : url;
 	q = strchr(p, '/');
-	if (!q || (size_t)(q - p) >= sizeof(host))
+	if (!q || (size_t)(q - p) >= 512)
 		return -EINVAL;
 	memcpy(host, p, (size_t)(q - p));
 	host[q - p] = '\0';
 	/* curl leaves a default port out of the Host it sends; sign what it sends */
 	size_t hl = strlen(host);
-	if (strncmp(r->url, "http://", 7) == 0 && hl > 3 && strcmp(host + hl - 3, ":80") == 0)
+	if (strncmp(url, "http://", 7) == 0 && hl > 3 && strcmp(host + hl - 3, ":80") == 0)
 		host[hl - 3] = '\0';
-	else if (strncmp(r->url, "https://", 8) == 0 && hl > 4 && strcmp(host + hl - 4, ":443") == 0)
+	else if (strncmp(url, "https://", 8) == 0 && hl > 4 && strcmp(host + hl - 4, ":443") == 0)
 		host[hl - 4] = '\0';
 	const char *qm = strchr(q, '?');
 	size_t ulen = qm ? (size_t)(qm - q) : strlen(q);
-	if (ulen >= sizeof(curi))
+	if (ulen >= 8192)
 		return -ENAMETOOLONG;
 	memcpy(curi, q, ulen);
 	curi[ulen] = '\0';
+	*ret_query = qm ? qm + 1 : "";
+	return 0;
+}
 
+#define SIGNED_EXTRA_MAX 4
+
+int s3_sign(struct s3 *s, struct io_req *r, struct curl_slist **list, const char *payload_hash,
+	    const struct kv *extra, size_t nextra)
+{
+	char host[512], curi[8192], date[17], auth[1024], line[4200];
+	struct kv hdr[4 + SIGNED_EXTRA_MAX];
+	const char *query;
+	size_t nh = 0, nown;
+	int e;
+
+	if (!s->creds.access_key[0])
+		return 0; /* anonymous */
+	if (nextra > SIGNED_EXTRA_MAX)
+		return -EINVAL;
+	e = url_parts(r->url, host, curi, &query);
+	if (e < 0)
+		return e;
 	sigv4_amz_date(time(NULL), date);
 	hdr[nh++] = (struct kv){"host", host};
-	hdr[nh++] = (struct kv){"x-amz-content-sha256", EMPTY_SHA256};
+	hdr[nh++] = (struct kv){"x-amz-content-sha256", payload_hash};
 	hdr[nh++] = (struct kv){"x-amz-date", date};
 	if (s->creds.session_token[0])
 		hdr[nh++] = (struct kv){"x-amz-security-token", s->creds.session_token};
+	nown = nh;
+	for (size_t i = 0; i < nextra; i++)
+		hdr[nh++] = extra[i];
 	struct sigv4_input in = {
-	    .method = r->head ? "HEAD" : "GET",
+	    .method = r->method ? r->method
+		      : r->head ? "HEAD"
+				: "GET",
 	    .canonical_uri = curi,
-	    .canonical_query = qm ? qm + 1 : "",
+	    .canonical_query = query,
 	    .headers = hdr,
 	    .nheaders = nh,
-	    .payload_hash = EMPTY_SHA256,
+	    .payload_hash = payload_hash,
 	    .amz_date = date,
 	    .region = s->region,
 	    .service = "s3",
@@ -108,7 +117,7 @@ static int sign(struct io_req *r, struct curl_slist **list, void *arg)
 	if (e < 0)
 		goto out;
 	e = -ENOMEM;
-	for (size_t i = 1; i < nh; i++) {
+	for (size_t i = 1; i < nown; i++) { /* ours; host and @extra are sent already */
 		snprintf(line, sizeof(line), "%s: %s", hdr[i].k, hdr[i].v);
 		struct curl_slist *l = curl_slist_append(*list, line);
 		if (!l)
@@ -129,8 +138,13 @@ out:
 	return e;
 }
 
-/* A request for key @key (prefix not yet added) or, with @key NULL, for the bucket. */
-static struct io_req *new_req(struct s3 *s, const char *key, const char *query)
+/* The signer of requests without a body. */
+static int sign(struct io_req *r, struct curl_slist **list, void *arg)
+{
+	return s3_sign(arg, r, list, EMPTY_SHA256, NULL, 0);
+}
+
+struct io_req *s3_new_req(struct s3 *s, const char *key, const char *query)
 {
 	struct io_req *r = io_req_new();
 	char *full = NULL, *enc = NULL;
@@ -287,7 +301,7 @@ static int s3_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 		if (token)
 			q[n++] = (struct kv){"continuation-token", token};
 		char *query = sigv4_canonical_query(q, n);
-		if (!query || !(r = new_req(s, NULL, query))) {
+		if (!query || !(r = s3_new_req(s, NULL, query))) {
 			free(query);
 			e = -ENOMEM;
 			break;
@@ -322,7 +336,7 @@ static int s3_check(struct backend *b, char *err, size_t errlen)
 			 {"prefix", s->prefix},
 			 {"encoding-type", "url"}};
 	char *query = sigv4_canonical_query(q, 4);
-	struct io_req *r = query ? new_req(s, NULL, query) : NULL;
+	struct io_req *r = query ? s3_new_req(s, NULL, query) : NULL;
 	int e;
 
 	free(query);
@@ -345,7 +359,7 @@ static int s3_check(struct backend *b, char *err, size_t errlen)
 
 static int s3_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
-	struct io_req *r = new_req(b->priv, path, NULL);
+	struct io_req *r = s3_new_req(b->priv, path, NULL);
 
 	return r ? io_head(b->io, r, ret) : -ENOMEM;
 }
@@ -353,7 +367,7 @@ static int s3_stat(struct backend *b, const char *path, struct bk_meta *ret)
 static int s3_read(struct backend *b, const char *path, const char *etag, uint64_t off,
 		   uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
-	struct io_req *r = new_req(b->priv, path, NULL);
+	struct io_req *r = s3_new_req(b->priv, path, NULL);
 
 	if (!r)
 		return -ENOMEM;
@@ -362,7 +376,7 @@ static int s3_read(struct backend *b, const char *path, const char *etag, uint64
 
 static int s3_stat_async(struct backend *b, const char *path, bk_stat_done_fn done, void *arg)
 {
-	struct io_req *r = new_req(b->priv, path, NULL);
+	struct io_req *r = s3_new_req(b->priv, path, NULL);
 
 	return r ? io_head_async(b->io, r, done, arg) : -ENOMEM;
 }
@@ -417,7 +431,7 @@ static int submit_page(struct s3_list_async *la)
 	if (la->token)
 		q[n++] = (struct kv){"continuation-token", la->token};
 	query = sigv4_canonical_query(q, n);
-	r = query ? new_req(la->b->priv, NULL, query) : NULL;
+	r = query ? s3_new_req(la->b->priv, NULL, query) : NULL;
 	free(query);
 	if (!r)
 		return -ENOMEM;
@@ -463,6 +477,16 @@ static const struct bk_ops s3_ops = {
     .free = s3_free,
     .stat_async = s3_stat_async,
     .list_async = s3_list_async,
+    .min_part = BK_PART_SIZE_MIN,
+    .max_parts = BK_PARTS_MAX,
+    .hold_first = true,
+    .upload_init = s3_upload_init,
+    .upload_part = s3_upload_part,
+    .upload_commit = s3_upload_commit,
+    .upload_abort = s3_upload_abort,
+    .unlink = s3_unlink,
+    .rename = s3_rename,
+    .mkdir = s3_mkdir,
 };
 
 /* Valid S3 bucket names are 3..63 of [a-z0-9.-]; be a little lenient (upper case, '_') for

@@ -1,6 +1,8 @@
 /*
- * s3xml.c - the two XML documents tierfs reads from S3: a ListObjectsV2 result page and an
- * <Error> body. Parsed with expat, streaming, in one pass over a body already in memory.
+ * s3xml.c - the XML documents tierfs reads from S3: a ListObjectsV2 result page, an <Error>
+ * body, and the answers to CreateMultipartUpload and CompleteMultipartUpload; and the one it
+ * writes, CompleteMultipartUpload's list of parts. Parsed with expat, streaming, in one pass
+ * over a body already in memory.
  *
  * Only these paths mean anything; every other element is skipped with its whole subtree:
  *
@@ -15,6 +17,12 @@
  *
  *     Error                                 depth 1
  *       Code, Message                       2
+ *
+ *     InitiateMultipartUploadResult         depth 1
+ *       UploadId                            2
+ *
+ *     CompleteMultipartUploadResult         depth 1 (or Error: S3 may answer 200 with one,
+ *       ETag                                2        when it failed after sending the status)
  *
  * Matching is by path, not by name: the <Prefix> that echoes the request at depth 2 and a
  * <Key> inside, say, an <Owner> are not listing entries. Entries are collected into an array
@@ -41,6 +49,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -70,11 +79,17 @@ enum elem {
 	E_ERROR,
 	E_CODE,
 	E_MESSAGE,
+	/* multipart answers */
+	E_INITIATE,
+	E_UPLOADID,
+	E_COMPLETE,
 };
 
 enum doc {
 	DOC_LIST,
 	DOC_ERROR,
+	DOC_INITIATE,
+	DOC_COMPLETE, /* a CompleteMultipartUploadResult or an Error */
 };
 
 /* One listing entry, kept until the whole page has been checked. */
@@ -107,13 +122,34 @@ struct ctx {
 
 	/* error */
 	char *code, *msg;
+
+	/* multipart answers */
+	char *upload_id;
+	bool is_error; /* DOC_COMPLETE: the root was <Error> */
 };
 
 /* The error for a document that is not what we expected: -EIO for a listing (the server
  * answered 200 with something unusable), -EINVAL for "not an error document". */
 static int bad(const struct ctx *c)
 {
-	return c->doc == DOC_LIST ? -EIO : -EINVAL;
+	return c->doc == DOC_ERROR ? -EINVAL : -EIO;
+}
+
+static enum elem classify_root(const struct ctx *c, const char *name)
+{
+	switch (c->doc) {
+	case DOC_LIST:
+		return strcmp(name, "ListBucketResult") == 0 ? E_LIST : E_OTHER;
+	case DOC_INITIATE:
+		return strcmp(name, "InitiateMultipartUploadResult") == 0 ? E_INITIATE : E_OTHER;
+	case DOC_COMPLETE:
+		if (strcmp(name, "CompleteMultipartUploadResult") == 0)
+			return E_COMPLETE;
+		break; /* or an <Error> */
+	case DOC_ERROR:
+		break;
+	}
+	return strcmp(name, "Error") == 0 ? E_ERROR : E_OTHER;
 }
 
 static void fail(struct ctx *c, int err)
@@ -127,11 +163,13 @@ static enum elem classify(const struct ctx *c, const char *name)
 {
 	enum elem parent = c->depth > 0 && c->depth <= STACK_MAX ? c->stack[c->depth - 1] : E_OTHER;
 
-	if (c->depth == 0 && c->doc == DOC_LIST)
-		return strcmp(name, "ListBucketResult") == 0 ? E_LIST : E_OTHER;
 	if (c->depth == 0)
-		return strcmp(name, "Error") == 0 ? E_ERROR : E_OTHER;
+		return classify_root(c, name);
 	switch (parent) {
+	case E_INITIATE:
+		return strcmp(name, "UploadId") == 0 ? E_UPLOADID : E_OTHER;
+	case E_COMPLETE:
+		return strcmp(name, "ETag") == 0 ? E_ETAG : E_OTHER;
 	case E_LIST:
 		if (strcmp(name, "IsTruncated") == 0)
 			return E_TRUNCATED;
@@ -180,6 +218,7 @@ static bool is_leaf(enum elem e)
 	case E_PREFIX:
 	case E_CODE:
 	case E_MESSAGE:
+	case E_UPLOADID:
 		return true;
 	default:
 		return false;
@@ -212,6 +251,8 @@ static void XMLCALL on_start(void *data, const XML_Char *name, const XML_Char **
 		fail(c, bad(c));
 		return;
 	}
+	if (c->depth == 0)
+		c->is_error = e == E_ERROR;
 	if (c->depth == INT_MAX) {
 		fail(c, bad(c));
 		return;
@@ -399,6 +440,9 @@ static void XMLCALL on_end(void *data, const XML_Char *name)
 	case E_MESSAGE:
 		take_text(c, &c->msg);
 		break;
+	case E_UPLOADID:
+		take_text(c, &c->upload_id);
+		break;
 	default:
 		break;
 	}
@@ -471,6 +515,7 @@ static void ctx_done(struct ctx *c)
 	free(c->encoding);
 	free(c->code);
 	free(c->msg);
+	free(c->upload_id);
 }
 
 static int hex(char ch)
@@ -651,4 +696,119 @@ int s3xml_parse_time(const char *s, int64_t *ret)
 	t = timegm(&tm);
 	*ret = (int64_t)t - off;
 	return 0;
+}
+
+/* ---- multipart uploads ---------------------------------------------------------------------- */
+
+int s3xml_parse_initiate(const char *body, size_t len, char **ret_id)
+{
+	struct ctx c = {.doc = DOC_INITIATE};
+	int r;
+
+	if (!body)
+		return -EIO;
+	r = run(&c, body, len);
+	if (r == 0 && (!c.upload_id || !trim(c.upload_id)[0]))
+		r = -EIO;
+	if (r == 0) {
+		char *id = strdup(trim(c.upload_id));
+
+		if (!id)
+			r = -ENOMEM;
+		else
+			*ret_id = id;
+	}
+	ctx_done(&c);
+	return r;
+}
+
+int s3xml_parse_complete(const char *body, size_t len, char *etag, size_t etaglen, char *code,
+			 size_t codelen)
+{
+	struct ctx c = {.doc = DOC_COMPLETE};
+	int r;
+
+	copy_trunc(code, codelen, "");
+	if (!body)
+		return -EIO;
+	r = run(&c, body, len);
+	if (r < 0)
+		goto out;
+	r = -EIO;
+	if (c.is_error) {
+		copy_trunc(code, codelen, c.code ? trim(c.code) : "");
+		goto out;
+	}
+	if (!c.etag || !trim(c.etag)[0] || strlen(trim(c.etag)) >= etaglen)
+		goto out;
+	copy_trunc(etag, etaglen, trim(c.etag));
+	r = 0;
+out:
+	ctx_done(&c);
+	return r;
+}
+
+/* @s with the five characters XML gives a meaning to escaped, appended at @out (NULL: only
+ * counted). @return the bytes it takes. */
+static size_t xml_escape(const char *s, char *out)
+{
+	size_t n = 0;
+
+	for (; *s; s++) {
+		const char *rep = *s == '&'    ? "&amp;"
+				  : *s == '<'  ? "&lt;"
+				  : *s == '>'  ? "&gt;"
+				  : *s == '"'  ? "&quot;"
+				  : *s == '\'' ? "&apos;"
+					       : NULL;
+		size_t k = rep ? strlen(rep) : 1;
+
+		if (out)
+			memcpy(out + n, rep ? rep : s, k);
+		n += k;
+	}
+	return n;
+}
+
+#define COMPLETE_HEAD "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+#define COMPLETE_TAIL "</CompleteMultipartUpload>"
+#define PART_FMT      "<Part><PartNumber>%u</PartNumber><ETag>"
+#define PART_TAIL     "</ETag></Part>"
+
+/* Write (or with @out NULL, count) the document. @return its length. */
+static size_t complete_doc(const char *const *etags, uint32_t n, char *out)
+{
+	size_t w = 0;
+	char num[64];
+
+	if (out)
+		memcpy(out, COMPLETE_HEAD, strlen(COMPLETE_HEAD));
+	w += strlen(COMPLETE_HEAD);
+	for (uint32_t i = 0; i < n; i++) {
+		int k = snprintf(num, sizeof(num), PART_FMT, i + 1);
+
+		if (out)
+			memcpy(out + w, num, (size_t)k);
+		w += (size_t)k;
+		w += xml_escape(etags[i], out ? out + w : NULL);
+		if (out)
+			memcpy(out + w, PART_TAIL, strlen(PART_TAIL));
+		w += strlen(PART_TAIL);
+	}
+	if (out)
+		memcpy(out + w, COMPLETE_TAIL, strlen(COMPLETE_TAIL));
+	return w + strlen(COMPLETE_TAIL);
+}
+
+char *s3xml_complete_body(const char *const *etags, uint32_t n, size_t *ret_len)
+{
+	size_t len = complete_doc(etags, n, NULL);
+	char *doc = malloc(len + 1);
+
+	if (!doc)
+		return NULL;
+	complete_doc(etags, n, doc);
+	doc[len] = '\0';
+	*ret_len = len;
+	return doc;
 }

@@ -1,5 +1,6 @@
 /*
- * s3xml.h - S3 ListObjectsV2 and error documents, parsed with expat.
+ * s3xml.h - S3 ListObjectsV2, error and multipart upload documents, parsed with expat; the
+ * CompleteMultipartUpload request body, written.
  */
 #ifndef TIERFS_S3XML_H
 #define TIERFS_S3XML_H
@@ -34,6 +35,30 @@ int s3xml_parse_list(const char *body, size_t len, s3xml_list_fn fn, void *arg,
  */
 int s3xml_parse_error(const char *body, size_t len, char *code, size_t codelen, char *msg,
 		      size_t msglen);
+
+/*
+ * The answer to CreateMultipartUpload (InitiateMultipartUploadResult): its UploadId, trimmed,
+ * malloc'd into *ret_id (caller frees). @return 0, -EIO (another document, no UploadId),
+ * -ENOMEM.
+ */
+int s3xml_parse_initiate(const char *body, size_t len, char **ret_id);
+
+/*
+ * The answer to CompleteMultipartUpload. S3 sends its 200 before it has assembled the object
+ * and reports a failure after that as a 200 whose body is an <Error>, so a 200 is a success
+ * only with a CompleteMultipartUploadResult carrying an ETag.
+ * @return 0 and the ETag as sent (quotes included, trimmed) in @etag; -EIO for an <Error>
+ * (its Code in @code, truncated to fit) or anything else (@code ""); -ENOMEM.
+ */
+int s3xml_parse_complete(const char *body, size_t len, char *etag, size_t etaglen, char *code,
+			 size_t codelen);
+
+/*
+ * The body of CompleteMultipartUpload for parts 1..@n whose ETags (as the store answered them,
+ * quotes included) are @etags[0..n-1], XML-escaped. @return the malloc'd, NUL-terminated
+ * document with its length in *ret_len, or NULL if out of memory.
+ */
+char *s3xml_complete_body(const char *const *etags, uint32_t n, size_t *ret_len);
 
 /* "2013-09-17T18:07:53.000Z" -> seconds since epoch. @return 0 or -EINVAL. */
 int s3xml_parse_time(const char *s, int64_t *ret);

@@ -9,6 +9,8 @@
 
 #include "backend.h"
 
+struct bk_part;
+
 struct bk_ops {
 	int (*check)(struct backend *b, char *err, size_t errlen);
 	int (*stat)(struct backend *b, const char *path, struct bk_meta *ret);
@@ -21,7 +23,40 @@ struct bk_ops {
 	int (*stat_async)(struct backend *b, const char *path, bk_stat_done_fn done, void *arg);
 	int (*list_async)(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
 			  void *arg);
+
+	/* Optional: after the I/O thread started, and before it stops (file's writer thread). */
+	int (*start)(struct backend *b);
+	void (*stop)(struct backend *b);
+
+	/* Writing (backend.h, upload.h); all NULL for a read-only scheme (http), which then
+	 * answers -EROFS. upload.c has checked the contract before each call. */
+	uint64_t min_part;  /* the smallest part_size the store takes */
+	uint32_t max_parts; /* the most parts of one object */
+	bool hold_first;    /* keep a first part back: one request for an object of one part */
+	/* Set u->priv up; no I/O. @return 0 or -errno. */
+	int (*upload_init)(struct bk_upload *u);
+	/* Take part @p (upload.h says what @step asks). @return 0 (p is the scheme's until
+	 * upload_part_end) or -errno (nothing done, p still the caller's). */
+	int (*upload_part)(struct bk_upload *u, struct bk_part *p, int step);
+	/* The plan has ended with a commit: finish once the parts are done, then upload_end.
+	 * @return 0, or -errno (nothing done; the upload is the caller's again). */
+	int (*upload_commit)(struct bk_upload *u);
+	/* The plan has ended with an abort: undo once the parts are done, then upload_free. */
+	void (*upload_abort)(struct bk_upload *u);
+	int (*unlink)(struct backend *b, const char *path, bk_done_fn done, void *arg);
+	int (*rename)(struct backend *b, const char *from, const char *to, bool overwrite,
+		      bk_done_fn done, void *arg);
+	/* mkdir, or rmdir with @rm */
+	int (*mkdir)(struct backend *b, const char *path, bool rm, bk_done_fn done, void *arg);
 };
+
+/* The write counters of struct bk_stats (backend.h says what each counts); relaxed atomics. */
+struct bk_write_stats {
+	uint64_t started, completed, failed, aborted, abort_errors, parts, bytes, retries,
+	    tmp_removed;
+};
+
+#define WSTAT_ADD(b, f, v) __atomic_fetch_add(&(b)->wst.f, (v), __ATOMIC_RELAXED)
 
 /* Set up by backend_new and the scheme's init, read-only afterwards: no lock. */
 struct backend {
@@ -31,6 +66,8 @@ struct backend {
 	void *priv;           /* the scheme's own state */
 	void (*log)(void *log_arg, int level, const char *line); /* cfg->log, may be NULL */
 	void *log_arg;
+	bool writable;		   /* cfg->writable, and the scheme can write */
+	struct bk_write_stats wst; /* relaxed atomics, any thread */
 };
 
 /* Each sets b->ops, b->scheme, b->priv (and b->io when it needs one).

@@ -1,10 +1,12 @@
 /*
- * fuzz_s3xml.c - S3 response bodies (ListObjectsV2 pages, <Error> documents) through s3xml.c.
+ * fuzz_s3xml.c - S3 response bodies (ListObjectsV2 pages, <Error> documents, the answers to
+ * Create- and CompleteMultipartUpload) through s3xml.c.
  *
  * The input is one response body, handed over as (pointer, length) exactly as io.c would, so
  * a read past its end is caught. Every input goes through s3xml_parse_list(),
- * s3xml_parse_error() and, as a NUL-terminated string, s3xml_parse_time(). What is checked,
- * beyond "no crash, no leak, no UB":
+ * s3xml_parse_error(), s3xml_parse_initiate(), s3xml_parse_complete() and, as a
+ * NUL-terminated string, s3xml_parse_time(). What is checked, beyond "no crash, no leak, no
+ * UB":
  *
  *   - every callback gets a non-empty key and an etag, both NUL-terminated within the 64 KiB
  *     that s3xml.c promises to cap values at; a prefix entry has size 0, no mtime, etag "";
@@ -12,7 +14,10 @@
  *   - a page that fails has reported no entry at all (entries only after the page checked);
  *   - *ret_token is written only on success, and then is NULL or a non-empty string;
  *   - an error document that parses has a non-empty code, and code and msg are NUL-terminated
- *     inside the caller's buffers (the bytes after them are left alone).
+ *     inside the caller's buffers (the bytes after them are left alone);
+ *   - an UploadId is written only on success, and is then a non-empty string; a Complete
+ *     answer's ETag and code stay inside the caller's buffers, the ETag non-empty on
+ *     success.
  *
  * To cover the callback stopping the walk, inputs whose length is a multiple of 5 make the
  * callback return -ECANCELED on its second call.
@@ -93,6 +98,31 @@ static void fuzz_error(const char *body, size_t len)
 	}
 }
 
+static void fuzz_multipart(const char *body, size_t len)
+{
+	static char sentinel;
+	char *id = &sentinel, etag[24 + 8], code[16 + 8];
+	int r = s3xml_parse_initiate(body, len, &id);
+
+	FUZZ_CHECK(r == 0 || r == -EIO || r == -ENOMEM);
+	FUZZ_CHECK((r == 0) == (id != &sentinel));
+	if (r == 0) {
+		FUZZ_CHECK(id[0] != '\0' && strnlen(id, VALUE_MAX + 1) <= VALUE_MAX);
+		free(id);
+	}
+	memset(etag, 'G', sizeof(etag));
+	memset(code, 'G', sizeof(code));
+	r = s3xml_parse_complete(body, len, etag, 24, code, 16);
+	FUZZ_CHECK(r == 0 || r == -EIO || r == -ENOMEM);
+	for (size_t i = 24; i < sizeof(etag); i++)
+		FUZZ_CHECK(etag[i] == 'G');
+	for (size_t i = 16; i < sizeof(code); i++)
+		FUZZ_CHECK(code[i] == 'G');
+	FUZZ_CHECK(memchr(code, '\0', 16));
+	if (r == 0)
+		FUZZ_CHECK(memchr(etag, '\0', 24) && etag[0] != '\0');
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *s;
@@ -100,6 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	fuzz_list((const char *)data, size);
 	fuzz_error((const char *)data, size);
+	fuzz_multipart((const char *)data, size);
 
 	s = fuzz_strndup(data, size);
 	(void)s3xml_parse_time(s, &t);

@@ -1,12 +1,14 @@
 /*
  * eioshim.c - an LD_PRELOAD shim that makes the disk tier's segment files return EIO, for
- * test_disk.py (this kernel has no device-mapper, so no dm-error or dm-flakey target).
+ * test_disk.py (this kernel has no device-mapper, so no dm-error or dm-flakey target), and the
+ * file:// store's upload temporary files, for test_upload_backend.py.
  *
  * The file named by $TIERFS_EIO_CTL says what fails, read at every call so a test can change
  * it while the mount runs: a line with "read" fails pread64/preadv64, one with "write" fails
- * pwritev64, on files named seg-*.tfs only (the fd's path, from /proc/self/fd). Everything
- * else, and every call while the file is empty or missing, goes to libc. Not for production:
- * a readlink and a small read per call.
+ * pwritev64, on files named seg-*.tfs only (the fd's path, from /proc/self/fd); a line with
+ * "upload-pwrite" fails pwrite64, one with "upload-fsync" fsync, on files named
+ * .tierfs-tmp-* only. Everything else, and every call while the file is empty or missing,
+ * goes to libc. Not for production: a readlink and a small read per call.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -40,26 +42,49 @@ static bool wanted(const char *what)
 	return strstr(buf, what) != NULL;
 }
 
-static bool is_segment(int fd)
+/* The last segment of @fd's path, into @buf. */
+static const char *base_of(int fd, char *buf, size_t size)
 {
-	char link[64], path[4096];
-	ssize_t n;
+	char link[64];
 	const char *base;
+	ssize_t n;
 
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	n = readlink(link, path, sizeof(path) - 1);
+	n = readlink(link, buf, size - 1);
 	if (n <= 0)
-		return false;
-	path[n] = '\0';
-	base = strrchr(path, '/');
-	base = base ? base + 1 : path;
-	n = (ssize_t)strlen(base);
+		return "";
+	buf[n] = '\0';
+	base = strrchr(buf, '/');
+	return base ? base + 1 : buf;
+}
+
+static bool is_segment(int fd)
+{
+	char path[4096];
+	const char *base = base_of(fd, path, sizeof(path));
+	size_t n = strlen(base);
+
 	return !strncmp(base, "seg-", 4) && n > 4 && !strcmp(base + n - 4, ".tfs");
+}
+
+static bool is_upload_tmp(int fd)
+{
+	char path[4096];
+
+	return !strncmp(base_of(fd, path, sizeof(path)), ".tierfs-tmp-", 12);
 }
 
 static bool fail(int fd, const char *what)
 {
 	if (!wanted(what) || !is_segment(fd))
+		return false;
+	errno = EIO;
+	return true;
+}
+
+static bool fail_upload(int fd, const char *what)
+{
+	if (!wanted(what) || !is_upload_tmp(fd))
 		return false;
 	errno = EIO;
 	return true;
@@ -98,4 +123,26 @@ ssize_t pwritev64(int fd, const struct iovec *iov, int n, off_t off)
 	if (fail(fd, "write"))
 		return -1;
 	return real(fd, iov, n, off);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t len, off_t off)
+{
+	static ssize_t (*real)(int, const void *, size_t, off_t);
+
+	if (!real)
+		real = (ssize_t(*)(int, const void *, size_t, off_t))dlsym(RTLD_NEXT, "pwrite64");
+	if (fail_upload(fd, "upload-pwrite"))
+		return -1;
+	return real(fd, buf, len, off);
+}
+
+int fsync(int fd)
+{
+	static int (*real)(int);
+
+	if (!real)
+		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+	if (fail_upload(fd, "upload-fsync"))
+		return -1;
+	return real(fd);
 }

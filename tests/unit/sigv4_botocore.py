@@ -26,6 +26,7 @@ Output, one record per case; every value is hex of its UTF-8 bytes, or '-' when 
     path <hex of the raw, unencoded path>
     param <hex name> <hex value>         (zero or more, in request order)
     header <hex name> <hex value>        (zero or more extra headers, in request order)
+    body <hex of the request body>       (cases with a body: PUT, POST; its SHA-256 signed)
     url <hex of the full URL botocore built>
     creq <hex of botocore's canonical request>
     auth <hex of botocore's Authorization header>
@@ -34,7 +35,9 @@ Output, one record per case; every value is hex of its UTF-8 bytes, or '-' when 
 Exit status 77 (and a message on stderr) if botocore cannot be imported.
 """
 
+import base64
 import datetime
+import hashlib
 import sys
 import types
 
@@ -81,16 +84,50 @@ class _CapturingAuth(botocore.auth.S3SigV4Auth):
 
 
 def case(name, path, method="GET", endpoint=("http", "127.0.0.1", 9000), region="us-east-1",
-         params=(), headers=(), token=None, unsigned=False):
+         params=(), headers=(), token=None, unsigned=False, body=None):
     return dict(name=name, path=path, method=method, endpoint=endpoint, region=region,
-                params=list(params), headers=list(headers), token=token, unsigned=unsigned)
-
+                params=list(params), headers=list(headers), token=token, unsigned=unsigned,
+                body=body)
 
 LOCAL = ("http", "127.0.0.1", 9000)
 AWS_VHOST = ("https", "examplebucket.s3.eu-west-1.amazonaws.com", None)
 MINIO_TLS = ("https", "minio.example.internal", 8443)
 DEFAULT_PORT = ("http", "localhost", 80)
 LIST = [("list-type", "2")]
+
+
+def md5_header(body):
+    return [("content-md5", base64.b64encode(hashlib.md5(body).digest()).decode())]
+
+
+PART_BODY = bytes(range(256)) * 12 + b"\0tail"  # every byte value; its hex fits a line
+COMPLETE_BODY = (b'<CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+                 b'<Part><PartNumber>1</PartNumber><ETag>&quot;a54357aff0632cce46d942af68356b38'
+                 b'&quot;</ETag></Part></CompleteMultipartUpload>')
+UPLOAD_ID = "VXBsb2FkIElEIGZvciA2aWWpbmcncyBteS1tb3ZpZS5tMnRzIHVwbG9hZA--"
+
+# The write path's requests (backend/s3write.c): bodies signed with their real SHA-256 and
+# Content-MD5 among the signed headers.
+BODY_CASES = [
+    case("put-object", "/bucket/dïr/o b.bin", method="PUT", body=b"Welcome to Amazon S3.",
+         headers=md5_header(b"Welcome to Amazon S3.")),
+    case("put-empty-object", "/bucket/empty", method="PUT", body=b"", headers=md5_header(b"")),
+    case("upload-part", "/bucket/seg/00000000000000000042.log", method="PUT", body=PART_BODY,
+         params=[("partNumber", "3"), ("uploadId", UPLOAD_ID)], headers=md5_header(PART_BODY)),
+    case("upload-part-token-tls", "/dir/seg.log", method="PUT", body=PART_BODY,
+         endpoint=AWS_VHOST, region="eu-west-1", token=TOKEN,
+         params=[("partNumber", "10000"), ("uploadId", UPLOAD_ID)],
+         headers=md5_header(PART_BODY)),
+    case("create-multipart", "/bucket/seg/a+b.log", method="POST", body=b"",
+         params=[("uploads", "")]),
+    case("complete-multipart", "/bucket/seg/a+b.log", method="POST", body=COMPLETE_BODY,
+         params=[("uploadId", UPLOAD_ID)], headers=md5_header(COMPLETE_BODY)),
+    case("abort-multipart", "/bucket/seg/a+b.log", method="DELETE",
+         params=[("uploadId", UPLOAD_ID)]),
+    case("delete-object", "/bucket/dïr/o b.bin", method="DELETE"),
+]
+
+
 
 CASES = [
     case("get-plain", "/bucket/logs/plain.log", headers=[("range", "bytes=0-99")]),
@@ -139,11 +176,11 @@ CASES = [
     case("list-vhost", "/", endpoint=AWS_VHOST, region="eu-west-1",
          params=LIST + [("prefix", "2024/02/29/")]),
     case("list-empty-value", "/bucket", params=[("lifecycle", "")]),
-]
+] + BODY_CASES
 
 
 def hx(s):
-    if s is None or s == "":
+    if s is None or len(s) == 0:
         return "-"
     if isinstance(s, str):
         s = s.encode("utf-8")
@@ -156,11 +193,13 @@ def sign(c):
     url = f"{scheme}://{netloc}{percent_encode(c['path'], safe='/~')}"
     if c["params"]:
         url += "?" + percent_encode_sequence(c["params"])
-    req = AWSRequest(method=c["method"], url=url)
+    req = AWSRequest(method=c["method"], url=url, data=c["body"])
     for k, v in c["headers"]:
         req.headers[k] = v  # HTTPHeaders appends: a repeated name gets two values
     if c["unsigned"]:
         req.context["client_config"] = Config(s3={"payload_signing_enabled": False})
+    elif c["body"] is not None:  # botocore would not sign a body sent over TLS with an MD5
+        req.context["client_config"] = Config(s3={"payload_signing_enabled": True})
     auth = _CapturingAuth(Credentials(AKID, SECRET, c["token"]), "s3", c["region"])
     auth.add_auth(req)
     return url, req, auth.creq
@@ -189,6 +228,8 @@ def main():
             out.append(f"param {hx(k)} {hx(v)}")
         for k, v in c["headers"]:
             out.append(f"header {hx(k)} {hx(v)}")
+        if c["body"] is not None:
+            out.append(f"body {hx(c['body'])}")
         out.append(f"url {hx(url)}")
         out.append(f"creq {hx(creq)}")
         out.append(f"auth {hx(req.headers['Authorization'])}")

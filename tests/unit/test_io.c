@@ -1,8 +1,8 @@
 /*
- * test_io.c - unit tests for backend/io.c's rules: the AIMD window, the backoff with jitter and
- * the checks a range answer must pass, as pure functions driven by explicit times and random
- * values; then the loop itself, run with a fake clock and a fixed random source passed in
- * through io_cfg, to show it takes its time and its jitter from there.
+ * test_io.c - unit tests for backend/io.c's rules: the AIMD window, the backoff with jitter,
+ * the checks a range answer must pass and the status table, as pure functions driven by
+ * explicit times and random values; then the loop itself, run with a fake clock and a fixed
+ * random source passed in through io_cfg, to show it takes its time and its jitter from there.
  *
  * The loop tests start the real I/O thread and, for the retry, let curl fail to connect to a
  * loopback port that is bound but not listening (refused at once, no server needed). They wait
@@ -424,6 +424,38 @@ static void test_loop_retry_waits_for_jittered_backoff(void **state)
 	close(fd);
 }
 
+/* ---- the status table ------------------------------------------------------------------- */
+
+static void test_status_errno(void **state)
+{
+	static const struct {
+		long status;
+		int read, write;
+	} rows[] = {
+	    {200, 0, 0},
+	    {204, 0, 0},
+	    {206, 0, 0},
+	    {400, -EINVAL, -EINVAL},
+	    {403, -EACCES, -EACCES},
+	    {404, -ENOENT, -ENOENT},
+	    {405, -EOPNOTSUPP, -EOPNOTSUPP},
+	    /* If-Match on a read: another version; If-None-Match: * on a write: name taken */
+	    {412, -ESTALE, -EEXIST},
+	    {416, -ESTALE, -ESTALE},
+	    {429, -EAGAIN, -EAGAIN},
+	    {500, -EIO, -EIO},
+	    {503, -EAGAIN, -EAGAIN},
+	    {504, -ETIMEDOUT, -ETIMEDOUT},
+	    {418, -EIO, -EIO},
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		assert_int_equal(io_status_errno(rows[i].status, false), rows[i].read);
+		assert_int_equal(io_status_errno(rows[i].status, true), rows[i].write);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -435,6 +467,7 @@ int main(void)
 	    cmocka_unit_test(test_range_206),
 	    cmocka_unit_test(test_range_200),
 	    cmocka_unit_test(test_range_etag),
+	    cmocka_unit_test(test_status_errno),
 	    cmocka_unit_test(test_loop_timers_follow_the_given_clock),
 	    cmocka_unit_test(test_loop_retry_waits_for_jittered_backoff),
 	};

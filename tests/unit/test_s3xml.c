@@ -1,5 +1,7 @@
 /*
- * test_s3xml.c - ListObjectsV2 pages and S3 error documents through s3xml.c.
+ * test_s3xml.c - ListObjectsV2 pages, S3 error documents and the multipart upload documents
+ * (CreateMultipartUpload's and CompleteMultipartUpload's answers, Complete's body) through
+ * s3xml.c.
  *
  * Documents are written out in full as S3 (and s3rver) send them. Each listing test collects
  * the callback's calls into a small array and checks them in order; a page that must fail is
@@ -652,6 +654,139 @@ static void test_url_encoded_keys(void **state)
 	assert_int_equal(g.n, 0);
 }
 
+/* ---- multipart uploads ---------------------------------------------------------------------- */
+
+static void test_initiate(void **state)
+{
+	static const char doc[] =
+	    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+	    "<InitiateMultipartUploadResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+	    "<Bucket>example-bucket</Bucket><Key>example-object</Key>\n"
+	    "<UploadId> VXBsb2FkIElEIGZvciA2aWWpbmcncyBteS1tb3ZpZS5tMnRzIHVwbG9hZA--\n"
+	    "</UploadId></InitiateMultipartUploadResult>";
+	static const char *const bad[] = {
+	    "",
+	    "<InitiateMultipartUploadResult><Bucket>b</Bucket></InitiateMultipartUploadResult>",
+	    "<InitiateMultipartUploadResult><UploadId> </UploadId></InitiateMultipartUploadResult>",
+	    "<InitiateMultipartUploadResult><UploadId>a</UploadId><UploadId>b</UploadId>"
+	    "</InitiateMultipartUploadResult>",
+	    "<Error><Code>AccessDenied</Code></Error>",
+	    "<InitiateMultipartUploadResult><UploadId>a<b/></UploadId>"
+	    "</InitiateMultipartUploadResult>",
+	    "<InitiateMultipartUploadResult><UploadId>abc</UploadId>",
+	};
+	char *id = (char *)0x1;
+
+	(void)state;
+	assert_int_equal(s3xml_parse_initiate(doc, strlen(doc), &id), 0);
+	assert_string_equal(id, "VXBsb2FkIElEIGZvciA2aWWpbmcncyBteS1tb3ZpZS5tMnRzIHVwbG9hZA--");
+	free(id);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		id = (char *)0x1;
+		assert_int_equal(s3xml_parse_initiate(bad[i], strlen(bad[i]), &id), -EIO);
+		assert_ptr_equal(id, (char *)0x1); /* written only on success */
+	}
+	assert_int_equal(s3xml_parse_initiate(NULL, 0, &id), -EIO);
+}
+
+static void test_complete_answer(void **state)
+{
+	static const char ok[] =
+	    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+	    "<CompleteMultipartUploadResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\n"
+	    "<Location>http://Example-Bucket.s3.amazonaws.com/Example-Object</Location>\n"
+	    "<Bucket>Example-Bucket</Bucket><Key>Example-Object</Key>\n"
+	    "<ETag>&quot;3858f62230ac3c915f300c664312c11f-9&quot;</ETag>\n"
+	    "</CompleteMultipartUploadResult>";
+	/* S3 sent 200, then failed: the body is an <Error> (white space first, as S3 pads the
+	 * body while it works) */
+	static const char err200[] =
+	    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\n\n"
+	    "<Error><Code>InternalError</Code><Message>We encountered an internal error. Please "
+	    "try again.</Message><RequestId>656c76696e6727732072657175657374</RequestId>"
+	    "<HostId>Uuag1LuByRx9e6j5Onimru9pO4ZVKnJ2Qz7/C1NPcfTWAtRPfTaOFg==</HostId></Error>";
+	static const char *const bad[] = {
+	    "",
+	    "<CompleteMultipartUploadResult><Key>k</Key></CompleteMultipartUploadResult>",
+	    "<CompleteMultipartUploadResult><ETag></ETag></CompleteMultipartUploadResult>",
+	    "<CompleteMultipartUploadResult><ETag>\"a\"</ETag><ETag>\"b\"</ETag>"
+	    "</CompleteMultipartUploadResult>",
+	    "<ListBucketResult><ETag>\"a\"</ETag></ListBucketResult>",
+	    "<CompleteMultipartUploadResult><ETag>\"a\"</ETag>",
+	    "<Error><Message>no code</Message></Error>",
+	};
+	char etag[128], code[16];
+
+	(void)state;
+	assert_int_equal(
+	    s3xml_parse_complete(ok, strlen(ok), etag, sizeof(etag), code, sizeof(code)), 0);
+	assert_string_equal(etag, "\"3858f62230ac3c915f300c664312c11f-9\"");
+	assert_string_equal(code, "");
+	assert_int_equal(
+	    s3xml_parse_complete(err200, strlen(err200), etag, sizeof(etag), code, sizeof(code)),
+	    -EIO);
+	assert_string_equal(code, "InternalError");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		strcpy(code, "x");
+		assert_int_equal(s3xml_parse_complete(bad[i], strlen(bad[i]), etag, sizeof(etag),
+						      code, sizeof(code)),
+				 -EIO);
+		assert_string_equal(code, "");
+	}
+	/* an ETag that does not fit the caller's buffer is refused, not cut */
+	assert_int_equal(s3xml_parse_complete(ok, strlen(ok), etag, 20, code, sizeof(code)), -EIO);
+	assert_int_equal(s3xml_parse_complete(NULL, 0, etag, sizeof(etag), code, sizeof(code)),
+			 -EIO);
+}
+
+static void test_complete_body(void **state)
+{
+	const char *etags[] = {"\"a54357aff0632cce46d942af68356b38\"",
+			       "\"0c78aef83f66abc1fa1e8477f296d394\"", "\"x&y<z>'\"-3"};
+	const char *want =
+	    "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+	    "<Part><PartNumber>1</PartNumber><ETag>&quot;a54357aff0632cce46d942af68356b38&quot;"
+	    "</ETag></Part>"
+	    "<Part><PartNumber>2</PartNumber><ETag>&quot;0c78aef83f66abc1fa1e8477f296d394&quot;"
+	    "</ETag></Part>"
+	    "<Part><PartNumber>3</PartNumber><ETag>&quot;x&amp;y&lt;z&gt;&apos;&quot;-3</ETag>"
+	    "</Part></CompleteMultipartUpload>";
+	size_t len = 0;
+	char *doc;
+
+	(void)state;
+	doc = s3xml_complete_body(etags, 3, &len);
+	assert_non_null(doc);
+	assert_string_equal(doc, want);
+	assert_int_equal(len, strlen(want));
+	free(doc);
+	doc = s3xml_complete_body(etags, 0, &len);
+	assert_non_null(doc);
+	assert_string_equal(doc, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/"
+				 "2006-03-01/\"></CompleteMultipartUpload>");
+	free(doc);
+}
+
+static void test_complete_body_many(void **state)
+{
+	/* 10,000 parts, the most S3 takes: the length counted is the length written */
+	static char etag[] = "\"0123456789abcdef0123456789abcdef\"";
+	const char **etags = calloc(10000, sizeof(*etags));
+	size_t len = 0;
+	char *doc;
+
+	(void)state;
+	assert_non_null(etags);
+	for (int i = 0; i < 10000; i++)
+		etags[i] = etag;
+	doc = s3xml_complete_body(etags, 10000, &len);
+	assert_non_null(doc);
+	assert_int_equal(strlen(doc), len);
+	assert_non_null(strstr(doc, "<Part><PartNumber>10000</PartNumber>"));
+	free(doc);
+	free(etags);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -675,6 +810,10 @@ int main(void)
 	    cmocka_unit_test(test_not_errors),
 	    cmocka_unit_test(test_time),
 	    cmocka_unit_test(test_url_encoded_keys),
+	    cmocka_unit_test(test_initiate),
+	    cmocka_unit_test(test_complete_answer),
+	    cmocka_unit_test(test_complete_body),
+	    cmocka_unit_test(test_complete_body_many),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,12 +4,17 @@
  * 1. The three header-signing examples from Amazon's S3 documentation, read from
  *    $TIERFS_TESTVECTORS/sigv4-aws-examples.txt (fields: method | path | canonical query |
  *    extra header | signed headers | signature; the constants are in its comment block).
+ *    And the documentation's PUT example, whose body ("Welcome to Amazon S3.") is signed with
+ *    its SHA-256 (test_aws_put_example).
  * 2. botocore: tests/unit/sigv4_botocore.py (run with /usr/bin/python3, Debian's
- *    python3-botocore) signs about thirty S3 requests with S3SigV4Auth at a fixed time and
+ *    python3-botocore) signs about forty S3 requests with S3SigV4Auth at a fixed time and
  *    prints the raw inputs, the URL it built, its canonical request and its Authorization
  *    header. Here the same raw inputs go through sigv4_uri_encode(), sigv4_canonical_query(),
- *    sigv4_amz_date() and sigv4_sign(), and every piece must match byte for byte. The test is
- *    skipped, saying why, only if /usr/bin/python3 or botocore is missing.
+ *    sigv4_amz_date() and sigv4_sign(), and every piece must match byte for byte. The write
+ *    path's requests (PutObject, UploadPart, Create/Complete/AbortMultipartUpload,
+ *    DeleteObject) come with their body: its SHA-256 (sigv4_sha256_hex) must be the payload
+ *    hash botocore signed. The test is skipped, saying why, only if /usr/bin/python3 or
+ *    botocore is missing.
  * 3. Unit edges: encoding of every byte, query sorting, dates, -ENOSPC, header folding.
  */
 #include <errno.h>
@@ -180,6 +185,49 @@ static void test_aws_examples(void **state)
 	assert_int_equal(cases, 3);
 }
 
+/* The PUT example of the same page: a body, signed with its SHA-256, and two headers more
+ * (date, x-amz-storage-class). */
+static void test_aws_put_example(void **state)
+{
+	const char *body = "Welcome to Amazon S3.";
+	char hash[65], auth[512];
+	struct kv headers[] = {
+	    {"date", "Fri, 24 May 2013 00:00:00 GMT"},
+	    {"host", "examplebucket.s3.amazonaws.com"},
+	    {"x-amz-date", "20130524T000000Z"},
+	    {"x-amz-storage-class", "REDUCED_REDUNDANCY"},
+	    {"x-amz-content-sha256", hash},
+	};
+	char *uri = sigv4_uri_encode("/test$file.text", true);
+	struct sigv4_input in = {
+	    .method = "PUT",
+	    .canonical_uri = uri,
+	    .canonical_query = "",
+	    .headers = headers,
+	    .nheaders = sizeof(headers) / sizeof(headers[0]),
+	    .payload_hash = hash,
+	    .amz_date = "20130524T000000Z",
+	    .region = "us-east-1",
+	    .service = "s3",
+	    .access_key = "AKIAIOSFODNN7EXAMPLE",
+	    .secret_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+	};
+
+	(void)state;
+	assert_non_null(uri);
+	assert_string_equal(uri, "/test%24file.text");
+	sigv4_sha256_hex(body, strlen(body), hash);
+	assert_string_equal(hash,
+			    "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
+	assert_int_equal(sigv4_sign(&in, auth, sizeof(auth)), 0);
+	assert_string_equal(auth,
+			    "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1"
+			    "/s3/aws4_request, SignedHeaders=date;host;x-amz-content-sha256;"
+			    "x-amz-date;x-amz-storage-class, Signature=98ad721746da40c64f1a55b78f"
+			    "14c238d841ea1380cd77a1b5971af0ece108bd");
+	free(uri);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* 2. botocore */
 
@@ -204,6 +252,8 @@ struct bcase {
 	char method[16];
 	char scheme[8];
 	char *hostname, *region, *akid, *secret, *token, *date, *payload, *path, *url, *creq, *auth;
+	char *body; /* NULL: no body */
+	size_t body_len;
 	unsigned port;
 	long long time;
 	struct kv params[MAXP], headers[MAXP];
@@ -244,6 +294,7 @@ static void bcase_free(struct bcase *c)
 
 	for (size_t i = 0; i < sizeof(s) / sizeof(s[0]); i++)
 		free(*s[i]);
+	free(c->body);
 	for (size_t i = 0; i < c->np; i++) {
 		free((char *)c->params[i].k);
 		free((char *)c->params[i].v);
@@ -301,6 +352,14 @@ static void check_bcase(struct bcase *c)
 
 	sigv4_amz_date((time_t)c->time, date);
 	assert_string_equal(date, c->date);
+
+	/* A body is signed with its own hash: what the S3 backend computes for each part. */
+	if (c->body) {
+		char hash[65];
+
+		sigv4_sha256_hex(c->body, c->body_len, hash);
+		assert_string_equal(hash, c->payload);
+	}
 
 	/* Deliberately not sorted: the extra headers first, then ours. */
 	for (size_t i = 0; i < c->nh; i++)
@@ -407,6 +466,8 @@ static void test_botocore(void **state)
 				c.date = unhex(a);
 			else if (strcmp(tag, "payload") == 0)
 				c.payload = unhex(a);
+			else if (strcmp(tag, "body") == 0)
+				c.body = unhex(a), c.body_len = strcmp(a, "-") ? strlen(a) / 2 : 0;
 			else if (strcmp(tag, "path") == 0)
 				c.path = unhex(a);
 			else if (strcmp(tag, "url") == 0)
@@ -427,7 +488,7 @@ static void test_botocore(void **state)
 			  "(apt-get install python3-botocore)");
 	assert_int_equal(WEXITSTATUS(status), 0);
 	assert_false(in_case);
-	assert_true(cases >= 25);
+	assert_true(cases >= 38);
 	print_message("# %d botocore cases match\n", cases);
 }
 
@@ -655,6 +716,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_aws_examples),
+	    cmocka_unit_test(test_aws_put_example),
 	    cmocka_unit_test(test_botocore),
 	    cmocka_unit_test(test_uri_encode_every_byte),
 	    cmocka_unit_test(test_uri_encode_strings),
