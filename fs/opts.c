@@ -123,7 +123,15 @@ enum opt_kind {
 	OPT_MODE,    /* permission bits in octal, 0..0777: 0644, 644, 0 */
 };
 
-enum opt_group { GROUP_CACHE, GROUP_LAGGING, GROUP_SHARED, GROUP_STORE, GROUP_MOUNT, N_GROUPS };
+enum opt_group {
+	GROUP_CACHE,
+	GROUP_LAGGING,
+	GROUP_SHARED,
+	GROUP_WRITE,
+	GROUP_STORE,
+	GROUP_MOUNT,
+	N_GROUPS
+};
 
 enum opt_check {
 	CHECK_NONE,
@@ -204,6 +212,24 @@ static const struct opt opt_table[] = {
 	{.name = "prefault", .kind = OPT_BOOL, .group = GROUP_CACHE, .off = OFF(prefault),
 	 .def = 0,
 	 .help = "take the cache memory at mount, not on use"},
+	/* writing (write.c): a mount is read-only without one of the three allow_ flags */
+	{.name = "allow_write", .kind = OPT_FLAG, .group = GROUP_WRITE, .off = OFF(allow_write),
+	 .help = "create new files and directories"},
+	{.name = "allow_overwrite", .kind = OPT_FLAG, .group = GROUP_WRITE,
+	 .off = OFF(allow_overwrite),
+	 .help = "replace an object opened with O_TRUNC, at close"},
+	{.name = "allow_delete", .kind = OPT_FLAG, .group = GROUP_WRITE, .off = OFF(allow_delete),
+	 .help = "unlink files, rmdir empty directories"},
+	{.name = "part_size", .kind = OPT_SIZE, .group = GROUP_WRITE, .off = OFF(part_size),
+	 .min = 5 * MIB, .max = 5 * GIB, .def = 8 * MIB,
+	 .help = "upload part, 5M..5G (whole blocks)"},
+	{.name = "write_parts", .kind = OPT_COUNT, .group = GROUP_WRITE, .off = OFF(write_parts),
+	 .min = 2, .max = 64, .def = 4,
+	 .help = "parts of one file in flight, 2..64"},
+	{.name = "write_buffer", .kind = OPT_SIZE, .group = GROUP_WRITE, .off = OFF(write_buffer),
+	 .min = 5 * MIB, .max = UINT64_MAX, .def = 64 * MIB,
+	 .help = "write buffers, all files together"},
+
 	/* the disk tier: on when cache_dir is set. disk_size has a default so that cache_dir
 	 * alone is enough; the files grow as blocks are written, so it is a bound, not a
 	 * reservation. */
@@ -324,6 +350,7 @@ static const char *const group_title[N_GROUPS] = {
     [GROUP_CACHE] = "cache:",
     [GROUP_LAGGING] = "lagging tier (reads of objects older than hot_ttl):",
     [GROUP_SHARED] = "shared tier (Redis) and fleet budget:",
+    [GROUP_WRITE] = "writing (without allow_write, allow_overwrite or allow_delete: read-only):",
     [GROUP_STORE] = "store:",
     [GROUP_MOUNT] = "FUSE and mount:",
 };
@@ -1302,6 +1329,15 @@ static int check_cross(const struct parse *p, char *err, size_t errlen)
 	if (p->allow_other && p->allow_root)
 		return fail(err, errlen, -EINVAL,
 			    "allow_other and allow_root cannot be used together");
+	if ((o->allow_write || o->allow_overwrite || o->allow_delete) &&
+	    strncmp(o->url, "http", 4) == 0)
+		return fail(err, errlen, -EROFS,
+			    "%s: an http(s):// store is read-only: no allow_write, allow_overwrite "
+			    "or allow_delete", o->allow_write ? "allow_write" : o->allow_overwrite ?
+			    "allow_overwrite" : "allow_delete");
+	if (o->write_buffer < o->part_size)
+		return fail(err, errlen, -EINVAL, "write_buffer=%s: must hold one part, part_size=%s",
+			    human(o->write_buffer, a, sizeof(a)), human(o->part_size, b, sizeof(b)));
 	return 0;
 }
 
