@@ -200,9 +200,10 @@ int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_don
  *         root (never following a symlink), fsync of the directory
  *
  * Threads: part, commit and abort of one upload are called by one thread at a time (any
- * thread, never blocking on the store); every done runs once, on the I/O thread (after
- * backend_stop, on the thread that stops it). Hashing a part's bytes (S3: SHA-256 signed into
- * the request, Content-MD5) is done by the caller's thread in backend_upload_part.
+ * thread, never blocking on the store); every done runs once, on the I/O thread (once
+ * backend_stop has begun, possibly on the thread that stops it or calls abort). Hashing a
+ * part's bytes (S3: SHA-256 signed into the request, Content-MD5) is done by the caller's
+ * thread in backend_upload_part.
  */
 struct bk_upload;
 

@@ -61,6 +61,7 @@ struct s3up {
 				    * (end_job): only then may advance() finish */
 	bool aborting;		   /* u->lock, with end_seen: it was an abort */
 	bool finishing;		   /* u->lock: advance() sent (or ended) the last requests */
+	unsigned busy;		   /* u->lock: completions calling a done: advance() waits */
 	struct bk_part *held;	   /* u->lock: part 1, not sent yet */
 	struct bk_part *pend;	   /* u->lock: parts waiting for the upload id, in order */
 	char **etags;		   /* u->lock: [no - 1], the ETag each part was answered */
@@ -446,13 +447,12 @@ static void create_done(struct s3op *op, struct io_req *r)
 	struct bk_upload *u = su->u;
 	struct bk_part *p, *next;
 	char *id = NULL;
-	bool ended;
 	int e = r->err;
 
 	if (e == 0 && s3xml_parse_initiate(r->body, r->body_len, &id) < 0)
 		e = -EIO;
 	pthread_mutex_lock(&u->lock);
-	ended = su->end_seen;
+	su->busy++;
 	su->creating = false;
 	su->upload_id = id;
 	if (e && !u->plan.err)
@@ -472,8 +472,10 @@ static void create_done(struct s3op *op, struct io_req *r)
 		if (pe < 0)
 			upload_part_end(p, pe);
 	}
-	if (ended)
-		advance(su); /* else end_job will, and su may be gone: see advance() */
+	pthread_mutex_lock(&u->lock);
+	su->busy--;
+	pthread_mutex_unlock(&u->lock);
+	advance(su);
 }
 
 /* A part's answer: its ETag kept for Complete, its done called. */
@@ -481,7 +483,6 @@ static void part_done(struct s3op *op, struct io_req *r)
 {
 	struct s3up *su = op->su;
 	char *etag = NULL;
-	bool ended;
 	int e = r->err;
 
 	if (e == -ENOENT)
@@ -489,15 +490,17 @@ static void part_done(struct s3op *op, struct io_req *r)
 	if (e == 0 && !(etag = strdup(r->etag_got)))
 		e = -ENOMEM;
 	pthread_mutex_lock(&su->u->lock);
-	ended = su->end_seen;
+	su->busy++;
 	if (etag) {
 		free(su->etags[op->p->no - 1]);
 		su->etags[op->p->no - 1] = etag;
 	}
 	pthread_mutex_unlock(&su->u->lock);
 	upload_part_end(op->p, e);
-	if (ended)
-		advance(su); /* else end_job will, and su may be gone: see advance() */
+	pthread_mutex_lock(&su->u->lock);
+	su->busy--;
+	pthread_mutex_unlock(&su->u->lock);
+	advance(su);
 }
 
 /* The upload is over: freed, and the caller told (a commit) or not (an abort). */
@@ -612,10 +615,10 @@ fail:
 /*
  * The last step, once the plan has ended and every part sent is done: PutObject, Complete, or
  * (after a failure, or an abort) Abort. Runs once, started by end_job or by the last part to
- * end after it. A part's done may itself end the plan (commit or abort from inside the
- * callback); when the loop has stopped, that abort runs end_job at once and may free su before
- * the callback returns. So whoever calls a done and then advance() must have seen end_seen set
- * before the done: then no done can end the plan again, and su outlives the call.
+ * end after it. A completion that calls a part's done holds su->busy meanwhile and calls
+ * advance() after: the done may end the plan itself (commit or abort from inside the
+ * callback), and an abort on a stopped loop runs end_job at once, on whatever thread called
+ * it; busy keeps su from being finished, and freed, under the completion's feet.
  */
 static void advance(struct s3up *su)
 {
@@ -625,7 +628,7 @@ static void advance(struct s3up *su)
 	int err;
 
 	pthread_mutex_lock(&u->lock);
-	if (!su->end_seen || su->finishing || su->creating ||
+	if (!su->end_seen || su->finishing || su->creating || su->busy ||
 	    u->plan.in_flight > (su->held ? 1u : 0u)) {
 		pthread_mutex_unlock(&u->lock);
 		return;
@@ -666,8 +669,9 @@ int s3_upload_commit(struct bk_upload *u)
 
 void s3_upload_abort(struct bk_upload *u)
 {
-	/* The loop stopped (or no memory for a timer): nothing of this upload is in flight any
-	 * more when stopped, so the end runs here, on the caller's thread. */
+	/* The loop is stopping or stopped (or no memory for a timer): the end runs here, on the
+	 * caller's thread, and advance() finishes once no request nor completion of the upload
+	 * is left, here or on the I/O thread. */
 	if (io_defer(u->b->io, 0, end_job, u->priv) < 0)
 		end_job(u->priv);
 }

@@ -264,6 +264,21 @@ def test_lost_answer_then_412_or_404_is_checked_by_head(fake, op):
     assert fake.objects["pre/l.bin"].data == data("l1", size)
 
 
+@pytest.mark.parametrize("how", ["stop", "stop-after-commit"])
+def test_stopping_with_parts_in_flight(fake, how):
+    """The backend stops while parts are in flight (each answer delayed): every part's done
+    and the commit's come, with errors, nothing is left half-done in the driver, and no
+    object appears. (Run under ASan/TSan, this is the shutdown path's memory check.)"""
+    fake.add_rule("part", faults.delay(2), times=None)
+    out = fdrive(fake, f"put s.bin {3 * PART} s1 part={PART} {how}")
+    (_, res, kv), = puts(out)
+    if how == "stop":
+        assert res == "stopped" and kv["parts_failed"] == "3", out
+    else:
+        assert res.startswith("err=-"), out
+    assert "pre/s.bin" not in fake.objects
+
+
 def test_unlink_rename_mkdir(fake):
     """DeleteObject; rename is EXDEV (S3 has none); directories need nothing in the store."""
     fake.put_object("pre/d/o.bin", b"x")

@@ -16,6 +16,9 @@
  *       after K parts instead of committing; probe: once inflight parts are out, hand over
  *       one more and report what the backend said (it must be -EAGAIN). Prints the commit's
  *       size, etag and mtime, and "parts_failed=" the number of parts whose done failed.
+ *       stop: with the parts handed over, stop the backend (what is in flight ends with
+ *       -ESHUTDOWN), then abort; stop-after-commit: commit, then stop at once (the commit's
+ *       done must still come). Both only as the last command.
  *       pause: once every part is done, print "put paused" and wait for a line on
  *       stdin before committing (the test looks at the store meanwhile).
  *   read PATH SIZE SEED    read the object back through backend_read, compare
@@ -139,6 +142,7 @@ struct put_args {
 	long abort_after; /* -1: commit */
 	bool probe;
 	bool pause;
+	int stop; /* 1: stop, then abort; 2: commit, then stop */
 };
 
 static void parse_put_opts(char **tok, int n, struct put_args *a)
@@ -159,6 +163,10 @@ static void parse_put_opts(char **tok, int n, struct put_args *a)
 			a->cfg.prio = BK_BACKGROUND;
 		else if (!strcmp(tok[i], "pause"))
 			a->pause = true;
+		else if (!strcmp(tok[i], "stop"))
+			a->stop = 1;
+		else if (!strcmp(tok[i], "stop-after-commit"))
+			a->stop = 2;
 	}
 }
 
@@ -226,6 +234,14 @@ static void cmd_put(struct backend *b, char **tok, int n)
 		return;
 	}
 	parts = hand_parts(u, buf, size, &a, &w);
+	if (parts >= 0 && a.stop == 1) {
+		backend_stop(b);
+		backend_upload_abort(u); /* the loop has stopped: ends here */
+		wait_for(&w, below, 1);
+		printf("put stopped parts=%ld parts_failed=%u\n", parts, w.failed);
+		free(buf);
+		return;
+	}
 	if (parts < 0 || a.abort_after >= 0) {
 		backend_upload_abort(u);
 		wait_for(&w, below, 1);
@@ -247,6 +263,8 @@ static void cmd_put(struct backend *b, char **tok, int n)
 			exit(2);
 	}
 	e = backend_upload_commit(u, commit_done, &w);
+	if (e == 0 && a.stop == 2)
+		backend_stop(b);
 	if (e < 0) {
 		backend_upload_abort(u);
 		wait_for(&w, below, 1);
