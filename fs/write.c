@@ -41,6 +41,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -589,7 +590,7 @@ static void part_done(void *arg, int err)
 void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, off_t off)
 {
 	struct replies rs = {0};
-	struct parked *p;
+	struct parked *p = NULL;
 	int err = 0;
 	size_t n = 0;
 
@@ -625,15 +626,19 @@ void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, 
 }
 
 /* flush and fsync: the object is committed (once), and the caller answered when the store
- * has it. */
-void wfile_commit(fuse_req_t req, struct wfile *w)
+ * has it. A flush before the first byte commits nothing: the shell's `>` opens the file, dups
+ * the descriptor and closes the first one before it writes (every close of a descriptor is a
+ * flush), so an empty file is committed at its last close (release), or by fsync. */
+void wfile_commit(fuse_req_t req, struct wfile *w, bool flush)
 {
 	struct replies rs = {0};
 	struct waiter *q = req ? malloc(sizeof(*q)) : NULL;
 	int err = -1;
 
 	pthread_mutex_lock(&w->lock);
-	if (w->state == W_DONE) {
+	if (flush && w->state == W_OPEN && w->end == 0) {
+		err = 0;
+	} else if (w->state == W_DONE) {
 		err = reply_code(w->result);
 	} else if (req && !q) {
 		err = ENOMEM;
@@ -658,7 +663,7 @@ void wfile_commit(fuse_req_t req, struct wfile *w)
 
 void wfile_release(struct wfile *w)
 {
-	wfile_commit(NULL, w); /* closed without a flush (a killed writer): commit anyway */
+	wfile_commit(NULL, w, false); /* the last close (or a killed writer's): commit */
 	wfile_put(w);
 }
 
