@@ -110,8 +110,10 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 		return;
 	}
 	e.ino = e.attr.st_ino;
-	e.attr_timeout = 0; /* its size grows: the kernel asks again */
-	e.entry_timeout = fs_ttl(m);
+	/* its size grows, and a write the store refuses takes the name away: the kernel asks
+	 * again at each use (answered from memory) */
+	e.attr_timeout = 0;
+	e.entry_timeout = 0;
 	reply_handle(req, e.ino, w, fi, &e);
 }
 

@@ -1673,6 +1673,14 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 		return -ENOENT;
 	if (!p->is_dir)
 		return -ENOTDIR;
+	/* a file being written through the mount is in no listing yet: its node answers */
+	n = find_name(ns, p, op->name);
+	if (n && !n->is_dir && n->f && n->f->writing) {
+		if (n->nlookup < UINT32_MAX)
+			n->nlookup++;
+		fill_stat(ns, n, &op->st);
+		return 0;
+	}
 	if (op->stat == STAT_ASK && op->have_stat) {
 		op->stat = STAT_NONE;
 		op->have_stat = false;
