@@ -35,6 +35,7 @@ struct fs_metrics_snap {
 	struct cache_stats cache; /* cache_get_stats: the memory tiers */
 	struct bk_stats backend;  /* backend_get_stats */
 	struct fs_mount_stats mount;
+	struct wpool_stats writes; /* wpool_get_stats; zero on a read-only mount */
 	bool disk_on;		     /* the mount has a disk tier, and disk holds its stats */
 	struct disk_stats disk;	     /* disk_get_stats */
 	bool shared_on;		     /* shared= is set, and fleet and redis hold its stats */

@@ -212,24 +212,6 @@ static const struct opt opt_table[] = {
 	{.name = "prefault", .kind = OPT_BOOL, .group = GROUP_CACHE, .off = OFF(prefault),
 	 .def = 0,
 	 .help = "take the cache memory at mount, not on use"},
-	/* writing (write.c): a mount is read-only without one of the three allow_ flags */
-	{.name = "allow_write", .kind = OPT_FLAG, .group = GROUP_WRITE, .off = OFF(allow_write),
-	 .help = "create new files and directories"},
-	{.name = "allow_overwrite", .kind = OPT_FLAG, .group = GROUP_WRITE,
-	 .off = OFF(allow_overwrite),
-	 .help = "replace an object opened with O_TRUNC, at close"},
-	{.name = "allow_delete", .kind = OPT_FLAG, .group = GROUP_WRITE, .off = OFF(allow_delete),
-	 .help = "unlink files, rmdir empty directories"},
-	{.name = "part_size", .kind = OPT_SIZE, .group = GROUP_WRITE, .off = OFF(part_size),
-	 .min = 5 * MIB, .max = 5 * GIB, .def = 8 * MIB,
-	 .help = "upload part, 5M..5G (whole blocks)"},
-	{.name = "write_parts", .kind = OPT_COUNT, .group = GROUP_WRITE, .off = OFF(write_parts),
-	 .min = 2, .max = 64, .def = 4,
-	 .help = "parts of one file in flight, 2..64"},
-	{.name = "write_buffer", .kind = OPT_SIZE, .group = GROUP_WRITE, .off = OFF(write_buffer),
-	 .min = 5 * MIB, .max = UINT64_MAX, .def = 64 * MIB,
-	 .help = "write buffers, all files together"},
-
 	/* the disk tier: on when cache_dir is set. disk_size has a default so that cache_dir
 	 * alone is enough; the files grow as blocks are written, so it is a bound, not a
 	 * reservation. */
@@ -294,6 +276,24 @@ static const struct opt opt_table[] = {
 	{.name = "fleet_lagging_ops", .kind = OPT_COUNT, .group = GROUP_SHARED,
 	 .off = OFF(fleet_lagging_ops), .min = OPS_MIN, .max = 1000000, .zero_ok = true,
 	 .def = 0, .help = "fleet's lagging fetches/s (0 or >= 4)"},
+
+	/* writing (write.c): a mount is read-only without one of the three allow_ flags */
+	{.name = "allow_write", .kind = OPT_FLAG, .group = GROUP_WRITE, .off = OFF(allow_write),
+	 .help = "create new files and directories"},
+	{.name = "allow_overwrite", .kind = OPT_FLAG, .group = GROUP_WRITE,
+	 .off = OFF(allow_overwrite),
+	 .help = "O_TRUNC replaces an object, at close"},
+	{.name = "allow_delete", .kind = OPT_FLAG, .group = GROUP_WRITE, .off = OFF(allow_delete),
+	 .help = "unlink files, rmdir empty directories"},
+	{.name = "part_size", .kind = OPT_SIZE, .group = GROUP_WRITE, .off = OFF(part_size),
+	 .min = 5 * MIB, .max = 5 * GIB, .def = 8 * MIB,
+	 .help = "upload part, 5M..5G (whole blocks)"},
+	{.name = "write_parts", .kind = OPT_COUNT, .group = GROUP_WRITE, .off = OFF(write_parts),
+	 .min = 2, .max = 64, .def = 4,
+	 .help = "parts of one file in flight, 2..64"},
+	{.name = "write_buffer", .kind = OPT_SIZE, .group = GROUP_WRITE, .off = OFF(write_buffer),
+	 .min = 5 * MIB, .max = UINT64_MAX, .def = 64 * MIB,
+	 .help = "write buffers, all files together"},
 
 	/* the object store */
 	{.name = "endpoint", .kind = OPT_STRING, .group = GROUP_STORE, .off = OFF(endpoint),
