@@ -8,9 +8,17 @@
  *                  └──► upload.c ──► s3write.c, filewrite.c (writes)
  *
  * Nothing below calls back up into this file: what the schemes share lives in io.c.
- * Locking: none here; see io.c.
+ *
+ * Every listing, of every scheme, synchronous or not, reaches its caller through one counting
+ * wrapper here (struct list_cap), the one place that sees every entry: past BK_LIST_MAX_KEYS
+ * entries or BK_LIST_MAX_BYTES of names and ETags (backend.h says why those) the listing is
+ * stopped and fails with -EFBIG, with one log line. A scheme only has to stop when its
+ * callback says so, which each does already.
+ *
+ * Locking: none here; see io.c. A listing's counts belong to the thread it runs on.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -58,6 +66,23 @@ int backend_url_check(char *url, char *err, size_t errlen)
 	return schemes[i].url_check(url, err, errlen);
 }
 
+/* A listing's bound: @cfg's when set; else @env's, a whole number, which may lower the bound
+ * (the integration tests reach it that way) but never raise it; else @def. */
+static uint64_t list_bound(uint64_t cfg, const char *env, uint64_t def)
+{
+	const char *v = getenv(env);
+	unsigned long long n;
+	char *end;
+
+	if (cfg)
+		return cfg;
+	if (!v || !*v)
+		return def;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	return !*end && !errno && n > 0 && n < def ? n : def;
+}
+
 int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, size_t errlen)
 {
 	static bool curl_ready;
@@ -77,6 +102,9 @@ int backend_new(const struct backend_cfg *cfg, struct backend **ret, char *err, 
 		return -ENOMEM;
 	b->log = cfg->log;
 	b->log_arg = cfg->log_arg;
+	b->list_max_keys = list_bound(cfg->list_max_keys, "TIERFS_LIST_MAX_KEYS", BK_LIST_MAX_KEYS);
+	b->list_max_bytes =
+	    list_bound(cfg->list_max_bytes, "TIERFS_LIST_MAX_BYTES", BK_LIST_MAX_BYTES);
 	if (i >= 0) {
 		r = schemes[i].init(b, cfg, err, errlen);
 	} else {
@@ -136,9 +164,69 @@ int backend_stat(struct backend *b, const char *path, struct bk_meta *ret)
 	return e;
 }
 
+/* ---- a listing's bounds --------------------------------------------------------------------- */
+
+/* A listing on its way to the caller: every entry is counted, repeats included, before the
+ * caller's callback sees it. Owned by the listing: on the stack for backend_list, freed by
+ * capped_done for backend_list_async. */
+struct list_cap {
+	struct backend *b;
+	bk_list_fn fn;
+	bk_done_fn done; /* backend_list_async only */
+	void *arg;
+	uint64_t keys;   /* entries passed on, and the one that went over */
+	uint64_t bytes;  /* their names' and ETags' bytes */
+	bool over;       /* a bound was passed: the listing is -EFBIG */
+	const char *dir; /* for the log line */
+};
+
+/* @b's bounds: 0 in a struct backend made by hand (tests/unit/test_ns.c) is the default. */
+static uint64_t max_keys(const struct backend *b)
+{
+	return b->list_max_keys ? b->list_max_keys : BK_LIST_MAX_KEYS;
+}
+
+static uint64_t max_bytes(const struct backend *b)
+{
+	return b->list_max_bytes ? b->list_max_bytes : BK_LIST_MAX_BYTES;
+}
+
+static int capped_entry(void *arg, const char *name, bool is_dir, const struct bk_meta *meta)
+{
+	struct list_cap *c = arg;
+
+	c->keys++;
+	c->bytes += strlen(name) + (meta ? strlen(meta->etag) : 0);
+	if (c->keys > max_keys(c->b) || c->bytes > max_bytes(c->b)) {
+		c->over = true;
+		return -EFBIG;
+	}
+	return c->fn(c->arg, name, is_dir, meta);
+}
+
+/* The listing's end: -EFBIG if it went over, whatever the scheme made of the refusal. */
+static int capped_end(struct list_cap *c, int e)
+{
+	char line[512];
+
+	if (!c->over || !c->b->log)
+		return c->over ? -EFBIG : e;
+	if (c->keys > max_keys(c->b))
+		snprintf(line, sizeof(line), "list /%s: more than %llu entries: refused (EFBIG)",
+			 c->dir, (unsigned long long)max_keys(c->b));
+	else
+		snprintf(line, sizeof(line),
+			 "list /%s: more than %llu bytes of names and ETags: refused (EFBIG)", c->dir,
+			 (unsigned long long)max_bytes(c->b));
+	c->b->log(c->b->log_arg, 0, line);
+	return -EFBIG;
+}
+
 int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 {
-	return b->ops->list(b, dir, fn, arg);
+	struct list_cap c = {.b = b, .fn = fn, .arg = arg, .dir = dir};
+
+	return capped_end(&c, b->ops->list(b, dir, capped_entry, &c));
 }
 
 int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off, uint32_t len,
@@ -246,15 +334,32 @@ int backend_stat_async(struct backend *b, const char *path, bk_stat_done_fn done
 	return e;
 }
 
+static void capped_done(void *arg, int err)
+{
+	struct list_cap *c = arg;
+
+	c->done(c->arg, capped_end(c, err));
+	free(c);
+}
+
 int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
 		       void *arg)
 {
+	size_t n = strlen(dir);
+	struct list_cap *c = malloc(sizeof(*c) + n + 1);
 	int e = -EOPNOTSUPP;
 
+	if (!c)
+		return -ENOMEM;
+	*c = (struct list_cap){.b = b, .fn = fn, .done = done, .arg = arg};
+	memcpy(c + 1, dir, n + 1);
+	c->dir = (const char *)(c + 1);
 	if (b->ops->list_async)
-		e = b->ops->list_async(b, dir, fn, done, arg);
+		e = b->ops->list_async(b, dir, capped_entry, capped_done, c);
 	if (e == -EOPNOTSUPP)
-		e = meta_job(b, true, dir, NULL, fn, done, arg);
+		e = meta_job(b, true, dir, NULL, capped_entry, capped_done, c);
+	if (e < 0)
+		free(c);
 	return e;
 }
 

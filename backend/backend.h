@@ -46,6 +46,10 @@ struct backend_cfg {
 	 * backend_start touches nothing in the store (file:// removes leftover temporary files
 	 * only with it). */
 	bool writable;
+	/* A listing's bounds; 0 = BK_LIST_MAX_KEYS, BK_LIST_MAX_BYTES, or less if the environment
+	 * says so (TIERFS_LIST_MAX_KEYS, TIERFS_LIST_MAX_BYTES: for tests; never more) */
+	uint64_t list_max_keys;
+	uint64_t list_max_bytes;
 	/* Where the backend reports failures worth a log line (never a secret); may be NULL.
 	 * Called from any thread. level: 0 error, 1 warning, 2 info, 3 debug. */
 	void (*log)(void *log_arg, int level, const char *line);
@@ -98,8 +102,19 @@ int backend_stat(struct backend *b, const char *path, struct bk_meta *ret);
  */
 typedef int (*bk_list_fn)(void *arg, const char *name, bool is_dir, const struct bk_meta *meta);
 
+/*
+ * A listing's bounds, for every scheme, counted as the entries reach the caller's callback
+ * (repeats included: the caller holds every entry until the listing ends). Past either one
+ * the listing stops and fails with -EFBIG, and one line is logged. They are far above a real
+ * directory (a broker's largest hold some hundreds of thousands of keys) and keep a hostile
+ * or broken store, which may page forever, from filling memory: at the key bound a listing
+ * is thousands of S3 requests and a few hundred MiB held, per refresh.
+ */
+#define BK_LIST_MAX_KEYS 4000000u          /* entries in one directory's listing */
+#define BK_LIST_MAX_BYTES (256ull << 20)   /* bytes of their names and ETags together */
+
 /* List directory @dir ("" = root). Entries may repeat and come in any order.
- * @return 0, the callback's negative value, or -errno. */
+ * @return 0, the callback's negative value, or -errno (-EFBIG: over the bounds above). */
 int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg);
 
 /* Completion of a read: 0 when exactly the requested bytes are in dst, else -errno
@@ -175,8 +190,9 @@ int backend_stat_async(struct backend *b, const char *path, bk_stat_done_fn done
 
 /*
  * backend_list without waiting: @fn is called for each entry and then @done once with 0, the
- * callback's negative value or -errno, all on the I/O thread. S3 pages are asked one after
- * another, each as the previous one arrives; @fn sees every page's entries as it is parsed.
+ * callback's negative value or -errno (-EFBIG: over BK_LIST_MAX_*), all on the I/O thread. S3
+ * pages are asked one after another, each as the previous one arrives; @fn sees every page's
+ * entries as it is parsed.
  * @return 0 (queued) or -errno (not queued, neither @fn nor @done called).
  */
 int backend_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,

@@ -22,6 +22,18 @@
  *     lists and reads as that file. Every other symlink (out of the root, absolute, to a
  *     directory, dangling) is hidden. Symlinked directories are hidden so that a loop such as
  *     `a -> .` cannot make find or rsync walk forever.
+ *   - A followed link is never more readable than its target through the store's own
+ *     directories: its bits are the target's ANDed, class by class, with the search (x) bits
+ *     of every directory beneath the root that resolving it looks a name up in (link_mask).
+ *     `pub/l -> ../private/f`, with private/ 0700 and f 0644:
+ *
+ *         pub/ 0755 (lets 0777 through) ── l ── .. ──► private/ 0700 (lets 0700) ──► f 0644
+ *         l shows 0644 & 0777 & 0700 = 0600: only the mount's uid reads it, as through private/
+ *
+ *     The root is left out: the mount shows it with dir_mode alone, and every reader passes
+ *     it. openat2 stays the authority on where a link leads; the walk by hand, which follows
+ *     links itself (at most 40) and never climbs above the root, must reach the same inode,
+ *     or the link is hidden.
  *   - stat and listings never leave the root either: entries are fstatat()ed with
  *     AT_SYMLINK_NOFOLLOW relative to a directory fd opened beneath the root, and a symlink
  *     is resolved with openat2(O_PATH) from the root like any other path.
@@ -45,6 +57,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,13 +244,197 @@ static int open_regular(const struct file *f, const char *path, struct stat *ret
 	return fd;
 }
 
+/* ---- what a link may show -------------------------------------------------------------- */
+
+/* The bits of each class (owner, group, other) that a directory lets through: all of the
+ * class's bits if the class may search it (x), none otherwise. Opening a file by name needs
+ * search permission on every directory on the way, never read permission. */
+static uint32_t search_mask(mode_t dir)
+{
+	return (dir & S_IXUSR ? 0700u : 0) | (dir & S_IXGRP ? 0070u : 0) |
+	       (dir & S_IXOTH ? 0007u : 0);
+}
+
+/* A path being resolved by hand (link_mask): the directory reached so far and what is left. */
+struct reach {
+	int dfd;             /* that directory: f->rootfd, or an O_PATH fd of our own */
+	mode_t dmode;        /* its mode (unused for the root) */
+	char dir[PATH_MAX];  /* its path from the root, "" for the root, with no link in it */
+	char todo[PATH_MAX]; /* what is left to resolve, '/'-separated */
+	int hops;            /* links followed so far */
+};
+
+/* Stand in directory @fd (ours now, closed on failure). @return 0 or -errno. */
+static int reach_enter(const struct file *f, struct reach *r, int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		close(fd);
+		return -ENOENT;
+	}
+	if (r->dfd != f->rootfd)
+		close(r->dfd);
+	r->dfd = fd;
+	r->dmode = st.st_mode;
+	return 0;
+}
+
+/* Step up to the parent directory, never above the root (-EXDEV). It is opened again from
+ * the root by r->dir, which holds no link. @return 0 or -errno. */
+static int reach_up(const struct file *f, struct reach *r)
+{
+	char *slash = strrchr(r->dir, '/');
+	int fd;
+
+	if (!r->dir[0])
+		return -EXDEV;
+	*(slash ? slash : r->dir) = '\0';
+	if (!r->dir[0]) {
+		if (r->dfd != f->rootfd)
+			close(r->dfd);
+		r->dfd = f->rootfd;
+		return 0;
+	}
+	fd = walk_open(f, r->dir, O_PATH | O_DIRECTORY);
+	return fd < 0 ? fd : reach_enter(f, r, fd);
+}
+
+/* @name, in the directory reached, is a link: what is left becomes its target, then @rest.
+ * An absolute target leaves the root (-EXDEV); more than 40 links is a loop (-ELOOP). */
+static int reach_link(struct reach *r, const char *name, const char *rest)
+{
+	char target[PATH_MAX], todo[PATH_MAX];
+	ssize_t n;
+
+	if (++r->hops > 40)
+		return -ELOOP;
+	n = readlinkat(r->dfd, name, target, sizeof(target) - 1);
+	if (n <= 0)
+		return n < 0 ? -errno : -ENOENT;
+	target[n] = '\0';
+	if (target[0] == '/')
+		return -EXDEV;
+	if ((size_t)snprintf(todo, sizeof(todo), "%s%s%s", target, rest[0] ? "/" : "", rest) >=
+	    sizeof(todo))
+		return -ENAMETOOLONG;
+	memcpy(r->todo, todo, sizeof(todo));
+	return 0;
+}
+
+/* Look @name up in the directory reached (@rest is what follows it), as the kernel's path
+ * walk does, and AND *@mask with that directory's search bits. @return 1 and *ret_st when
+ * @name was the last component and not a link, 0 to go on, or -errno. */
+static int reach_step(const struct file *f, struct reach *r, const char *name, const char *rest,
+		      uint32_t *mask, struct stat *ret_st)
+{
+	struct stat st;
+	int e = 0, fd;
+
+	if (r->dir[0])
+		*mask &= search_mask(r->dmode);
+	if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+		if (!rest[0])
+			return -EISDIR;
+		e = name[1] ? reach_up(f, r) : 0;
+	} else if (fstatat(r->dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		return -errno;
+	} else if (S_ISLNK(st.st_mode)) {
+		return reach_link(r, name, rest);
+	} else if (!rest[0]) {
+		*ret_st = st;
+		return 1;
+	} else if (!S_ISDIR(st.st_mode)) {
+		return -ENOTDIR;
+	} else if (strlen(r->dir) + 1 + strlen(name) >= sizeof(r->dir)) {
+		return -ENAMETOOLONG;
+	} else if ((fd = openat(r->dfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		return -errno;
+	} else if ((e = reach_enter(f, r, fd)) == 0) {
+		if (r->dir[0])
+			strcat(r->dir, "/");
+		strcat(r->dir, name);
+	}
+	if (e == 0)
+		memmove(r->todo, rest, strlen(rest) + 1);
+	return e;
+}
+
+/*
+ * The link @path resolved, by openat2, to the regular file @st. Resolve it again by hand,
+ * component by component and link by link, ANDing the search bits (search_mask) of every
+ * directory beneath the root in which a name is looked up: the directory of the link, those
+ * its target passes through (".." included) and the target's own. The root is left out, as
+ * the mount shows it with dir_mode alone. The bits the link may show are the target's ANDed
+ * with that mask, so a link is never more readable than its target through the store's
+ * directories (a file in a 0700 directory gives a link 0600 at most).
+ * @return 0 and *ret_mask, or -ENOENT (the hand walk failed, or found another inode: the
+ * store changed in between; the link is hidden until the next look).
+ */
+static int link_mask(const struct file *f, const char *path, const struct stat *st,
+		     uint32_t *ret_mask)
+{
+	struct reach *r = malloc(sizeof(*r));
+	struct stat got = {0};
+	uint32_t mask = 0777;
+	int e = 0;
+
+	if (!r)
+		return -ENOMEM;
+	*r = (struct reach){.dfd = f->rootfd};
+	if ((size_t)snprintf(r->todo, sizeof(r->todo), "%s", path) >= sizeof(r->todo))
+		e = -ENAMETOOLONG;
+	while (e == 0) {
+		char name[NAME_MAX + 1];
+		const char *p = r->todo + strspn(r->todo, "/"), *rest;
+		size_t n = strcspn(p, "/");
+
+		rest = p + n + strspn(p + n, "/");
+		if (n == 0 || n > NAME_MAX) {
+			e = -ENOENT;
+			break;
+		}
+		memcpy(name, p, n);
+		name[n] = '\0';
+		e = reach_step(f, r, name, rest, &mask, &got);
+	}
+	if (r->dfd != f->rootfd)
+		close(r->dfd);
+	free(r);
+	if (e != 1 || got.st_dev != st->st_dev || got.st_ino != st->st_ino)
+		return -ENOENT;
+	*ret_mask = mask;
+	return 0;
+}
+
+/* Resolve the link @path beneath the root: only a regular file counts. @return 0, *ret_st
+ * (the target) and *ret_mask (what link_mask lets it show), or -errno. */
+static int stat_link(const struct file *f, const char *path, struct stat *ret_st,
+		     uint32_t *ret_mask)
+{
+	struct stat st;
+	int e = stat_beneath(f, path, &st);
+
+	if (e == 0 && !S_ISREG(st.st_mode))
+		e = -ENOENT;
+	if (e == 0)
+		e = link_mask(f, path, &st, ret_mask);
+	if (e == 0)
+		*ret_st = st;
+	return e;
+}
+
+/* ---- the operations --------------------------------------------------------------------- */
+
 /* What a lookup by name sees, by the listing's rule (list_one): a symlink counts only when
- * its target is a regular file beneath the root; one to a directory stays hidden, so a name
- * asked for directly never brings back what the listing hides. */
+ * its target is a regular file beneath the root, with the bits link_mask lets it show; one to
+ * a directory stays hidden, so a name asked for directly never brings back what the listing
+ * hides. */
 static int file_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct file *f = b->priv;
 	struct stat st;
+	uint32_t mask = 0777;
 	int e, fd;
 
 	if (temporary(path))
@@ -247,11 +444,8 @@ static int file_stat(struct backend *b, const char *path, struct bk_meta *ret)
 		return fd;
 	e = fstat(fd, &st) < 0 ? -errno : 0;
 	close(fd);
-	if (e == 0 && S_ISLNK(st.st_mode)) {
-		e = stat_beneath(f, path, &st);
-		if (e == 0 && !S_ISREG(st.st_mode))
-			e = -ENOENT;
-	}
+	if (e == 0 && S_ISLNK(st.st_mode))
+		e = stat_link(f, path, &st, &mask);
 	if (e < 0)
 		return e;
 	if (S_ISDIR(st.st_mode))
@@ -259,6 +453,7 @@ static int file_stat(struct backend *b, const char *path, struct bk_meta *ret)
 	if (!S_ISREG(st.st_mode))
 		return -ENOENT; /* a FIFO, socket or device: never served */
 	file_meta_from_stat(&st, ret);
+	ret->perm &= mask;
 	return 0;
 }
 
@@ -269,6 +464,7 @@ static int list_one(struct file *f, int dfd, const char *dir, const char *name, 
 {
 	struct stat st;
 	struct bk_meta m;
+	uint32_t mask = 0777;
 
 	if (upload_reserved_name(name))
 		return 0; /* an upload's temporary file */
@@ -280,12 +476,15 @@ static int list_one(struct file *f, int dfd, const char *dir, const char *name, 
 
 		if (asprintf(&path, "%s%s%s", dir, dir[0] ? "/" : "", name) < 0)
 			return -ENOMEM;
-		e = stat_beneath(f, path, &st);
+		e = stat_link(f, path, &st, &mask);
 		free(path);
-		if (e < 0 || !S_ISREG(st.st_mode))
+		if (e == -ENOMEM)
+			return e;
+		if (e < 0)
 			return 0; /* out of the root, dangling, or not a regular file: hidden */
 	}
 	file_meta_from_stat(&st, &m);
+	m.perm &= mask;
 	if (S_ISDIR(st.st_mode)) {
 		m.size = 0;
 		m.etag[0] = '\0';

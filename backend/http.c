@@ -108,9 +108,13 @@ static int on_index_entry(void *arg, const char *name, bool is_dir, uint64_t siz
 	return ic->fn(ic->arg, name, is_dir, is_dir ? NULL : &m);
 }
 
+/* The manifest's entries under @dir. A directory is named once per run of paths beneath it
+ * (a sorted manifest names each once): every entry counts towards the listing's bounds
+ * (backend.c), and a million paths in one subdirectory are one entry of its parent. */
 static int list_manifest(struct http *h, const char *dir, bk_list_fn fn, void *arg)
 {
 	size_t dl = strlen(dir);
+	char last[1024] = ""; /* the directory named last */
 
 	for (size_t i = 0; i < h->nmanifest; i++) {
 		const char *p = h->manifest[i], *slash;
@@ -130,6 +134,10 @@ static int list_manifest(struct http *h, const char *dir, bk_list_fn fn, void *a
 		name[n] = '\0';
 		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
 			continue;
+		if (slash && strcmp(name, last) == 0)
+			continue;
+		if (slash)
+			memcpy(last, name, n + 1);
 		e = fn(arg, name, slash != NULL, NULL);
 		if (e < 0)
 			return e;

@@ -19,9 +19,11 @@
  * A range read is trusted only after checking: a 206 must carry a Content-Range naming exactly
  * the bytes asked for; a 200 (a server that ignores Range) is accepted by skipping to the
  * offset and dropping the rest; an ETag other than the one expected means the object changed
- * (-ESTALE); a body shorter or longer than asked is an error, and the bytes are never handed
- * on. Retryable failures (connection errors, timeouts, 408, 429, 5xx, short bodies) are tried
- * again after an exponential backoff with jitter, up to `retries` more times.
+ * (-ESTALE), and no ETag at all, when one was expected, means the bytes cannot be tied to a
+ * version (-EIO: a broken answer, retried; a store that never sends ETags has none to expect
+ * and is read as it is); a body shorter or longer than asked is an error, and the bytes are
+ * never handed on. Retryable failures (connection errors, timeouts, 408, 429, 5xx, short
+ * bodies) are tried again after an exponential backoff with jitter, up to `retries` more times.
  *
  * Back-pressure: a store that answers 503 (SlowDown) or 429 is asking for fewer requests. The
  * number of transfers allowed at once is a window managed like TCP's congestion window:
@@ -441,7 +443,13 @@ int io_range_check(const struct io_range_answer *a, const char *etag, uint64_t o
 {
 	uint64_t last = off + len - 1;
 
-	if (etag && etag[0] && a->etag[0] && strcmp(etag, a->etag) != 0) {
+	if (etag && etag[0] && !a->etag[0]) {
+		/* nothing names the version these bytes are of: not trusted, and not taken for a
+		 * change either (nothing says it changed); retried like any broken answer */
+		snprintf(errmsg, errlen, "answer without an ETag (expected %s)", etag);
+		return -EIO;
+	}
+	if (etag && etag[0] && strcmp(etag, a->etag) != 0) {
 		snprintf(errmsg, errlen, "object changed (ETag %s, expected %s)", a->etag, etag);
 		return -ESTALE;
 	}

@@ -175,9 +175,12 @@ struct io_range_answer {
 /*
  * Is @a the answer to a read of @len (> 0) bytes at @off of the version @etag (NULL or "":
  * any)? A 200 is the whole object: usable if it is long enough. A 206 must name exactly the
- * bytes asked for. On failure @errmsg says why (the log line's text).
+ * bytes asked for. With an @etag, the answer must carry that ETag: another one is a changed
+ * object, none at all an answer that cannot be checked. On failure @errmsg says why (the log
+ * line's text).
  * @return 1 (a 200: skip to @off, drop the rest), 0 (a 206 with exactly the range), -ESTALE
- * (another ETag, or the object is now too short), -EIO (no or another Content-Range).
+ * (another ETag, or the object is now too short), -EIO (no ETag though @etag is set, no or
+ * another Content-Range).
  */
 int io_range_check(const struct io_range_answer *a, const char *etag, uint64_t off,
 		   uint32_t len, char *errmsg, size_t errlen);

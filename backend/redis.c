@@ -10,9 +10,20 @@
  *
  * hiredis runs with an event adapter of our own (the ev hooks only record whether a
  * connection's socket wants reading or writing); io.c's poller hook hands those sockets to the
- * same curl_multi_poll that waits for curl's, and calls redisAsyncHandleRead/Write when they
- * are ready. So there is no second thread or event loop, and every hiredis call is made on the
- * I/O thread: requests from other threads hop there by io_defer.
+ * same curl_multi_poll that waits for curl's; when a socket is ready, read_all reads it and
+ * hands hiredis what passed the bounds below, and write_out lets hiredis write. So there is no
+ * second thread or event loop, and every hiredis call is made on the I/O thread: requests from
+ * other threads hop there by io_defer.
+ *
+ * What a server may send is bounded, whoever answers on its address (the audit's server
+ * declared a 4 GB value and streamed 1.5 GiB into hiredis's buffer): every byte read is scanned
+ * (resp.c) before hiredis may parse it, and hiredis never reads a socket of ours itself once
+ * it is connected. A bulk string longer than max_value (a value's header and block_size), a
+ * reply longer than that and a line, an array of more than 16 elements or nested more than
+ * twice, a line over 4 KiB, anything hiredis would not parse, and a reply nobody asked for
+ * (hiredis asserts on one) close both of the server's connections, count as an error (and in
+ * bad_replies), and leave the server alone for RETRY_NS (refuse). A connection's read buffer
+ * thus holds at most one reply in progress and one read.
  *
  * Each server gets two connections: one for GETs and EVALs (a reader or a grant waits on
  * them), one for SETs (nobody waits). On one connection Redis answers in order, and a GET
@@ -38,6 +49,13 @@
  * times per RETRY_NS, and nothing for one that is down. Going down and coming back are logged
  * once each.
  *
+ * Bytes that keep coming do not keep anything alive for ever. No call waits more than CALL_MAX
+ * timeouts from when it was asked, whatever the server sends (wait_until). And a reply whose
+ * turn has lasted 1 + MAX_EXTENDS timeouts while bytes kept coming on its connection (a value's
+ * length, then a byte now and then) closes the connection like a reply over its bound (stuck):
+ * before, such a server held its GET places for ever and every later GET waited out four
+ * timeouts behind them, while the server, sending, never earned a strike.
+ *
  * At most GET_DEPTH GETs are in flight on a server's GET connection; the others wait in its
  * getq (see pump): Redis runs all it has read from a client before it writes a reply.
  *
@@ -56,6 +74,9 @@
  * the first point at or after its own hash. A server added takes the arcs its points cut off,
  * about 1/(n+1) of the keys, and no key moves between the old servers.
  *
+ * The password (AUTH) is formatted here, written by write_secret and wiped, never left in
+ * hiredis's buffers: see the section of that name below.
+ *
  * Locking: the ring, the servers' names and the configuration are read-only after
  * bk_redis_new; everything else (connections, requests, server state) is the I/O thread's.
  * Stats are relaxed atomics.
@@ -67,6 +88,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <hiredis/async.h>
@@ -74,8 +96,13 @@
 #include <hiredis/sds.h>
 
 #include "io.h"
-#include "scheme.h"
 #include "redis.h"
+#include "resp.h"
+#include "scheme.h"
+
+/* hiredis 0.14's async.c defines and exports it, but async.h does not declare it: the step
+ * of redisAsyncHandleRead after its read(2), which read_all takes over (see there) */
+void redisProcessCallbacks(redisAsyncContext *ac);
 
 #define RETRY_NS   (1000 * 1000000ULL) /* a server down is tried again after this */
 #define MAX_STRIKES 3                  /* timeouts in a row that disconnect a server */
@@ -87,6 +114,9 @@
 #define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
 #define GET_DEPTH  2                   /* GETs in flight on a server's GET connection (getq) */
 #define MAX_SERVERS 16                 /* io.c polls at most 32 extra sockets, two a server */
+#define CALL_MAX   16                  /* timeouts a call may wait, from when it was asked */
+#define OBUF_ROOM  (PUT_SLICE + (64u << 10)) /* a new connection's output buffer (see
+					       * send_auth) */
 
 /*
  * A fetch lock's value is its holder's token (random, per mount), and a mount renews and
@@ -192,6 +222,13 @@ struct sconn {
 	bool rd, wr;             /* hiredis wants to read / write its socket */
 	unsigned gen;            /* connections made so far: which one ac is */
 	uint64_t replies;        /* replies read, over all its connections (never reset) */
+	struct bk_resp scan;     /* where ac's replies are (resp.h): what passes it is parsed */
+	uint64_t rx_ns;          /* when ac last had bytes to read */
+	uint64_t turn_ns;        /* when the reply ac owes first began its turn: the last reply
+				  * read, or the write of a command to a connection that owed
+				  * nothing (see stuck) */
+	size_t secret;           /* bytes at the front of ac's output buffer that are the AUTH
+				  * command: written and wiped by write_secret, never by hiredis */
 };
 
 /* A FIFO of requests, linked through qnext (see reqq_push, reqq_pop, reqq_remove). */
@@ -241,7 +278,9 @@ struct bk_redis {
 	char *password;
 	char token[33];          /* this mount's fetch locks' value: who holds a lock */
 	uint64_t timeout_ns, put_limit;
-	redisReplyObjectFunctions fns; /* hiredis's, but for createString (see into_string) */
+	uint64_t max_value;      /* longest bulk string a server may send (resp.h) */
+	redisReplyObjectFunctions fns; /* hiredis's, but for createString (see into_string) and
+					* createArray (bk_resp_functions) */
 	void *(*dflt_string)(const redisReadTask *, char *, size_t);
 	bool stopped;            /* the loop stopped (io's poller stop); I/O thread */
 	struct sconn *polled[MAX_SERVERS * NCONN]; /* which connection each polled fd is; I/O
@@ -259,6 +298,8 @@ struct req {
 	unsigned refs;           /* the reply callbacks' and the timer's */
 	bool answered;
 	uint64_t timeout_ns;
+	uint64_t asked_ns;       /* when start() took it: no answer waits past CALL_MAX timeouts
+				  * from this */
 	uint64_t sent_ns;        /* when it was written to hiredis (queued: asked; see pump) */
 	unsigned extends;        /* timeouts it waited past, the server sending meanwhile */
 	unsigned gen;            /* the connection it went out on (sconn.gen) */
@@ -377,6 +418,112 @@ static void ev_cleanup(void *p)
 static void drop_putq(struct srv *v);
 static void drop_getq(struct srv *v, int err);
 
+/* ---- the password: AUTH without copies left behind ---------------------------------------- */
+
+/*
+ * hiredis formats a command given as text into a buffer it frees without zeroing, copies it
+ * into the connection's output buffer, and frees (or, after a partial write, moves with
+ * sdsrange) what it has written without zeroing either: every connection left the password
+ * in freed memory twice. So the AUTH command is formatted here (send_auth), handed over
+ * formatted, and our buffer zeroed; hiredis's copy is the first thing in the new connection's
+ * output buffer, and it is written out by write_secret, never by hiredis, which zeroes the
+ * bytes it moves past. That buffer is given OBUF_ROOM first, more than what is appended to a
+ * connection before it is up (a slice of a SET, a few small commands), so no append moves it
+ * away with the password in it. A connection that goes before the command is out has it
+ * zeroed (wipe_secret). What is left: bk_redis's own copy, kept for reconnects and zeroed at
+ * bk_redis_free, and $TIERFS_SHARED_PASSWORD in the environment when it came from there.
+ */
+static void wipe_secret(struct sconn *c, const redisAsyncContext *ac)
+{
+	if (!ac || c->ac != ac || !c->secret)
+		return;
+	explicit_bzero(ac->c.obuf, c->secret < sdslen(ac->c.obuf) ? c->secret
+								 : sdslen(ac->c.obuf));
+	c->secret = 0;
+}
+
+/* Write what is left of the AUTH command. @return the bytes still to write (the socket is
+ * full, or still connecting); 0 when done, or on an error (the command wiped: hiredis then
+ * finds the error itself). */
+static size_t write_secret(struct sconn *c, redisAsyncContext *ac)
+{
+	while (c->secret) {
+		sds ob = ac->c.obuf;
+		size_t len = sdslen(ob);
+		ssize_t n = send(ac->c.fd, ob, c->secret, MSG_NOSIGNAL);
+
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return c->secret;
+		if (n <= 0) {
+			wipe_secret(c, ac);
+			return 0;
+		}
+		sdsrange(ob, (int)n, -1);
+		explicit_bzero(ob + len - (size_t)n, (size_t)n); /* what the move left behind */
+		c->secret -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Whether @fd's connect succeeded (getpeername leaves the error for hiredis to read). */
+static bool connected(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	return getpeername(fd, (struct sockaddr *)&ss, &len) == 0;
+}
+
+/* @c's socket is writable (or its connect ended): the AUTH command first, then hiredis's
+ * write, which also finishes a connect (but never reads: see read_all). A connect that failed
+ * has its AUTH wiped unsent, and hiredis says why. */
+static void write_out(struct sconn *c, redisAsyncContext *ac)
+{
+	if (c->secret && !(ac->c.flags & REDIS_CONNECTED) && !connected(ac->c.fd))
+		wipe_secret(c, ac);
+	if (c->secret && write_secret(c, ac) > 0)
+		return;
+	redisAsyncHandleWrite(ac);
+}
+
+/* A command goes to @ac: if it owed nothing, the reply's turn starts now (see stuck). */
+static void turn_start(redisAsyncContext *ac)
+{
+	struct sconn *c = ac->data;
+
+	if (!ac->replies.head)
+		c->turn_ns = io_now_ns(c->v->s->io);
+}
+
+static void on_auth(redisAsyncContext *ac, void *r, void *priv);
+static char *format_cmd(const char *const *argv, int n, const void *hdr, size_t hlen,
+			const void *data, size_t dlen, bool tail, size_t *len);
+
+/* AUTH on the new connection @ac (nothing else written to it yet). @return 0 or -errno. */
+static int send_auth(struct sconn *c, redisAsyncContext *ac)
+{
+	const char *argv[2] = {"AUTH", c->v->s->password};
+	sds ob = sdsMakeRoomFor(ac->c.obuf, OBUF_ROOM);
+	size_t len = 0;
+	char *cmd;
+	int r;
+
+	if (!ob)
+		return -ENOMEM;
+	ac->c.obuf = ob;
+	cmd = format_cmd(argv, 2, NULL, 0, NULL, 0, false, &len);
+	if (!cmd)
+		return -ENOMEM;
+	turn_start(ac);
+	r = redisAsyncFormattedCommand(ac, on_auth, NULL, cmd, len);
+	explicit_bzero(cmd, len);
+	free(cmd);
+	if (r != REDIS_OK)
+		return -EIO;
+	c->secret = len;
+	return 0;
+}
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
 	struct sconn *c = ac->data;
@@ -384,6 +531,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	if (status == REDIS_OK)
 		return; /* up once something is answered */
 	if (c->ac == ac) {
+		wipe_secret(c, ac);
 		c->ac = NULL; /* hiredis frees it after this callback */
 		if (c == &c->v->c[CONN_PUT])
 			drop_putq(c->v);
@@ -399,6 +547,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
 	if (c->ac != ac)
 		return; /* an older connection, closed already */
+	wipe_secret(c, ac);
 	c->ac = NULL;
 	if (c == &c->v->c[CONN_PUT])
 		drop_putq(c->v);
@@ -455,9 +604,11 @@ static void renew(void *arg)
 			free(h);
 			continue;
 		}
-		if (ac)
+		if (ac) {
+			turn_start(ac);
 			redisAsyncCommand(ac, NULL, NULL, "EVAL %s 1 %s %s %s", RENEW_LUA, h->lock,
 					  v->s->token, h->px);
+		}
 		if (h->px_ns / 4 < period)
 			period = h->px_ns / 4;
 		pp = &h->next;
@@ -563,6 +714,7 @@ static void close_all(struct srv *v)
 	for (int i = 0; i < NCONN; i++) {
 		redisAsyncContext *ac = v->c[i].ac;
 
+		wipe_secret(&v->c[i], ac);
 		v->c[i].ac = NULL;
 		if (ac)
 			redisAsyncFree(ac);
@@ -634,23 +786,27 @@ static redisAsyncContext *conn(struct srv *v, int which)
 	ac->ev.addWrite = ev_add_write;
 	ac->ev.delWrite = ev_del_write;
 	ac->ev.cleanup = ev_cleanup;
-	/* hiredis frees its read buffer whenever it is empty and larger than 16 KiB, so every
-	 * value was read into a buffer grown again from nothing, each growth a realloc copying
-	 * what it held (see read_all). Kept, it stays as large as the largest reply. */
-	ac->c.reader->maxbuf = 0;
-	if (!v->s->dflt_string) {
-		v->s->fns = *ac->c.reader->fn;
-		v->s->dflt_string = v->s->fns.createString;
-		v->s->fns.createString = into_string;
-	}
+	/* hiredis frees its read buffer whenever it is empty and its spare room is over maxbuf
+	 * (16 KiB by default), so every value was read into a buffer grown again from nothing,
+	 * each growth a realloc copying what it held (see read_all). maxbuf bounds nothing else:
+	 * not a reply's length, nor the buffer while a reply is coming. With the bound on replies
+	 * (resp.h) the buffer holds at most one value and a read: keep that much. */
+	ac->c.reader->maxbuf = v->s->max_value + 2 * READ_CHUNK;
 	ac->c.reader->fn = &v->s->fns;
 	ac->c.reader->privdata = ac;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	c->ac = ac;
 	c->gen++;
-	if (v->s->password)
-		redisAsyncCommand(ac, on_auth, NULL, "AUTH %s", v->s->password);
+	c->secret = 0;
+	c->rx_ns = c->turn_ns = io_now_ns(v->s->io);
+	bk_resp_init(&c->scan, v->s->max_value);
+	if (v->s->password && send_auth(c, ac) < 0) {
+		wipe_secret(c, ac);
+		c->ac = NULL;
+		redisAsyncFree(ac); /* not connected: no disconnect callback */
+		return NULL;
+	}
 	return ac;
 }
 
@@ -822,31 +978,47 @@ static void getq_unlink(struct req *q)
 	req_put(q);
 }
 
-static void on_timeout(void *p)
+static void on_timeout(void *p);
+
+/* Wait one more timeout (at most up to CALL_MAX timeouts from its ask), or less to reach
+ * @at. @return true if the timer is set (it keeps its reference). */
+static bool wait_until(struct req *q, uint64_t now, uint64_t at)
 {
-	struct req *q = p;
+	uint64_t cap = q->asked_ns + CALL_MAX * q->timeout_ns;
+
+	if (at > cap)
+		at = cap;
+	return at > now && io_defer(q->s->io, at - now, on_timeout, q) == 0;
+}
+
+/* The I/O thread may have been busy past several timers (copying blocks, faulting their
+ * memory in): bytes waiting in a socket say the server is alive, whatever poll_ready has seen
+ * yet. Either connection: Redis runs one thread, so a GET waits behind the 4 MiB SETs the
+ * server is still taking in, and their answers on the SET connection are its sign of life
+ * (three mounts at full speed on two cores: GETs took 35-50 ms p50, 145-205 ms p99, with
+ * nothing on the GET connection meanwhile). */
+static void look_for_bytes(struct srv *v, uint64_t now)
+{
+	for (int i = 0; v->c[CONN_GET].ac && i < NCONN; i++) {
+		struct pollfd pf = {.fd = v->c[i].ac ? v->c[i].ac->c.fd : -1, .events = POLLIN};
+
+		if (pf.fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN))
+			v->rx_ns = v->c[i].rx_ns = now;
+	}
+}
+
+/* Whether unanswered @q waits on past a timeout. @return true if its timer is set again. */
+static bool wait_more(struct req *q)
+{
 	struct srv *v = q->v;
 	struct sconn *c = &v->c[CONN_GET];
 	uint64_t now = io_now_ns(q->s->io);
 
-	if (!q->answered && q->timed && !q->queued && now < q->sent_ns + q->timeout_ns &&
-	    io_defer(q->s->io, q->sent_ns + q->timeout_ns - now, on_timeout, q) == 0)
-		return; /* started in getq, written since: it gets its timeout from the write */
-
-	/* the I/O thread may have been busy past several timers (copying blocks, faulting their
-	 * memory in): bytes waiting in a socket say the server is alive, whatever poll_ready
-	 * has seen yet. Either connection: Redis runs one thread, so a GET waits behind the
-	 * 4 MiB SETs the server is still taking in, and their answers on the SET connection
-	 * are its sign of life (three mounts at full speed on two cores: GETs took 35-50 ms
-	 * p50, 145-205 ms p99, with nothing on the GET connection meanwhile) */
-	for (int i = 0; !q->answered && c->ac && i < NCONN; i++) {
-		struct pollfd pf = {.fd = v->c[i].ac ? v->c[i].ac->c.fd : -1, .events = POLLIN};
-
-		if (pf.fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN))
-			v->rx_ns = io_now_ns(q->s->io);
-	}
-	if (!q->answered && c->ac && c->gen == q->gen && !q->s->stopped &&
-	    c->replies > q->replies_seen) {
+	if (q->timed && !q->queued && now < q->sent_ns + q->timeout_ns)
+		/* started in getq, written since: it gets its timeout from the write */
+		return wait_until(q, now, q->sent_ns + q->timeout_ns);
+	look_for_bytes(v, now);
+	if (c->ac && c->gen == q->gen && !q->s->stopped && c->replies > q->replies_seen) {
 		/* a reply written before this one was read within the last timeout: Redis answers
 		 * in order, a readahead window's 4 MiB values one after another, and this one's
 		 * turn is coming; Redis has not yet made it wait. Wait one more timeout: there are
@@ -856,46 +1028,85 @@ static void on_timeout(void *p)
 		 * than one (test_values_queued_behind_others_are_waited_for) */
 		q->replies_seen = c->replies;
 		STAT_ADD(q->s, extended, 1);
-		if (io_defer(q->s->io, q->timeout_ns, on_timeout, q) == 0)
-			return; /* the timer keeps its reference */
+		return wait_until(q, now, now + q->timeout_ns);
 	}
-	if (!q->answered && c->ac && !q->s->stopped && q->extends < MAX_EXTENDS &&
-	    v->rx_ns + q->timeout_ns > io_now_ns(q->s->io)) {
+	if (c->ac && !q->s->stopped && q->extends < MAX_EXTENDS &&
+	    v->rx_ns + q->timeout_ns > now) {
 		/* the server sent bytes within the last timeout: it is streaming the replies
 		 * queued before this one (4 MiB values to mounts reading at full speed), not hung.
 		 * Abandoning the call would send a block the fleet holds to the store; wait one
 		 * more timeout, at most MAX_EXTENDS times */
 		q->extends++;
 		STAT_ADD(q->s, extended, 1);
-		if (io_defer(q->s->io, q->timeout_ns, on_timeout, q) == 0)
-			return; /* the timer keeps its reference */
+		return wait_until(q, now, now + q->timeout_ns);
 	}
-	if (!q->answered) {
-		STAT_ADD(q->s, timeouts, 1);
-		answer(q, -ETIMEDOUT, NULL);
-		if (q->queued) /* never written: no lock taken, no reply owed */
-			getq_unlink(q);
-		else if (q->op == OP_GETLOCK)
-			late_lock(q);
-		/* a strike only if the server said nothing since the request went out (or, one
-		 * never written, since it was asked): one that is sending replies (4 MiB values,
-		 * to three mounts reading at full speed) is busy, not hung, and pausing it sent
-		 * every read to the store for a second. And one strike per silence: requests sent
-		 * before the last strike (a readahead window's GETs) time out together, and
-		 * counted one each, one pause of a timeout (a busy machine, three mounts and Redis
-		 * on two cores) took the server down for a second; a hung one still goes down,
-		 * after three timeouts */
-		if (v->rx_ns < q->sent_ns && q->sent_ns >= v->strike_ns) {
-			v->strike_ns = io_now_ns(q->s->io);
-			if (++v->strikes >= MAX_STRIKES && c->ac) {
-				/* a server that stopped answering: drop its queues (the replies
-				 * still owed come back NULL, to requests already answered) and
-				 * pause it */
-				mark_down(v, "not answering");
-				close_all(v);
-			}
+	return false;
+}
+
+/*
+ * Whether the reply @c owes first has had its turn for 1 + MAX_EXTENDS timeouts of @q's
+ * while bytes kept coming on @c. A call waits that long at most for a server that sends: past
+ * it the call is answered -ETIMEDOUT, but its reply is still owed, and the connection with
+ * it: a server that sent a reply's first bytes and then a byte now and then (or a value at a
+ * few bytes a second) held its GET connection's places (GET_DEPTH) for ever, every later GET
+ * waited out its timeout and three more behind them, and the server, sending, never earned a
+ * strike. Such a connection is closed instead. An honest server slower than that for one
+ * value (4 MiB in 200 ms at the default timeout) costs the same: its calls go to the store.
+ */
+static bool stuck(const struct sconn *c, const struct req *q, uint64_t now)
+{
+	return c->ac && c->gen == q->gen && c->ac->replies.head &&
+	       now - c->turn_ns >= (1 + MAX_EXTENDS) * q->timeout_ns &&
+	       c->rx_ns + q->timeout_ns > now;
+}
+
+/* Unanswered @q waits no more: -ETIMEDOUT, and what its silence says of the server. */
+static void timed_out(struct req *q)
+{
+	struct srv *v = q->v;
+	struct sconn *c = &v->c[CONN_GET];
+	uint64_t now = io_now_ns(q->s->io);
+	bool written = !q->queued;
+
+	STAT_ADD(q->s, timeouts, 1);
+	answer(q, -ETIMEDOUT, NULL);
+	if (!written) /* never written: no lock taken, no reply owed */
+		getq_unlink(q);
+	else if (q->op == OP_GETLOCK)
+		late_lock(q);
+	if (written && stuck(c, q, now)) {
+		STAT_ADD(q->s, bad_replies, 1);
+		STAT_ADD(q->s, errors, 1);
+		mark_down(v, "a reply that does not end");
+		close_all(v);
+		return;
+	}
+	/* a strike only if the server said nothing since the request went out (or, one never
+	 * written, since it was asked): one that is sending replies (4 MiB values, to three
+	 * mounts reading at full speed) is busy, not hung, and pausing it sent every read to
+	 * the store for a second. And one strike per silence: requests sent before the last
+	 * strike (a readahead window's GETs) time out together, and counted one each, one pause
+	 * of a timeout (a busy machine, three mounts and Redis on two cores) took the server
+	 * down for a second; a hung one still goes down, after three timeouts */
+	if (v->rx_ns < q->sent_ns && q->sent_ns >= v->strike_ns) {
+		v->strike_ns = now;
+		if (++v->strikes >= MAX_STRIKES && c->ac) {
+			/* a server that stopped answering: drop its queues (the replies still owed
+			 * come back NULL, to requests already answered) and pause it */
+			mark_down(v, "not answering");
+			close_all(v);
 		}
 	}
+}
+
+static void on_timeout(void *p)
+{
+	struct req *q = p;
+
+	if (!q->answered && wait_more(q))
+		return; /* the timer keeps its reference */
+	if (!q->answered)
+		timed_out(q);
 	req_put(q);
 }
 
@@ -946,7 +1157,7 @@ static void feed(struct srv *v)
 		before = sdslen(ac->c.obuf);
 		if (before == 0 || !(ac->c.flags & REDIS_CONNECTED))
 			return; /* nothing to write, or poll says when it can be */
-		redisAsyncHandleWrite(ac);
+		write_out(c, ac);
 		if (c->ac != ac || sdslen(ac->c.obuf) > 0)
 			return; /* the connection went, or the socket is full: poll says when */
 		burst += before;
@@ -959,6 +1170,8 @@ static void start(void *p)
 	struct req *q = p;
 	struct bk_redis *s = q->s;
 	bool put_conn = q->op == OP_PUT && !q->now;
+
+	q->asked_ns = io_now_ns(s->io);
 	redisAsyncContext *ac = s->stopped ? NULL : conn(q->v, put_conn ? CONN_PUT : CONN_GET);
 
 	if (!ac) {
@@ -1029,6 +1242,7 @@ static void send_req(struct req *q, redisAsyncContext *ac)
 {
 	struct bk_redis *s = q->s;
 
+	turn_start(ac);
 	if (q->op == OP_GETLOCK) {
 		/* the GET and the SET NX go out together: one round trip */
 		q->refs++;
@@ -1298,17 +1512,48 @@ static unsigned poll_fds(void *arg, struct curl_waitfd *fds, unsigned max)
 	return n;
 }
 
+/* The replies @ac owes: one per callback waiting (a NULL one too). */
+static unsigned owed(const redisAsyncContext *ac)
+{
+	unsigned n = 0;
+
+	for (const redisCallback *cb = ac->replies.head; cb; cb = cb->next)
+		n++;
+	return n;
+}
+
+/*
+ * @c's server sent what tierfs does not take (resp.h): a reply over its bound, one hiredis
+ * would not parse, or one nobody asked for; or its reply could not be given room (@err
+ * -ENOMEM). Its stream can no longer be trusted to be in step: close both of its connections
+ * (what they owed is answered -ECONNRESET, and read from the store) and leave it alone for
+ * RETRY_NS, like a server that stopped answering. Counted as an error, and in bad_replies.
+ */
+static void refuse(struct sconn *c, int err)
+{
+	struct srv *v = c->v;
+
+	STAT_ADD(v->s, bad_replies, 1);
+	STAT_ADD(v->s, errors, 1);
+	mark_down(v, err == -EMSGSIZE ? "a reply longer than a value, or a line too long"
+		     : err == -E2BIG ? "an array too long or too deep"
+		     : err == -ENOMEM ? "no memory for its reply"
+				     : "a reply that is not RESP, or not asked for");
+	close_all(v);
+}
+
 /*
  * Read what @c's socket holds, up to READ_BURST, READ_CHUNK at a time straight into hiredis's
- * read buffer, and let hiredis parse it. hiredis alone reads 16 KiB per call into its stack
+ * read buffer; each read is scanned (resp.h) before hiredis may parse it, then hiredis answers
+ * what is whole (redisProcessCallbacks). hiredis alone reads 16 KiB per call into its stack
  * and appends that to the buffer: one call per poll made a 4 MiB value take 256 turns of the
  * I/O loop, each behind the curl transfers of that turn (with three mounts reading at full
  * speed, GETs of values Redis had sent timed out in the mount's own socket buffer), and a
  * loop of such calls spent a read, an ioctl and a copy per 16 KiB (a mount reading values
- * from Redis: hiredis's append 7% of its samples). redisAsyncHandleRead then finds the socket
- * empty (or reads its last bytes), answers what is complete, and handles an end of stream or
- * an error, which are left to it. Any read short of READ_CHUNK ends the loop: the socket is
- * empty, or hiredis has the end or the error to handle.
+ * from Redis: hiredis's append 7% of its samples). And what hiredis reads itself is not
+ * scanned: so once connected, it reads nothing (redisAsyncHandleRead is called only when our
+ * read found the end of the stream or an error, which hiredis then finds too and handles).
+ * Any read short of READ_CHUNK ends the loop: the socket is empty.
  */
 static void read_all(struct sconn *c, redisAsyncContext *ac)
 {
@@ -1316,20 +1561,32 @@ static void read_all(struct sconn *c, redisAsyncContext *ac)
 
 	while (done < READ_BURST) {
 		redisReader *r = ac->c.reader;
-		ssize_t n = -1;
+		ssize_t n;
 		sds b;
+		int k;
 
-		if (!r->err && (b = sdsMakeRoomFor(r->buf, READ_CHUNK)) != NULL) {
-			r->buf = b;
-			n = read(ac->c.fd, b + sdslen(b), READ_CHUNK);
-			if (n > 0) {
-				sdsIncrLen(b, (int)n);
-				r->len = sdslen(b);
-				done += (size_t)n;
-			}
+		if (!(b = sdsMakeRoomFor(r->buf, READ_CHUNK))) {
+			refuse(c, -ENOMEM);
+			return;
 		}
-		redisAsyncHandleRead(ac); /* may free ac: then c->ac is no longer it */
-		if (n < (ssize_t)READ_CHUNK || c->ac != ac)
+		r->buf = b;
+		n = read(ac->c.fd, b + sdslen(b), READ_CHUNK);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return;
+		if (n <= 0) {
+			redisAsyncHandleRead(ac); /* the end or an error: hiredis closes */
+			return;
+		}
+		k = bk_resp_feed(&c->scan, r, (size_t)n, owed(ac));
+		if (k < 0) {
+			refuse(c, k);
+			return;
+		}
+		if (k > 0)
+			c->turn_ns = io_now_ns(c->v->s->io);
+		done += (size_t)n;
+		redisProcessCallbacks(ac); /* may free ac: then c->ac is no longer it */
+		if ((size_t)n < READ_CHUNK || c->ac != ac)
 			return;
 	}
 }
@@ -1345,12 +1602,20 @@ static void poll_ready(void *arg, const struct curl_waitfd *fds, unsigned n)
 		/* the context may have gone while an earlier one was handled */
 		if (!ac || ac->c.fd != fds[i].fd)
 			continue;
+		if (!(ac->c.flags & REDIS_CONNECTED)) {
+			/* its connect ended: finished by the write path, which reads nothing */
+			if (fds[i].revents)
+				write_out(c, ac);
+			if (c->ac == ac && c == &c->v->c[CONN_PUT])
+				feed(c->v); /* the rest of a SET hiredis had a slice of */
+			continue;
+		}
 		if (fds[i].revents & CURL_WAIT_POLLIN) {
-			c->v->rx_ns = io_now_ns(s->io);
+			c->v->rx_ns = c->rx_ns = io_now_ns(s->io);
 			read_all(c, ac);
 		}
 		if (c->ac == ac && (fds[i].revents & CURL_WAIT_POLLOUT)) {
-			redisAsyncHandleWrite(ac);
+			write_out(c, ac);
 			if (c == &c->v->c[CONN_PUT])
 				feed(c->v);
 		}
@@ -1379,62 +1644,50 @@ static void poll_stop(void *arg)
 
 /* ---- setup ------------------------------------------------------------------------------------- */
 
-int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_redis **ret,
-		  char *err, size_t errlen)
+/* This mount's fetch locks' value: 16 random bytes in hex. @return 0 or -errno with @err. */
+static int make_token(struct bk_redis *s, char *err, size_t errlen)
 {
-	struct bk_redis *s;
-	const char *p = cfg->servers, *names[MAX_SERVERS];
-	int e = -EINVAL;
+	unsigned char rnd[16];
 
-	if (!b->io) {
-		snprintf(err, errlen, "shared tier: this store has no I/O loop");
-		return -EINVAL;
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+		snprintf(err, errlen, "shared tier: no random bytes for the lock token: %s",
+			 strerror(errno));
+		return errno ? -errno : -EIO;
 	}
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->b = b;
-	s->io = b->io;
-	s->timeout_ns = cfg->timeout_ns;
-	s->put_limit = cfg->put_limit;
-	{
-		unsigned char rnd[16];
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
+	return 0;
+}
 
-		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
-			snprintf(err, errlen, "shared tier: no random bytes for the lock token: %s",
-				 strerror(errno));
-			e = errno ? -errno : -EIO;
-			goto fail;
-		}
-		for (size_t i = 0; i < sizeof(rnd); i++)
-			snprintf(s->token + 2 * i, 3, "%02x", rnd[i]);
-	}
-	s->srv = calloc(MAX_SERVERS, sizeof(*s->srv));
-	if (!s->srv)
-		goto nomem;
+/* The servers of "[redis://]host:port[,host:port...]" @p into s->srv, their names into
+ * @names. @return 0 or -EINVAL with one line in @err. */
+static int parse_servers(struct bk_redis *s, const char *p, const char **names, char *err,
+			 size_t errlen)
+{
 	if (strncmp(p, "redis://", 8) == 0)
 		p += 8;
 	while (*p) {
 		const char *end = strchr(p, ','), *colon;
 		size_t l = end ? (size_t)(end - p) : strlen(p);
+		int shown = (int)(l > 100 ? 100 : l);
 		struct srv *v;
 		char *tail;
 		long port;
 
 		if (s->nsrv == MAX_SERVERS) {
 			snprintf(err, errlen, "shared: at most %d servers", MAX_SERVERS);
-			goto fail;
+			return -EINVAL;
 		}
 		v = &s->srv[s->nsrv];
 		colon = memrchr(p, ':', l);
 		if (!colon || colon == p || (size_t)(colon - p) >= sizeof(v->host)) {
-			snprintf(err, errlen, "shared: '%.*s' is not host:port", (int)(l > 100 ? 100 : l), p);
-			goto fail;
+			snprintf(err, errlen, "shared: '%.*s' is not host:port", shown, p);
+			return -EINVAL;
 		}
 		port = strtol(colon + 1, &tail, 10);
 		if (tail != p + l || port < 1 || port > 65535) {
-			snprintf(err, errlen, "shared: bad port in '%.*s'", (int)(l > 100 ? 100 : l), p);
-			goto fail;
+			snprintf(err, errlen, "shared: bad port in '%.*s'", shown, p);
+			return -EINVAL;
 		}
 		memcpy(v->host, p, (size_t)(colon - p));
 		v->port = (int)port;
@@ -1447,20 +1700,51 @@ int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_re
 	}
 	if (s->nsrv == 0) {
 		snprintf(err, errlen, "shared: no server named");
-		goto fail;
+		return -EINVAL;
 	}
-	e = bk_chash_build(&s->ring, names, s->nsrv, BK_CHASH_VNODES);
+	return 0;
+}
+
+int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_redis **ret,
+		  char *err, size_t errlen)
+{
+	struct bk_redis *s;
+	const char *names[MAX_SERVERS];
+	int e = -ENOMEM;
+
+	if (!b->io) {
+		snprintf(err, errlen, "shared tier: this store has no I/O loop");
+		return -EINVAL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->b = b;
+	s->io = b->io;
+	s->timeout_ns = cfg->timeout_ns;
+	s->put_limit = cfg->put_limit;
+	s->max_value = cfg->max_value;
+	if (bk_resp_functions(&s->fns) < 0)
+		goto fail;
+	s->dflt_string = s->fns.createString;
+	s->fns.createString = into_string;
+	s->srv = calloc(MAX_SERVERS, sizeof(*s->srv));
+	if (!s->srv)
+		goto fail;
+	e = make_token(s, err, errlen);
+	if (e == 0)
+		e = parse_servers(s, cfg->servers, names, err, errlen);
+	if (e == 0)
+		e = bk_chash_build(&s->ring, names, s->nsrv, BK_CHASH_VNODES);
+	if (e == 0 && cfg->password && !(s->password = strdup(cfg->password)))
+		e = -ENOMEM;
 	if (e < 0)
 		goto fail;
-	if (cfg->password && !(s->password = strdup(cfg->password)))
-		goto nomem;
 	s->st.servers = s->nsrv;
 	io_set_poller(s->io, &(struct io_poller){.fds = poll_fds, .ready = poll_ready,
 						 .stop = poll_stop, .arg = s});
 	*ret = s;
 	return 0;
-nomem:
-	e = -ENOMEM;
 fail:
 	bk_redis_free(s);
 	return e;
@@ -1494,6 +1778,7 @@ void bk_redis_get_stats(struct bk_redis *s, struct bk_redis_stats *ret)
 	ret->timeouts = __atomic_load_n(&st->timeouts, __ATOMIC_RELAXED);
 	ret->extended = __atomic_load_n(&st->extended, __ATOMIC_RELAXED);
 	ret->errors = __atomic_load_n(&st->errors, __ATOMIC_RELAXED);
+	ret->bad_replies = __atomic_load_n(&st->bad_replies, __ATOMIC_RELAXED);
 	ret->bytes_in = __atomic_load_n(&st->bytes_in, __ATOMIC_RELAXED);
 	ret->puts = __atomic_load_n(&st->puts, __ATOMIC_RELAXED);
 	ret->put_bytes = __atomic_load_n(&st->put_bytes, __ATOMIC_RELAXED);

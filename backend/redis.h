@@ -45,6 +45,8 @@ struct bk_redis_cfg {
 	uint64_t timeout_ns;     /* a GET not answered by then is abandoned (-ETIMEDOUT), unless
 				  * the server is sending other replies (see redis.c) */
 	uint64_t put_limit;      /* bytes of SETs queued at once; beyond it puts are dropped */
+	uint64_t max_value;      /* the longest value a server may send: a longer reply closes
+				  * the connection before it is buffered (resp.h) */
 };
 
 #define BK_REDIS_LAT_BUCKETS 12
@@ -57,7 +59,10 @@ struct bk_redis_stats {
 	uint64_t timeouts;       /* GETs abandoned after timeout_ns */
 	uint64_t extended;       /* timeouts waited past: the server was sending other replies,
 				  * or answering the ones before the call (see redis.c) */
-	uint64_t errors;         /* GETs and scripts failed: server down, refused, error reply */
+	uint64_t errors;         /* GETs and scripts failed: server down, refused, error reply;
+				  * and connections closed for a bad reply */
+	uint64_t bad_replies;    /* connections closed for a reply over its bound, not RESP,
+				  * unasked, or still coming long after its turn (see redis.c) */
 	uint64_t bytes_in;       /* value bytes received */
 	uint64_t puts;           /* SETs answered OK */
 	uint64_t put_bytes;      /* value bytes of those */

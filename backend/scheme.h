@@ -68,6 +68,8 @@ struct backend {
 	void *log_arg;
 	bool writable;		   /* cfg->writable, and the scheme can write */
 	struct bk_write_stats wst; /* relaxed atomics, any thread */
+	uint64_t list_max_keys;  /* a listing's bounds (backend.c wraps every listing); 0 in a */
+	uint64_t list_max_bytes; /* struct made by hand is BK_LIST_MAX_KEYS, _BYTES */
 };
 
 /* Each sets b->ops, b->scheme, b->priv (and b->io when it needs one).

@@ -57,6 +57,9 @@ Scenarios (interleaved runs A B C A B C ..., medians and min-max):
     full speed)
  13 fleet_lagging_rate over 3 mounts replaying old objects: the slope of bytes at the server
     over the fetches' start times, from 1 s after the first, against the rate
+ 12c the MAC's cost on a shared hit (--only mac): a fresh mount reads the new objects, every
+    block from Redis (another mount put them there), with shared_key and without: MiB/s, rounds
+    interleaved, each on a fresh mount with its memory taken at mount (prefault=on)
 
 Everything started here is recorded in RUN/state (mounts, pids) so that scripts/bench's trap
 can clean up even if this process is killed; this process cleans up itself on any exit.
@@ -679,6 +682,7 @@ class Bench:
             "redis_wrap": "",
             "fleet_rate": "30M",
             "fleet_seconds": 6 if q else 15,
+            "mac_rounds": 5 if q else 9,  # 12c: rounds of (plain, keyed) shared-hit reads
         }
         for kv in args.set:
             k, v = kv.split("=", 1)
@@ -1285,9 +1289,9 @@ class Bench:
         wait_until(lambda: idle() >= Bench.FILL_IDLE, 30, "the fill to age in Redis's LRU clock",
                    interval=0.2)
 
-    def redis_start(self, name):
+    def redis_start(self, name, fill=True):
         """A redis-server as README says a fleet runs it (no persistence, allkeys-lru), on a
-        free port; @return (process, port)."""
+        free port, filled past its maxmemory unless not @fill; @return (process, port)."""
         d = self.run_dir / name
         d.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
@@ -1305,7 +1309,8 @@ class Bench:
                 wait_until(lambda: proc.poll() is not None or port_open(port), 20,
                            "redis-server")
                 if proc.poll() is None:
-                    self.redis_fill(port)
+                    if fill:
+                        self.redis_fill(port)
                     return proc, port
             except TimeoutError:
                 pass
@@ -1463,6 +1468,69 @@ class Bench:
                 f"{e['accuracy']:.3f}x over {e['window']:.1f} s, calls {e['calls']:.0f}, "
                 f"grants {e['grants']}")
         self.raw["runs"]["shared"] = res
+        return res
+
+    # -- scenario 12c: the MAC's cost on a shared hit ----------------------------------------
+
+    def mac_prime(self, kind, hot, opts):
+        """A Redis holding every block of @hot, put by a mount with @opts: (process, port)."""
+        proc, port = self.redis_start(f"redis-mac-{kind}", fill=False)
+        o = dict(opts, shared=f"redis://127.0.0.1:{port}")
+        m = Tierfs("tierfs", self.mnt(f"tierfs-mac-prime-{kind}"), self.http_url, o,
+                   self.run_dir / f"tierfs-mac-prime-{kind}.log").start()
+        try:
+            wait_until(lambda: all(m.path(r).exists() for r in hot), 30, "the new objects")
+            run([str(PREADER), "seq"] + [str(m.path(r)) for r in hot], timeout=600)
+            blocks = sum(-(-self.files[r] // (4 * MiB)) for r in hot)
+            wait_until(lambda: self.stat_sum(m.stats(), "shared_puts_total") >= blocks and
+                       self.stat_sum(m.stats(), "shared_put_queued_bytes") == 0, 120,
+                       f"the {kind} values in Redis")
+        finally:
+            self.close_mount(m, "scenario 12c prime")
+        return proc, port
+
+    def mac_read(self, kind, hot, opts, port):
+        """One round: a fresh mount reads @hot from Redis: {"mbps", "hits", "blocks"}."""
+        o = dict(opts, shared=f"redis://127.0.0.1:{port}", prefault="on")
+        m = Tierfs("tierfs", self.mnt(f"tierfs-mac-{kind}"), self.http_url, o,
+                   self.run_dir / f"tierfs-mac-{kind}.log").start()
+        try:
+            wait_until(lambda: all(m.path(r).exists() for r in hot), 30, "the new objects")
+            drop_caches()
+            out = preader(["seq"] + [m.path(r) for r in hot])
+            st = m.stats()
+        finally:
+            self.close_mount(m, "scenario 12c")
+        return {"mbps": out["mbps"] * 1e6 / MiB, "hits": self.stat_sum(st, "shared_hits_total"),
+                "blocks": sum(-(-self.files[r] // (4 * MiB)) for r in hot)}
+
+    def scen_mac(self):
+        """12c: see the module's docstring. A round counts only if every block was a hit."""
+        hot = sorted(r for r in self.files if r.startswith("hot/"))
+        total = sum(self.files[r] for r in hot)
+        key = self.run_dir / "fleet.key"
+        key.write_bytes(os.urandom(32))
+        key.chmod(0o600)
+        base = {"block_size": "4M", "hot_size": f"{total // MiB + 128}M", "lagging": "off",
+                "hot_ttl": "100000000", "readahead": "4"}
+        opts = {"plain": base, "keyed": dict(base, shared_key=str(key))}
+        self.rewarm(hot)
+        res, procs = {"plain": [], "keyed": [], "bytes": total}, []
+        try:
+            ports = {}
+            for kind in ("plain", "keyed"):
+                proc, ports[kind] = self.mac_prime(kind, hot, opts[kind])
+                procs.append(proc)
+            for i in range(self.p["mac_rounds"]):
+                for kind in ("plain", "keyed") if i % 2 == 0 else ("keyed", "plain"):
+                    e = self.mac_read(kind, hot, opts[kind], ports[kind])
+                    res[kind].append(e)
+                    log(f"shared hit {kind} round {i + 1}: {e['mbps']:.0f} MiB/s, "
+                        f"{e['hits']:.0f} of {e['blocks']} blocks from Redis")
+        finally:
+            for proc in procs:
+                stop_proc(proc)
+        self.raw["runs"]["mac"] = res
         return res
 
     # -- scenario 9 -------------------------------------------------------------------------
@@ -2756,9 +2824,25 @@ def disk_report(b, cols):
     return rows, targets
 
 
+def mac_report(b, cols):
+    """Row and target of scenario 12c (none if it did not run): rounds where a block missed
+    Redis do not count."""
+    r = b.raw["runs"].get("mac")
+    if not r:
+        return [], []
+    ok = {k: [e["mbps"] for e in r[k] if e["hits"] == e["blocks"]] for k in ("plain", "keyed")}
+    ratio = (median(ok["keyed"]) / median(ok["plain"])
+             if ok["keyed"] and ok["plain"] else None)
+    row = (f"12c. shared hit: a fresh mount reads {r['bytes'] // MiB} MiB of new objects, every "
+           f"block from Redis: MiB/s without / with shared_key (the MAC); rounds interleaved",
+           f"{cell(ok['plain'])} / {cell(ok['keyed'])} = {fmt_num(ratio)}x",
+           {k: ("n/a", None) for k in cols}, ">= 0.8x", ratio is not None and ratio >= 0.8)
+    return [row], [("shared hit with the MAC / without", ratio, 0.8, "min")]
+
+
 def shared_report(b, cols):
-    """Rows and targets of scenarios 12 and 13 (none if they did not run)."""
-    rows, targets = [], []
+    """Rows and targets of scenarios 12, 12c and 13 (none if they did not run)."""
+    rows, targets = mac_report(b, cols)
     r = b.raw["runs"].get("shared")
     if not r:
         return rows, targets
@@ -3008,7 +3092,7 @@ def main():
     ap.add_argument("--runs", type=int, default=0)
     ap.add_argument("--only", default="",
                     help="comma list of scenarios: seq,multi,iso,rate,mem,broker,meta,lagrand,"
-                    "disk,shared")
+                    "disk,shared,mac")
     ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                     help="override a parameter (see Bench.p), e.g. --set iso_seconds=30")
     ap.add_argument("--chart-only", action="store_true",
@@ -3055,6 +3139,8 @@ def main():
             b.scen_disk()
         if not only or "shared" in only:
             b.scen_shared()
+        if not only or "mac" in only:
+            b.scen_mac()
     finally:
         cleanup()
     if only:

@@ -4,7 +4,7 @@ measurement behind shared_timeout's default (fs/opts.c) and the second Redis con
 server for SETs (backend/redis.c).
 
 Starts its own redis-server on a free port (no persistence, allkeys-lru, as README says a
-fleet runs it), writes a value of one block plus the 48-byte header, and measures the time
+fleet runs it), writes a value of one block plus the 80-byte header, and measures the time
 from sending a GET to having its whole reply:
 
   alone          one connection, nothing else in flight
@@ -69,7 +69,7 @@ def main():
     ap.add_argument("--n", type=int, default=300)
     a = ap.parse_args()
     bs = int(a.block[:-1]) * MIB if a.block[-1] in "Mm" else int(a.block)
-    value = os.urandom(48) + os.urandom(bs)
+    value = os.urandom(80) + os.urandom(bs)
     d = tempfile.mkdtemp(prefix="shared-lat-")
     port = free_port()
     log = open(os.path.join(d, "redis.log"), "wb")
@@ -93,7 +93,7 @@ def main():
             assert len(read_reply(f)) == len(value)
             return time.perf_counter() - t
 
-        print(f"block {bs // MIB} MiB + 48 B, redis-server on 127.0.0.1:{port}, "
+        print(f"block {bs // MIB} MiB + 80 B, redis-server on 127.0.0.1:{port}, "
               f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cpus")
 
         def behind(nset):

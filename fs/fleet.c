@@ -36,8 +36,11 @@
  *
  * The key is the block's (cache/fleetval.h: prefix, oid, block index, block size), so two
  * block sizes never mix and two fleets with two prefixes never meet. A value is served only
- * when its framing names this very block and its CRC-32C matches: anything else is counted as
- * "rejected" and the block comes from the store (and the right value is written over it).
+ * when its framing names this very block and its MAC checks under the fleet's key
+ * (shared_key: whoever can write to Redis cannot make one; backend/mac.c), or, without a key,
+ * its CRC-32C matches (which stops accidents only: the mount says so at start). Anything else
+ * is counted as "rejected" and the block comes from the store (and the right value is
+ * written over it). The key file must be its owner's alone (load_key).
  * Redis is asked only from the I/O thread (backend/redis.c): the FUSE worker that misses has
  * already returned, and a Redis that is slow costs a read at most shared_timeout before the
  * store is asked (default 50 ms: see the option's comment in opts.c). SETs go on their own
@@ -68,15 +71,22 @@
  * caller's thread.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "fs_i.h"
+#include "mac.h"
 #include "redis.h"
 #include "fleetval.h"
+
+_Static_assert(BK_MAC_SALT_LEN == FV_SALT_LEN && BK_MAC_TAG_LEN == FV_TAG_LEN,
+	       "backend/mac.h makes the salts and tags fleetval.h frames");
 
 #define PUT_LIMIT      (64u << 20)             /* bytes of SETs queued at once */
 #define FLEET_RETRY_NS (1000 * 1000000ULL)     /* Redis failed: local limits this long */
@@ -143,6 +153,8 @@ struct fs_fleet {
 	struct mount *m;
 	struct backend *b;
 	struct bk_redis *bs;
+	struct bk_mac *mac;       /* the fleet's key (shared_key), or NULL: values carry a CRC */
+	struct fv_mac fvm;        /* mac, as fleetval.c calls it */
 	uint32_t block_size;
 	char prefix[FV_PREFIX_MAX + 1];
 	bool fill_lagging;
@@ -163,6 +175,7 @@ struct fs_fleet {
 };
 
 #define STAT_ADD(sh, f, v) __atomic_fetch_add(&(sh)->st.f, (v), __ATOMIC_RELAXED)
+#define MAC(sh)            ((sh)->mac ? &(sh)->fvm : NULL)
 
 static uint64_t mono_ns(void)
 {
@@ -390,6 +403,25 @@ static void lost_lock(struct sfetch *f)
 		miss(f, false);
 }
 
+/* What fv_check's @r says of a value, for the log. */
+static const char *refusal(int r)
+{
+	switch (r) {
+	case -EBADMSG:
+		return "checksum or length mismatch";
+	case -ESTALE:
+		return "another block's value";
+	case -ENOKEY:
+		return "no MAC: not written with shared_key";
+	case -EKEYREJECTED:
+		return "MAC mismatch: forged, or another key's";
+	case -EPROTO:
+		return "not a tierfs value of this format";
+	default:
+		return "cannot be checked";
+	}
+}
+
 /* A value came: check it in place (val NULL: it was of the block's size and went to f->hdr
  * and the block), or copy it in. */
 static void got_value(struct sfetch *f, const void *val, size_t vlen)
@@ -399,14 +431,15 @@ static void got_value(struct sfetch *f, const void *val, size_t vlen)
 	const void *data;
 	int r;
 
-	r = val ? fv_check(val, vlen, io->key, sh->block_size, io->len, &data)
-		: fv_check_parts(f->hdr, io->dst, vlen, io->key, sh->block_size, io->len);
+	r = val ? fv_check(val, vlen, io->key, sh->block_size, io->len, MAC(sh), &data)
+		: fv_check_parts(f->hdr, io->dst, vlen, io->key, sh->block_size, io->len, MAC(sh));
 	if (r < 0) {
 		STAT_ADD(sh, rejected, 1);
+		if (r == -ENOKEY || r == -EKEYREJECTED)
+			STAT_ADD(sh, mac_rejected, 1);
 		fs_log_once(&sh->m->log, FUSE_LOG_WARNING, f->key, "shared value rejected",
 			    "shared tier: the value of %s was refused (%s): read from the store",
-			    f->key, r == -EBADMSG ? "checksum or length mismatch"
-				    : r == -ESTALE ? "another block's value" : "not a tierfs value");
+			    f->key, refusal(r));
 		miss(f, true);
 		return;
 	}
@@ -489,12 +522,15 @@ static int fleet_get(void *self, struct tier_io *io)
 	return 0;
 }
 
-/* SET @io's bytes under @key; @return true if queued. */
+/* SET @io's bytes under @key, framed and, with a key, MACed under a fresh salt; @return true
+ * if queued. */
 static bool set_value(struct fs_fleet *sh, const char *key, const struct tier_io *io)
 {
-	unsigned char hdr[FV_HDR_LEN];
+	unsigned char hdr[FV_HDR_LEN], salt[FV_SALT_LEN] = {0};
 
-	fv_header(hdr, io->key, sh->block_size, io->dst, io->len);
+	if ((sh->mac && bk_mac_salt(sh->mac, salt) < 0) ||
+	    fv_header(hdr, io->key, sh->block_size, io->dst, io->len, MAC(sh), salt) < 0)
+		return false;
 	return bk_redis_put(sh->bs, key, hdr, sizeof(hdr), io->dst, io->len) == 0;
 }
 
@@ -541,45 +577,127 @@ struct tier fs_fleet_tier(struct fs_fleet *sh)
 
 /* ---- setup ------------------------------------------------------------------------------------- */
 
-/* The password: $TIERFS_SHARED_PASSWORD, else the first line of @file. @return 0 and a
- * malloc'd *ret (NULL: none), or -errno. */
+/* The password: $TIERFS_SHARED_PASSWORD, else the first line of @file, read with read(2)
+ * into a buffer zeroed after (stdio's buffer was freed with the password in it).
+ * @return 0 and a malloc'd *ret (NULL: none), or -errno. */
 static int password(const char *file, char **ret)
 {
 	const char *env = getenv("TIERFS_SHARED_PASSWORD");
 	char line[512];
-	FILE *fp;
+	ssize_t n;
+	int fd;
 
 	*ret = NULL;
 	if (env && *env)
 		return (*ret = strdup(env)) ? 0 : -ENOMEM;
 	if (!file)
 		return 0;
-	fp = fopen(file, "re");
-	if (!fp)
+	fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
 		return -errno;
-	if (!fgets(line, sizeof(line), fp))
-		line[0] = 0;
-	fclose(fp);
+	n = read(fd, line, sizeof(line) - 1);
+	if (n < 0)
+		n = -errno;
+	close(fd);
+	if (n < 0)
+		return (int)n;
+	line[n] = 0;
 	line[strcspn(line, "\r\n")] = 0;
 	*ret = line[0] ? strdup(line) : NULL;
 	explicit_bzero(line, sizeof(line));
 	return 0;
 }
 
-int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret, char *err,
-		  size_t errlen)
+static int mac_tag(void *arg, const unsigned char *salt, const void *a, size_t alen,
+		   const void *b, size_t blen, unsigned char *ret_tag)
 {
-	struct fs_fleet *sh = calloc(1, sizeof(*sh));
-	char *pw = NULL;
+	return bk_mac_tag(arg, salt, a, alen, b, blen, ret_tag);
+}
+
+/* Read the key file @fd (@file) into @buf (BK_MAC_KEY_MAX + 1 bytes). @return its length,
+ * or -errno with one line in @err. */
+static ssize_t key_bytes(int fd, const char *file, unsigned char *buf, char *err, size_t errlen)
+{
+	struct stat st;
+	size_t n = 0;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "shared_key=%s: not a regular file", file);
+		return -EINVAL;
+	}
+	if (st.st_mode & 077) {
+		snprintf(err, errlen, "shared_key=%s: group or others may read or write it (mode "
+			 "%04o): chmod 600 it", file, (unsigned)(st.st_mode & 07777));
+		return -EACCES;
+	}
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		snprintf(err, errlen,
+			 "shared_key=%s: owned by uid %u, not by tierfs's user or root", file,
+			 (unsigned)st.st_uid);
+		return -EACCES;
+	}
+	while (n <= BK_MAC_KEY_MAX) {
+		ssize_t r = read(fd, buf + n, BK_MAC_KEY_MAX + 1 - n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			snprintf(err, errlen, "shared_key=%s: %s", file, strerror(errno));
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	if (n < BK_MAC_KEY_MIN || n > BK_MAC_KEY_MAX) {
+		snprintf(err, errlen,
+			 "shared_key=%s: %s%zu bytes; a key is %u to %u bytes (head -c 32 "
+			 "/dev/urandom > FILE)", file, n > BK_MAC_KEY_MAX ? "more than " : "",
+			 n > BK_MAC_KEY_MAX ? (size_t)BK_MAC_KEY_MAX : n, BK_MAC_KEY_MIN,
+			 BK_MAC_KEY_MAX);
+		return -EINVAL;
+	}
+	return (ssize_t)n;
+}
+
+/*
+ * The fleet's key, from shared_key=@file: all of the file's bytes. As ssh does with a
+ * private key, a file that others may read is refused (a key others can read is a key a
+ * forger may have), as is one owned by another user but root. Read with read(2) into a
+ * buffer zeroed after, so no stdio buffer keeps a copy; only what backend/mac.c derives from
+ * it stays. @return 0 and *ret_mac, or -errno with one line in @err.
+ */
+static int load_key(const char *file, struct bk_mac **ret_mac, char *err, size_t errlen)
+{
+	unsigned char buf[BK_MAC_KEY_MAX + 1];
+	int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	ssize_t n;
 	int e;
 
-	if (!sh)
-		return -ENOMEM;
-	e = password(o->shared_password_file, &pw);
+	if (fd < 0) {
+		e = -errno;
+		snprintf(err, errlen, "shared_key=%s: %s", file, strerror(-e));
+		return e;
+	}
+	n = key_bytes(fd, file, buf, err, errlen);
+	close(fd);
+	e = n < 0 ? (int)n : bk_mac_new(buf, (size_t)n, ret_mac);
+	explicit_bzero(buf, sizeof(buf));
+	if (n >= 0 && e < 0)
+		snprintf(err, errlen, "shared_key: no MAC from OpenSSL: %s", strerror(-e));
+	return e;
+}
+
+/* The Redis client, with the password from shared_password_file or the environment. */
+static int connect_redis(struct fs_fleet *sh, const struct fs_opts *o, char *err,
+			 size_t errlen)
+{
+	char *pw = NULL;
+	int e = password(o->shared_password_file, &pw);
+
 	if (e < 0) {
 		snprintf(err, errlen, "shared_password_file=%s: %s", o->shared_password_file,
 			 strerror(-e));
-		free(sh);
 		return e;
 	}
 	struct bk_redis_cfg c = {
@@ -587,24 +705,43 @@ int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret
 		.password = pw,
 		.timeout_ns = o->shared_timeout * 1000000ULL,
 		.put_limit = PUT_LIMIT,
+		.max_value = FV_HDR_LEN + o->block_size, /* a value, and nothing longer */
 	};
-	e = bk_redis_new(m->b, &c, &sh->bs, err, errlen);
+	e = bk_redis_new(sh->m->b, &c, &sh->bs, err, errlen);
 	if (pw) {
 		explicit_bzero(pw, strlen(pw));
 		free(pw);
 	}
+	return e;
+}
+
+int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret, char *err,
+		 size_t errlen)
+{
+	struct fs_fleet *sh = calloc(1, sizeof(*sh));
+	int e;
+
+	if (!sh)
+		return -ENOMEM;
+	sh->m = m;
+	e = o->shared_key ? load_key(o->shared_key, &sh->mac, err, errlen) : 0;
+	if (e == 0)
+		e = connect_redis(sh, o, err, errlen);
 	if (e < 0) {
+		bk_mac_free(sh->mac);
 		free(sh);
 		return e;
 	}
+	if (!sh->mac)
+		fuse_log(FUSE_LOG_WARNING, "tierfs: shared tier without shared_key: Redis must be "
+					   "trusted as much as the store\n");
+	sh->fvm = (struct fv_mac){.fn = mac_tag, .arg = sh->mac};
 	/* Every block through Redis passes through block-sized buffers (the value, hiredis's
 	 * command and output buffer, its reply). glibc gives each its own mmap and unmaps it
-	 * when freed, so every block paid a page fault per 4 KiB, three times over: measured on
-	 * this VM, a 1 MiB miss-and-put took 20 ms instead of 2. Keep such buffers in the heap
-	 * for reuse instead (put_limit bounds how many exist at once). */
+	 * when freed, so every block paid a page fault per 4 KiB, three times over. Keep such
+	 * buffers in the heap for reuse instead (put_limit bounds how many exist at once). */
 	mallopt(M_MMAP_THRESHOLD, 32 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
-	sh->m = m;
 	sh->b = m->b;
 	sh->block_size = (uint32_t)o->block_size;
 	snprintf(sh->prefix, sizeof(sh->prefix), "%s", o->shared_prefix ? o->shared_prefix : "");
@@ -624,6 +761,7 @@ void fs_fleet_free(struct fs_fleet *sh)
 	if (!sh)
 		return;
 	bk_redis_free(sh->bs);
+	bk_mac_free(sh->mac);
 	gate_done_all(&sh->gate);
 	free(sh);
 }
@@ -637,6 +775,7 @@ void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
 	ret->hit_bytes = __atomic_load_n(&s->hit_bytes, __ATOMIC_RELAXED);
 	ret->misses = __atomic_load_n(&s->misses, __ATOMIC_RELAXED);
 	ret->rejected = __atomic_load_n(&s->rejected, __ATOMIC_RELAXED);
+	ret->mac_rejected = __atomic_load_n(&s->mac_rejected, __ATOMIC_RELAXED);
 	ret->unavailable = __atomic_load_n(&s->unavailable, __ATOMIC_RELAXED);
 	ret->store_fetches = __atomic_load_n(&s->store_fetches, __ATOMIC_RELAXED);
 	ret->lock_wins = __atomic_load_n(&s->lock_wins, __ATOMIC_RELAXED);

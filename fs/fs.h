@@ -64,6 +64,7 @@ struct fs_opts {
 	uint64_t shared_timeout; /* milliseconds a Redis call may take; default 50 */
 	char *shared_prefix;  /* prefix of every key, one per fleet; default "tierfs:" */
 	char *shared_password_file; /* AUTH password's file (or TIERFS_SHARED_PASSWORD) */
+	char *shared_key;     /* the fleet's secret: values carry a MAC under it; NULL = none */
 	bool shared_fill_lagging; /* lagging fetches fill the shared tier too; default off */
 	uint64_t fleet_lagging_rate; /* bytes/s of lagging fetches, the fleet together; 0 = none */
 	uint64_t fleet_lagging_ops;  /* fetches/s of lagging fetches, the fleet together; 0 = none */

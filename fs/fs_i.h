@@ -44,6 +44,8 @@ struct fs_fleet_stats {
 	uint64_t hit_bytes;       /* their bytes */
 	uint64_t misses;          /* Redis had no value */
 	uint64_t rejected;        /* values refused by the check (wrong, truncated, foreign) */
+	uint64_t mac_rejected;    /* ... of them, refused by the MAC (shared_key): forged,
+				   * unsigned, or another key's */
 	uint64_t unavailable;     /* Redis did not answer in time, or is down, or erred */
 	uint64_t store_fetches;   /* blocks fetched from the store through the decorator */
 	uint64_t lock_wins;       /* misses that took the block's fetch lock and fetched it */

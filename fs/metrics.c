@@ -262,6 +262,9 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	X(shared_rejected_total, COUNTER, FLEET(rejected),                                         \
 	  "Values refused by the check (wrong bytes, truncated, another block's, foreign): read "  \
 	  "from the store instead.")                                                               \
+	X(shared_mac_rejected_total, COUNTER, FLEET(mac_rejected),                                 \
+	  "Values of those refused by their MAC (shared_key): forged, written without the key, "   \
+	  "or with another key.")                                                                  \
 	X(shared_unavailable_total, COUNTER, FLEET(unavailable),                                   \
 	  "Lookups Redis did not answer in time, or answered with an error, or could not take "    \
 	  "(down).")                                                                               \
@@ -272,6 +275,9 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "answering the ones written before it.")                                                 \
 	X(shared_errors_total, COUNTER, REDIS(errors),                                             \
 	  "Redis calls failed: server down, connection lost, error reply.")                        \
+	X(shared_bad_replies_total, COUNTER, REDIS(bad_replies),                                   \
+	  "Connections closed for a reply tierfs does not take: longer than a value, an array "    \
+	  "too long or too deep, not RESP, not asked for, or still coming long after its turn.")   \
 	X(shared_received_bytes_total, COUNTER, REDIS(bytes_in),                                   \
 	  "Value bytes received from Redis.")                                                      \
 	X(shared_puts_total, COUNTER, REDIS(puts),                                                 \

@@ -267,6 +267,9 @@ static const struct opt opt_table[] = {
 	{.name = "shared_password_file", .kind = OPT_PATH, .group = GROUP_SHARED,
 	 .off = OFF(shared_password_file), .meta = "FILE",
 	 .help = "password file; or $TIERFS_SHARED_PASSWORD"},
+	/* a file, not a value: a key must not show in /proc/PID/cmdline (see fleet.c) */
+	{.name = "shared_key", .kind = OPT_PATH, .group = GROUP_SHARED, .off = OFF(shared_key),
+	 .meta = "FILE", .help = "fleet's secret, 32+ bytes, mode 0600: MACs values"},
 	{.name = "shared_fill_lagging", .kind = OPT_BOOL, .group = GROUP_SHARED,
 	 .off = OFF(shared_fill_lagging), .def = 0,
 	 .help = "lagging misses fill the shared tier"},
@@ -1619,6 +1622,11 @@ static const char *const man_tail[] = {
     "Secrets are refused as options (they would show in /proc/PID/cmdline): S3 credentials come "
     "from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, else from the shared "
     "credentials file (credentials=FILE, profile=NAME).",
+    ".PP",
+    "With shared=, the values in Redis carry a MAC when shared_key=FILE names the fleet's "
+    "secret: 32 to 4096 bytes (head -c 32 /dev/urandom > FILE), readable and writable by its "
+    "owner only, or the mount is refused. Without it a mount trusts Redis as much as the store, "
+    "and says so at start.",
     ".SH CONTROL",
     "MOUNTPOINT/.tierfs/stats holds counters in the Prometheus text format, every metric "
     "labelled by tier; MOUNTPOINT/.tierfs/config the effective settings. The extended "

@@ -29,14 +29,16 @@ Faults (see the `faults` namespace below):
     long_body(extra)        @extra junk bytes after the body (Content-Length as the store
                             said); declared=True: Content-Length counts the junk too
     content_range(value)    a 206 of the right length with Content-Range @value (None: none)
+    drop_headers(*names)    the store's answer without the headers @names (e.g. "ETag")
     whole_200()             ask the store without Range: 200 and the whole object
     strip_if_match()        forward without If-Match (a store that ignores it)
     reset()                 close the connection without answering
 
 Stores the proxy plays itself:
-    set_object(path, data, etag, mtime, honour_if_match)   serve HEAD/GET/Range of @path from
-        memory (a changed object: new bytes and ETag; honour_if_match answers 412 to an If-Match
-        naming another ETag, else the new version is sent whatever If-Match says)
+    set_object(path, data, etag, mtime, honour_if_match, get_etag)   serve HEAD/GET/Range of
+        @path from memory (a changed object: new bytes and ETag; honour_if_match answers 412 to
+        an If-Match naming another ETag, else the new version is sent whatever If-Match says;
+        get_etag=False sends the ETag on HEAD only, never with the bytes)
     go_away("refuse" | "reset" | "blackhole") / come_back()   the whole store disappears:
         connections refused (the port stays bound, not listening), accepted and reset, or
         accepted and never answered; open connections are closed.
@@ -308,6 +310,18 @@ class ContentRange(Fault):
         h.send_response(rec, status, hdrs, body, reason=reason)
 
 
+class DropHeaders(Fault):
+    def __init__(self, *names):
+        super().__init__()
+        self.drop = {n.lower() for n in names}
+        self.name = "drop headers " + ", ".join(names)
+
+    def apply(self, px, h, req, rec):
+        status, reason, hdrs, body = h.forward(req)
+        hdrs = [(k, v) for k, v in hdrs if k.lower() not in self.drop]
+        h.send_response(rec, status, hdrs, body, reason=reason, head=req.method == "HEAD")
+
+
 class Whole200(Fault):
     name = "200 whole object"
 
@@ -340,6 +354,7 @@ class faults:
     short_body = ShortBody
     long_body = LongBody
     content_range = ContentRange
+    drop_headers = DropHeaders
     whole_200 = Whole200
     strip_if_match = StripIfMatch
     reset = Reset
@@ -359,6 +374,7 @@ class Served:
     etag: str
     mtime: float
     honour_if_match: bool = True
+    get_etag: bool = True
     hits: list = field(default_factory=list)
 
 
@@ -507,10 +523,10 @@ class _Conn:
     def serve_object(self, req, rec, obj):
         obj.hits.append(req)
         size = len(obj.data)
-        base = [("ETag", obj.etag), ("Last-Modified", email.utils.formatdate(obj.mtime,
-                                                                             usegmt=True)),
-                ("Accept-Ranges", "bytes"), ("Content-Type", "application/octet-stream")]
         head = req.method == "HEAD"
+        base = [("ETag", obj.etag)] if head or obj.get_etag else []
+        base += [("Last-Modified", email.utils.formatdate(obj.mtime, usegmt=True)),
+                 ("Accept-Ranges", "bytes"), ("Content-Type", "application/octet-stream")]
         if req.method not in ("GET", "HEAD"):
             self.send_response(rec, 405, [], b"")
             return
@@ -837,10 +853,10 @@ class FaultProxy:
 
     # -- served objects ------------------------------------------------------------------
 
-    def set_object(self, path, data, etag, mtime=None, honour_if_match=True):
+    def set_object(self, path, data, etag, mtime=None, honour_if_match=True, get_etag=True):
         """Serve @path from memory from now on (HEAD, GET, Range, If-Match)."""
         self._served[path] = Served(bytes(data), etag, time.time() if mtime is None else mtime,
-                                    honour_if_match)
+                                    honour_if_match, get_etag)
 
     def clear_object(self, path):
         self._served.pop(path, None)

@@ -49,6 +49,27 @@ def test_http_subdirectory_url(mount, nginx, corpus64k):
     corpus.assert_same_content(m.mnt, src, files)
 
 
+def test_http_manifest_names_each_directory_once(mount, nginx, corpus64k, tmp_path):
+    """-o manifest=FILE (a server without an index): the tree comes from the manifest's
+    paths. Every entry a listing passes on counts towards its bound (backend.c), so a
+    directory must be one entry of its parent however many paths lie beneath it: with the
+    bound lowered to the number of names the root really holds, the root lists and files
+    deep down read right, while many/ (more names than that) fails with EFBIG."""
+    files = sorted(str(p.relative_to(corpus64k.root)) for p in corpus64k.root.rglob("*")
+                   if p.is_file())
+    manifest = tmp_path / "manifest"
+    manifest.write_text("\n".join(files) + "\n")
+    top = {f.split("/")[0] for f in files}
+    many = [f for f in files if f.startswith("many/")]
+    assert len(many) > len(top) and len(files) > len(top)
+    m = mount(nginx.url, OPTS + [f"manifest={manifest}"],
+              env={"TIERFS_LIST_MAX_KEYS": str(len(top))})
+    assert set(os.listdir(m.mnt)) == top
+    corpus.assert_same_content(m.mnt, corpus64k.root, ["some/prefix/deeper/x y+z.bin",
+                                                       "deep/l1/l2/2.bin", "one.bin"])
+    harness.expect_errno(lambda: os.listdir(m.path("many")), errno.EFBIG)
+
+
 def test_https_with_ca_file(mount, nginx, corpus64k, tls):
     m = mount(nginx.https_url, OPTS + [f"ca_file={tls[0]}"])
     files = corpus.assert_same_tree(m.mnt, corpus64k.root)

@@ -290,3 +290,103 @@ def test_100k_keys_one_prefix_s3(mount, fake_s3):
           ", ".join(f"{k} {v:.2f} s" for k, v in out.items()) + f"; peak RSS {peak / 1024:.1f} MiB")
     assert out["ls"] < 60 and out["ls -l"] < 120 and out["find"] < 60
     assert peak < (256 if not harness.sanitizer() else 1024) * 1024
+
+
+class EndlessS3(BaseHTTPRequestHandler):
+    """A hostile ListObjectsV2: every page is truncated and names a next one, forever, and
+    every object is missing. @kind "new": 1000 new keys a page; "same": the same 1000 keys on
+    every page; "long": 1000 new keys of about 200 bytes a page."""
+    protocol_version = "HTTP/1.1"
+    kind = "new"
+    pages = 0
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code, body=b"", headers=()):
+        self.send_response(code)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self):
+        self._send(404)
+
+    def do_GET(self):
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query,
+                                  keep_blank_values=True)
+        if "list-type" not in q:
+            return self._send(404, b"<Error><Code>NoSuchKey</Code></Error>")
+        EndlessS3.pages += 1
+        page = int(q.get("continuation-token", ["0"])[0])
+        prefix = q.get("prefix", [""])[0]
+        first = 0 if self.kind == "same" else page * 1000
+        pad = "x" * 190 if self.kind == "long" else ""
+        lm = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(MTIME))
+        xml = ['<?xml version="1.0" encoding="UTF-8"?>',
+               '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
+               f"<Name>{BUCKET}</Name><Prefix>{escape(prefix)}</Prefix>",
+               "<KeyCount>1000</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>",
+               f"<NextContinuationToken>{page + 1}</NextContinuationToken>"]
+        for i in range(first, first + 1000):
+            xml.append(f"<Contents><Key>{escape(prefix)}k{pad}{i:09d}</Key>"
+                       f"<LastModified>{lm}</LastModified><ETag>\"{i:016x}\"</ETag>"
+                       "<Size>1</Size></Contents>")
+        xml.append("</ListBucketResult>")
+        self._send(200, "".join(xml).encode(), [("Content-Type", "application/xml")])
+
+
+@pytest.fixture
+def endless_s3():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), EndlessS3)
+    srv.daemon_threads = True
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    EndlessS3.pages = 0
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.parametrize("kind,bound,words", [
+    ("new", {"TIERFS_LIST_MAX_KEYS": "5000"}, "more than 5000 entries"),
+    ("same", {"TIERFS_LIST_MAX_KEYS": "5000"}, "more than 5000 entries"),
+    ("long", {"TIERFS_LIST_MAX_BYTES": str(1 << 20)}, f"more than {1 << 20} bytes of names"),
+])
+def test_endless_listing_is_cut_off(mount, endless_s3, kind, bound, words):
+    """Issue 28: a listing that pages forever was bounded only by 1,000,000 pages, holding
+    every entry meanwhile. Now every listing stops past BK_LIST_MAX_KEYS entries or
+    BK_LIST_MAX_BYTES of names and ETags (lowered here through the environment, so that a few
+    pages reach them): the directory fails with EFBIG within a few pages, one line says why,
+    and the mount goes on answering."""
+    EndlessS3.kind = kind
+    m = mount(f"s3://{BUCKET}", _opts(endless_s3) + ["retries=0"], env={**ENV, **bound},
+              foreground=True)
+    got = {}
+
+    def ls():
+        try:
+            got["names"] = os.listdir(m.mnt)
+        except OSError as e:
+            got["err"] = e.errno
+
+    t = threading.Thread(target=ls, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), f"ls still running after 60 s, {EndlessS3.pages} pages asked"
+    assert got.get("err") == errno.EFBIG, (got.get("err"), len(got.get("names", [])))
+    # the mount's check asks one page, each listing (the mount's first, then ls's, as the
+    # first failed) 5 or 6 before it is over; and then nothing pages on behind the reader
+    pages = EndlessS3.pages
+    assert pages <= 1 + 2 * 6, pages
+    time.sleep(1)
+    assert EndlessS3.pages == pages, (pages, EndlessS3.pages)
+    log = harness.tail(m.log, 10**6)
+    assert words in log and "EFBIG" in log, log[-2000:]
+    with open(m.path(".tierfs/stats")) as f:
+        assert "tierfs_" in f.read()

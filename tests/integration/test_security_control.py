@@ -111,6 +111,11 @@ for name, value in [("lagging_rate", b"0"), ("lagging_rate", b"100M"), ("lagging
         out["set"].append([name, "ok"])
     except OSError as e:
         out["set"].append([name, errno.errorcode.get(e.errno, str(e.errno))])
+try:
+    os.setxattr(os.path.join(mnt, ".tierfs"), "user.tierfs.lagging_rate", b"0")
+    out["ctl_dir"] = "ok"
+except OSError as e:
+    out["ctl_dir"] = errno.errorcode.get(e.errno, str(e.errno))
 for what, fn in [("rate", lambda: os.getxattr(mnt, "user.tierfs.lagging_rate").decode()),
                  ("config", lambda: open(os.path.join(mnt, ".tierfs/config")).read()),
                  ("stats", lambda: len(open(os.path.join(mnt, ".tierfs/stats")).read()))]:
@@ -122,21 +127,27 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("dir_mode,refusal", [("0755", "EACCES"), ("0777", "EPERM")])
-def test_only_the_operator_changes_settings(pub, mount, dir_mode, refusal):
+@pytest.mark.parametrize("dir_mode,uid,refusal", [("0755", None, "EACCES"),
+                                                  ("0777", None, "EPERM"),
+                                                  ("0755", "65534", "EPERM")])
+def test_only_the_operator_changes_settings(pub, mount, dir_mode, uid, refusal):
     """nobody's setxattr on the root is refused for every name and value, also as root of its
     own user namespace, and the settings stay as they were; nobody still reads them. Root, the
-    mount's owner, still changes them. Two layers refuse: with the default dir_mode the kernel
-    (default_permissions: no write permission, EACCES); with a root that everyone may write,
-    tierfs itself (not the owner, no CAP_SYS_ADMIN: EPERM)."""
+    mount's owner, still changes them. Two layers refuse, and the errno says which (README,
+    docs/security.md): the kernel when the modes shown give nobody no write permission on the
+    root (default_permissions: EACCES, the default dir_mode's case), tierfs itself when they
+    do, through dir_mode or uid= (not the uid tierfs runs as, no CAP_SYS_ADMIN: EPERM). On
+    the control directory (0555) the kernel refuses nobody in every case."""
     put(pub.store, "obj.bin", os.urandom(B64K))
     m = mount(pub.url, OPTS + ["lagging_rate=20M", "lagging_burst=4M", "lagging_ops=40",
-                               "hot_ttl=600", f"dir_mode={dir_mode}"], name=pub.mnt)
+                               "hot_ttl=600", f"dir_mode={dir_mode}"] +
+              ([f"uid={uid}"] if uid else []), name=pub.mnt)
     before = config(m.mnt)
 
     got = run_as_nobody(NOBODY_TRIES, str(m.mnt))
     wrong = [(n, e) for n, e in got["set"] if e != refusal]
     assert not wrong, f"nobody's setxattr on the root: want {refusal}, got {wrong}"
+    assert got["ctl_dir"] == "EACCES", got["ctl_dir"]
     assert config(m.mnt) == before
     assert got["read"]["rate"] == "20M", got["read"]
     assert got["read"]["config"].splitlines() == \

@@ -233,6 +233,126 @@ def test_store_0600_file_not_readable_by_others(shared_mount, tmp_path):
     assert Path(m.path("private.key")).read_bytes() == b"-----BEGIN PRIVATE KEY-----\n"
 
 
+def make_link_store(top):
+    """A store that nobody can reach directly too (under the 0755 @top), so that what nobody
+    reads through the store's own directories can be compared with what the mount gives.
+
+        world.txt 0644     private/ 0700: inner.txt 0644     group/ 0750: g.txt 0644
+        dirlink -> private (hidden itself, but a link's target may pass through it)
+        hop -> private/inner.txt (a link to a link)
+        public/ 0755: the links under test
+    """
+    store = top / "store"
+    for d, mode in [("", 0o755), ("private", 0o700), ("group", 0o750), ("public", 0o755)]:
+        (store / d).mkdir(exist_ok=True)
+        os.chmod(store / d, mode)
+    for rel, data in [("world.txt", b"world\n"), ("private/inner.txt", b"inside 0700\n"),
+                      ("group/g.txt", b"group only\n")]:
+        (store / rel).write_bytes(data)
+        os.chmod(store / rel, 0o644)
+    os.symlink("private", store / "dirlink")
+    os.symlink("private/inner.txt", store / "hop")
+    return store
+
+
+# link in public/ -> (its target, the mode the mount must show: target 0644 & each
+# directory's search bits, the root left out)
+LINKS = {
+    "link.txt": ("../private/inner.txt", 0o600),   # the issue's case
+    "chain.txt": ("../hop", 0o600),                # a link to a link into private/
+    "viadir.txt": ("../dirlink/inner.txt", 0o600),  # through a link to the 0700 directory
+    "through.txt": ("../private/../world.txt", 0o600),  # ".." out of private/ needs its x
+    "grp.txt": ("../group/g.txt", 0o640),          # others lose, the group keeps r
+    "ok.txt": ("../world.txt", 0o644),             # nothing private on the way
+}
+
+
+def test_link_no_more_readable_than_through_the_store(shared_mount, tmp_path):
+    """Issue 28 point 7: a relative link to a file inside a 0700 directory showed the
+    target's mode (0644) and let nobody read what nobody cannot read in the store. A link's
+    mode is now its target's ANDed with the search bits of every directory on the resolved
+    path: nobody reads through the mount exactly what nobody reads through the store, listed
+    or looked up by name, and the mount's owner class keeps the owner's rights."""
+    top = Path(tempfile.mkdtemp(prefix="tierfs-links-", dir="/tmp"))
+    try:
+        os.chmod(top, 0o755)
+        store = make_link_store(top)
+        for name, (target, _) in LINKS.items():
+            os.symlink(target, store / "public" / name)
+        m = shared_mount(store, ["metadata_ttl=3600"])
+        assert set(LINKS) <= set(os.listdir(m.path("public")))
+        rc, _, err = as_nobody("cat", store / "private" / "inner.txt")
+        assert rc != 0 and "Permission denied" in err, err
+        wrong = []
+        for name, (_, mode) in LINKS.items():
+            shown = stat.S_IMODE(os.stat(m.path("public/" + name)).st_mode)
+            direct = nobody_reads(store / "public" / name)
+            through = nobody_reads(m.path("public/" + name))
+            if shown != mode or through != direct:
+                wrong.append((name, oct(shown), oct(mode), direct, through))
+        assert not wrong, f"(link, mode shown, want, nobody via store, via mount): {wrong}"
+
+        # a link the listing has not seen: looked up by name (the store's stat), same rule
+        os.symlink("../private/inner.txt", store / "public" / "late.txt")
+        assert nobody_reads(m.path("public/late.txt")) is None
+        assert stat.S_IMODE(os.stat(m.path("public/late.txt")).st_mode) == 0o600
+        # root, the mount's owner here, still reads every link
+        assert Path(m.path("public/link.txt")).read_bytes() == b"inside 0700\n"
+
+        # with nobody as the mount's owner, nobody gets the owner's bits: it reads the link
+        m2 = shared_mount(store, [f"uid={NOBODY}"])
+        assert nobody_reads(m2.path("public/link.txt")) == b"inside 0700\n"
+        assert nobody_reads(m2.path("public/grp.txt")) == b"group only\n"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_link_mode_follows_chmod_of_a_directory_on_its_path(shared_mount, tmp_path):
+    """A directory on a link's resolved path made searchable (or private again) in the store
+    changes the link's mode once the metadata is refreshed (metadata_ttl=0 here)."""
+    top = Path(tempfile.mkdtemp(prefix="tierfs-links-", dir="/tmp"))
+    try:
+        os.chmod(top, 0o755)
+        store = make_link_store(top)
+        os.symlink("../private/inner.txt", store / "public" / "link.txt")
+        m = shared_mount(store, ["metadata_ttl=0"])
+        link = m.path("public/link.txt")
+        assert stat.S_IMODE(os.stat(link).st_mode) == 0o600
+        os.chmod(store / "private", 0o711)
+        harness.wait_until(lambda: stat.S_IMODE(os.stat(link).st_mode) == 0o644, 10,
+                           "the link to show 0644 once private/ is searchable")
+        assert nobody_reads(link) == b"inside 0700\n"
+        os.chmod(store / "private", 0o700)
+        harness.wait_until(lambda: stat.S_IMODE(os.stat(link).st_mode) == 0o600, 10,
+                           "the link to show 0600 again")
+        assert nobody_reads(link) is None
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_links_out_of_root_stay_hidden_whatever_the_modes(shared_mount, tmp_path):
+    """The mode rule changes nothing for links that leave the root or name a directory:
+    they stay hidden (ENOENT), a 0700 directory on the way or not."""
+    top = Path(tempfile.mkdtemp(prefix="tierfs-links-", dir="/tmp"))
+    try:
+        os.chmod(top, 0o755)
+        store = make_link_store(top)
+        (top / "outside.txt").write_bytes(b"outside\n")
+        for name, target in [("up.txt", "../../outside.txt"),
+                             ("upvia.txt", "../private/../../outside.txt"),
+                             ("abs.txt", str(store / "world.txt")),
+                             ("dir", "../private"), ("loop", "loop")]:
+            os.symlink(target, store / "public" / name)
+        m = shared_mount(store)
+        names = set(os.listdir(m.path("public")))
+        for name in ["up.txt", "upvia.txt", "abs.txt", "dir", "loop"]:
+            assert name not in names, name
+            harness.expect_errno(lambda: os.stat(m.path("public/" + name)), errno.ENOENT)
+            assert nobody_reads(m.path("public/" + name)) is None
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_mode_follows_chmod_in_store(shared_mount, tmp_path):
     """A file made private in the store is private in the mount once the metadata is
     refreshed (metadata_ttl=0 here)."""

@@ -31,6 +31,7 @@ HOT_TTL = 3 * 86400
 OLD_AGE = 30 * 86400
 PREFIX = "t:"
 MAXMEMORY = 512 << 20  # each test's redis-server
+HDR = 80  # a value's header (cache/fleetval.h)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,14 +376,14 @@ def test_wrong_values_never_served(store, mount, redis):
     # the keys of rel: the object id is the same in all four; find them by the value we know
     with open(store.root / rel, "rb") as f:
         first = f.read(64)
-    mine = [k for k in keys if r.cmd("GET", k)[48:48 + 64] == first]
+    mine = [k for k in keys if r.cmd("GET", k)[HDR:HDR + 64] == first]
     assert len(mine) == 1
     oid = mine[0].rsplit(b":", 2)[0]
     rel_keys = [oid + b":%x:%d" % (i, BS) for i in range(4)]
     foreign_keys = [k for k in keys if not k.startswith(oid)]
     good = {k: r.cmd("GET", k) for k in rel_keys}
     v = bytearray(good[rel_keys[0]])
-    v[48 + 1000] ^= 0x01                                   # one flipped data bit
+    v[HDR + 1000] ^= 0x01                                   # one flipped data bit
     r.cmd("SET", rel_keys[0], bytes(v))
     r.cmd("SET", rel_keys[1], good[rel_keys[1]][:-1])      # truncated by a byte
     r.cmd("SET", rel_keys[2], r.cmd("GET", foreign_keys[0]))  # another block's whole value
@@ -488,7 +489,7 @@ def test_late_value_never_lands_in_a_block(store, mount, redis):
     r, a = redis_holding(store, mount, redis, rel)
     for k in block_keys(r):
         v = bytearray(r.cmd("GET", k))
-        v[48 + 4096] ^= 0x01
+        v[HDR + 4096] ^= 0x01
         r.cmd("SET", k, bytes(v))
     b = mount(store.nginx.url, opts(r, "readahead=4"), name="b", foreground=True)
     os.kill(r.proc.pid, signal.SIGSTOP)

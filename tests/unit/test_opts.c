@@ -54,7 +54,7 @@ static const char *const all_options[] = {
     "uid",	    "gid",
     "file_mode",    "dir_mode",
     "shared",	    "shared_timeout",
-    "shared_prefix", "shared_password_file",
+    "shared_prefix", "shared_password_file", "shared_key",
     "shared_fill_lagging", "fleet_lagging_rate",
     "allow_write", "allow_overwrite", "allow_delete", "part_size", "write_parts", "write_buffer",
     "fleet_lagging_ops",
@@ -1080,7 +1080,7 @@ static void test_format(void **state)
 		   "timeout=3600,retries=20,cache_dir=/var/cache/x,disk_size=1M,disk_lagging=on,"
 		   "control_dir=..x,uid=1234,"
 		   "gid=5678,file_mode=0400,dir_mode=0500,shared=redis://h:1\\,g:2,"
-		   "shared_timeout=50,shared_prefix=f:,shared_password_file=/pw,"
+		   "shared_timeout=50,shared_prefix=f:,shared_password_file=/pw,shared_key=/k,"
 		   "shared_fill_lagging=on,fleet_lagging_rate=30M,fleet_lagging_ops=100,"
 		   "allow_write,allow_overwrite,allow_delete,part_size=16M,write_parts=8,"
 		   "write_buffer=1G",
@@ -1090,8 +1090,8 @@ static void test_format(void **state)
 	assert_non_null(getcwd(cwd, sizeof(cwd)));
 	expect_ok("immutable,lagging_page_cache,path_style,insecure,endpoint=https://e,"
 		  "region=r,profile=p,credentials=/c,manifest=/m,ca_file=/a,cache_dir=/d,"
-		  "shared=redis://h:1,shared_password_file=/p,allow_write,allow_overwrite,"
-		  "allow_delete",
+		  "shared=redis://h:1,shared_password_file=/p,shared_key=/k,allow_write,"
+		  "allow_overwrite,allow_delete",
 		  &o);
 	fs_opts_format(&o, buf, sizeof(buf));
 	{
