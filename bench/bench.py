@@ -667,6 +667,10 @@ class Bench:
             "meta_ls_timeout": 300,
             "meta_hang_ops": 200,  # 10: stats and cached reads during a hung store
             "meta_hang_timeout": 10,
+            "meta_hang_stale_ops": 100,  # 10c stale: rounds of stat, ls, cat stats, open+read
+            "meta_hang_stale_seconds": 3.0,  # ... spread over this much of the hang at least
+            # the parts of scenario 10 to run, e.g. --set meta_parts=hang,hang_stale
+            "meta_parts": "first_byte,ls,hang,hang_stale",
             "disk_runs": 3 if q else 5,  # disk hit / local file pairs
             "disk_recover_size": 2 * GiB if q else 10 * GiB,  # records filled for recovery
             "disk_recover_runs": 3,
@@ -1647,8 +1651,10 @@ class Bench:
         """10. Metadata (issue 8): upload -> first byte by name, ls -l of many keys, lookups
         while the store hangs. Each part is its own row: one that fails is noted and the
         others still run."""
-        res = self.run_parts("scenario 10", (("first_byte", self.meta_first_byte),
-                                              ("ls", self.meta_ls), ("hang", self.meta_hang)))
+        want = set(self.p["meta_parts"].split(","))
+        parts = (("first_byte", self.meta_first_byte), ("ls", self.meta_ls),
+                 ("hang", self.meta_hang), ("hang_stale", self.meta_hang_stale))
+        res = self.run_parts("scenario 10", [(n, fn) for n, fn in parts if n in want])
         self.raw["runs"]["meta"] = res
         return res
 
@@ -1898,11 +1904,25 @@ class Bench:
                         self.close_mount(m, "scenario 10 (ls -l)")
         return {"systems": res, "keys": n, "runs": runs, "s3rver_put_per_s": rate}
 
+    def meta_hang_tree(self):
+        """The store of 10c (both variants): k/ (meta_hang_ops names), u/00-u/31 with one name
+        each, and a 16 MiB cached.bin. @return (its root, {rel: size}, cached.bin's bytes)."""
+        root = self.data / "meta-hang"
+        want = {f"k/f{i:03d}.bin": 100 for i in range(self.p["meta_hang_ops"])}
+        want.update({f"u/{i:02d}/known.bin": 100 for i in range(32)})
+        want["cached.bin"] = 4 * 4 * MiB  # 4 blocks of the default block_size
+        for r, sz in want.items():
+            f = root / r
+            f.parent.mkdir(parents=True, exist_ok=True)
+            if not f.exists() or f.stat().st_size != sz:
+                write_object(f, sz)
+        return root, want, (root / "cached.bin").read_bytes()
+
     def meta_hang(self):
         """tierfs behind tests/integration/faultproxy.py (in front of nginx's JSON listener):
         every directory listed and a 4-block object read once (O_DIRECT), then every request
         stalls at the proxy (accepted, never answered). 32 lookups of unknown names, one per
-        directory (the kernel sends one lookup per directory at a time), wait for `timeout`;
+        directory, wait for `timeout`;
         meanwhile stats of known names (the kernel's dentries dropped, the directories held
         open so the kernel keeps their inodes: each stat is a LOOKUP answered by tierfs) and
         4 KiB O_DIRECT preads of the cached object are timed one at a time."""
@@ -1911,17 +1931,8 @@ class Bench:
         from faultproxy import FaultProxy, faults
         p = self.p
         nops, timeout = p["meta_hang_ops"], p["meta_hang_timeout"]
-        root = self.data / "meta-hang"
+        root, want, data = self.meta_hang_tree()
         bs = 4 * MiB  # the default block_size
-        want = {f"k/f{i:03d}.bin": 100 for i in range(nops)}
-        want.update({f"u/{i:02d}/known.bin": 100 for i in range(32)})
-        want["cached.bin"] = 4 * bs
-        for r, sz in want.items():
-            f = root / r
-            f.parent.mkdir(parents=True, exist_ok=True)
-            if not f.exists() or f.stat().st_size != sz:
-                write_object(f, sz)
-        data = (root / "cached.bin").read_bytes()
         px = FaultProxy(self.nginx.json_port).start()
         opts = {"timeout": str(timeout), "retries": "0", "max_conns": "32",
                 "metadata_ttl": "600", "hot_ttl": "100000000"}
@@ -2028,6 +2039,144 @@ class Bench:
                 os.close(f)
             if m is not None and m.proc is not None:
                 self.close_mount(m, "scenario 10 (hung store)")
+            left = px.stop()
+            if left:
+                log(f"faultproxy threads did not stop: {left}")
+        return res
+
+    def meta_hang_stale(self):
+        """10c, stale: the same store and proxy, metadata_ttl=1. Every directory listed, the
+        cached object read once (O_DIRECT), then 1.5 s for all of it to go stale, and every
+        request stalls at the proxy for longer than metadata_ttl (until the end). 32 lookups
+        of unknown names (u/NN/unknown) wait on it; meanwhile, one round at a time: a stat of a
+        known name (its dentry expired: a LOOKUP), ls of a known directory, cat
+        .tierfs/stats, and an open + 4 KiB O_DIRECT pread + close of the cached object, the
+        rounds spread over meta_hang_stale_seconds (several times metadata_ttl, so what the
+        rounds themselves refresh goes stale again during the hang). An operation over STUCK_S
+        stops the rounds (a store-bound wait: timeout each)."""
+        import mmap
+        import threading
+        from faultproxy import FaultProxy, faults
+        STUCK_S = 2.0
+        p = self.p
+        rounds, timeout = p["meta_hang_stale_ops"], p["meta_hang_timeout"]
+        root, want, data = self.meta_hang_tree()
+        bs = 4 * MiB
+        px = FaultProxy(self.nginx.json_port).start()
+        opts = {"timeout": str(timeout), "retries": "0", "max_conns": "32",
+                "metadata_ttl": "1", "hot_ttl": "100000000"}
+        m, hang, lookups, ths = None, None, [None] * 32, []
+        res = {"opts": opts, "rounds": rounds}
+        try:
+            m = Tierfs("tierfs", self.mnt("tierfs-stale"), px.url + "meta-hang/", opts,
+                       self.run_dir / "tierfs-stale.log").start()
+            knames = sorted(Path(r).name for r in want if r.startswith("k/"))
+            if sorted(os.listdir(m.path("k"))) != knames:
+                raise RuntimeError("wrong listing of k/")
+            for i in range(32):
+                os.listdir(m.path(f"u/{i:02d}"))
+            buf = mmap.mmap(-1, bs)
+            fd = os.open(m.path("cached.bin"), os.O_RDONLY | os.O_DIRECT)
+            try:
+                for off in range(0, len(data), bs):
+                    if os.preadv(fd, [buf], off) != bs or buf[:] != data[off:off + bs]:
+                        raise RuntimeError(f"cached.bin: wrong bytes at {off}")
+            finally:
+                os.close(fd)
+            m.stats()
+            time.sleep(1.5)  # names, listings, attributes and versions all past metadata_ttl
+            hang = faults.stall_headers()
+            px.add_rule(lambda r: True, hang)
+
+            def look(i):
+                t = time.monotonic()
+                try:
+                    os.stat(m.path(f"u/{i:02d}/unknown-{os.getpid()}.bin"))
+                    e = 0
+                except OSError as ex:
+                    e = ex.errno
+                lookups[i] = (e, time.monotonic() - t)
+
+            ths = [threading.Thread(target=look, args=(i,), daemon=True) for i in range(32)]
+            t_hang = time.monotonic()
+            for t in ths:
+                t.start()
+            try:
+                wait_until(lambda: hang.waiting >= 32, 10, "32 refreshes stalled at the proxy")
+            except TimeoutError:
+                pass  # measured anyway, and the number stalled is reported
+            res["stalled_at_start"] = hang.waiting
+            small = mmap.mmap(-1, 4096)
+            rng = __import__("random").Random(10)
+
+            def open_read():
+                fd = os.open(m.path("cached.bin"), os.O_RDONLY | os.O_DIRECT)
+                try:
+                    off = rng.randrange(len(data) // 4096) * 4096
+                    if os.preadv(fd, [small], off) != 4096 or small[:] != data[off:off + 4096]:
+                        raise RuntimeError(f"cached.bin: wrong bytes at {off} during the hang")
+                finally:
+                    os.close(fd)
+
+            ops = {
+                "stat": lambda i: os.stat(m.path(f"k/{knames[i % len(knames)]}")),
+                "ls": lambda i: os.listdir(m.path(f"u/{i % 32:02d}")),
+                "cat_stats": lambda i: (m.mnt / ".tierfs" / "stats").read_bytes(),
+                "open_read": lambda i: open_read(),
+            }
+            ms = {k: [] for k in ops}
+            st0 = m.stats()
+            res["stuck"] = None
+            pace = p["meta_hang_stale_seconds"] / rounds
+            for i in range(rounds):
+                t_round = time.monotonic()
+                for k, fn in ops.items():
+                    t = time.monotonic()
+                    fn(i)
+                    took = time.monotonic() - t
+                    ms[k].append(took * 1000)
+                    if took > STUCK_S:
+                        res["stuck"] = f"{k} took {took:.1f} s in round {i}"
+                        break
+                if res["stuck"]:
+                    break
+                time.sleep(max(0.0, pace - (time.monotonic() - t_round)))
+            st1 = m.stats()
+            res["hang_s"] = time.monotonic() - t_hang
+            res["stalled_at_end"] = hang.waiting
+            res["check"] = ("not measured: an operation was stuck" if res["stuck"]
+                            else served_check(st0, st1, rounds * 4096))
+            res["lookups_done_during_ops"] = sum(1 for x in lookups if x is not None)
+            for k, v in ms.items():
+                res[k + "_ms"] = {"n": len(v), "p50": percentile(v, 50) if v else None,
+                                  "p99": percentile(v, 99) if v else None,
+                                  "max": max(v) if v else None}
+            hang.release()
+            px.clear_rules()
+            t_back = time.monotonic()
+            for t in ths:
+                t.join(timeout + 30)
+            done = [x for x in lookups if x is not None]
+            res["unknown"] = {"errnos": sorted({os.strerror(e) if e else "found"
+                                                for e, _ in done}),
+                              "done": len(done),
+                              "after_back_s": time.monotonic() - t_back}
+            log(f"hung store, stale metadata: {res['stalled_at_start']} refreshes stalled (still "
+                f"{res['stalled_at_end']} after the ops, {fmt_num(res['hang_s'])} s into the "
+                f"hang); p50/p99/max ms: " + ", ".join(
+                    f"{k} {fmt_num(res[k + '_ms']['p50'])}/{fmt_num(res[k + '_ms']['p99'])}/"
+                    f"{fmt_num(res[k + '_ms']['max'])}" for k in ops)
+                + (f"; STUCK: {res['stuck']}" if res["stuck"] else "")
+                + f"; check: {res['check'] or 'ok'}; unknown names: "
+                f"{', '.join(res['unknown']['errnos'])}, all {res['unknown']['done']} within "
+                f"{fmt_num(res['unknown']['after_back_s'])} s of the store's return")
+        finally:
+            if hang is not None:
+                hang.release()
+            px.clear_rules()
+            px.release()
+            if m is not None and m.proc is not None:
+                self.close_mount(m, "scenario 10 (hung store, stale metadata)")
             left = px.stop()
             if left:
                 log(f"faultproxy threads did not stop: {left}")
@@ -2673,10 +2822,12 @@ def meta_report(b, cols):
     def failed(part):
         return f"**failed**: {meta[part]['error'][-200:]}"
 
-    # 10a upload -> first byte by name
-    fb = meta["first_byte"]
+    # 10a upload -> first byte by name (a part left out by meta_parts has no row)
+    fb = meta.get("first_byte")
     lim = 1 + 0.5  # tierfs's default negative_ttl + 0.5 s (issue 8)
-    if "error" in fb:
+    if fb is None:
+        pass
+    elif "error" in fb:
         rows.append(("10a. upload -> first byte by name", failed("first_byte"), na,
                      f"tierfs p99 <= negative_ttl + 0.5 s ({lim:g} s)", False))
         targets.append(("meta: upload->first byte p99 s (tierfs-s3)", None, lim, "max"))
@@ -2703,8 +2854,10 @@ def meta_report(b, cols):
             v is not None and v <= lim))
         targets.append(("meta: upload->first byte p99 s (tierfs-s3)", v, lim, "max"))
     # 10b ls -l of many keys
-    ls = meta["ls"]
-    if "error" in ls:
+    ls = meta.get("ls")
+    if ls is None:
+        pass
+    elif "error" in ls:
         rows.append(("10b. ls -l of one prefix of many keys", failed("ls"), na, "(info)", False))
     else:
         n = ls["keys"]
@@ -2734,9 +2887,11 @@ def meta_report(b, cols):
             f"(median of {ls['runs']} interleaved runs) and the process's VmHWM after it",
             lscell("tierfs"), cells, "(info)", None))
     # 10c lookups while the store hangs
-    h = meta["hang"]
+    h = meta.get("hang")
     hl = 100
-    if "error" in h:
+    if h is None:
+        pass
+    elif "error" in h:
         rows.append(("10c. stats and cached reads while the store hangs", failed("hang"), na,
                      f"p99 <= {hl} ms", False))
         targets.append(("meta: hung store, stat / cached read p99 ms", None, hl, "max"))
@@ -2763,7 +2918,41 @@ def meta_report(b, cols):
         targets.append(("meta: hung store, stat / cached read p99 ms", v, hl, "max"))
         targets.append(("meta: hung store, lookups in flight during the ops (of 32)",
                         min(h["stalled_at_start"], h["stalled_at_end"]), 32, "min"))
+    hang_stale_report(meta.get("hang_stale"), na, hl, rows, targets)
     return rows, targets
+
+
+def hang_stale_report(h, na, hl, rows, targets):
+    """Row 10c (stale) into @rows and @targets: each operation's p99 against @hl ms."""
+    kinds = (("stat", "stat of a known name"), ("ls", "ls of a known directory"),
+             ("cat_stats", "cat .tierfs/stats"), ("open_read", "open + 4 KiB read + close"))
+    name = "meta: hung store past metadata_ttl, worst p99 ms (stat, ls, cat stats, open+read)"
+    if h is None:
+        return
+    if "error" in h:
+        rows.append(("10c (stale). stat, ls, cat stats, open+read while the store hangs past "
+                     "metadata_ttl", f"**failed**: {h['error'][-200:]}", na,
+                     f"each p99 <= {hl} ms", False))
+        targets.append((name, None, hl, "max"))
+        return
+    v = None if h["stuck"] else max(h[k + "_ms"]["p99"] for k, _ in kinds)
+    u = h["unknown"]
+    rows.append((
+        f"10c (stale). The same with `metadata_ttl=1`: listed, the object read, 1.5 s for "
+        f"everything to go stale, then every request stalls (longer than metadata_ttl) and "
+        f"32 lookups of unknown names wait on it; meanwhile {h['rounds']} rounds over "
+        f"{fmt_num(h['hang_s'])} s of the hang, one operation at a time: p50/p99/max",
+        "; ".join(f"{d} {fmt_num(h[k + '_ms']['p50'])}/{fmt_num(h[k + '_ms']['p99'])}/"
+                  f"{fmt_num(h[k + '_ms']['max'])} ms" for k, d in kinds)
+        + (f"; **STUCK: {h['stuck']}**" if h["stuck"] else "")
+        + f"; {h['stalled_at_start']} / {h['stalled_at_end']} refreshes stalled at the start "
+          f"/ end; unknown names: {', '.join(u['errnos'])} within "
+          f"{fmt_num(u['after_back_s'])} s of the store's return; reads "
+        + (f"**INVALID: {h['check']}**" if h["check"] else "all served by tierfs, none "
+           "fetched"), na,
+        f"each p99 <= {hl} ms with 32 lookups in flight", v is not None and v <= hl
+        and not h["check"] and h["stalled_at_end"] >= 32))
+    targets.append((name, v, hl, "max"))
 
 
 def disk_report(b, cols):
@@ -2996,6 +3185,15 @@ def write_results(b, cols, rows, targets, machine, elapsed):
         f"stat of u/NN/unknown in each of 32 threads, and, one at a time, a stat of each k/ "
         f"name and a 4 KiB O_DIRECT pread of the cached object; .tierfs/stats must show the "
         f"reads served and nothing fetched.",
+        f"- 10c (stale): the same tree, `timeout={p['meta_hang_timeout']},retries=0,"
+        f"max_conns=32,metadata_ttl=1`; k/ and u/00-u/31 listed and the object read, then "
+        f"1.5 s so that every name, listing and version is past metadata_ttl (the kernel's "
+        f"entries too: each stat is a LOOKUP); every request stalls at the proxy until the "
+        f"end, a stat of u/NN/unknown in each of 32 threads (they wait for the stalled "
+        f"refreshes), and {p['meta_hang_stale_ops']} rounds of: stat of a k/ name, ls u/NN, "
+        f"cat .tierfs/stats, open + 4 KiB O_DIRECT pread + close of the object, spread over "
+        f"{p['meta_hang_stale_seconds']:g} s at least. An operation over 2 s stops the rounds "
+        f"(STUCK).",
     ]
     lines.append("")
     lines.append("## Machine")

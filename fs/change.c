@@ -355,10 +355,11 @@ static void rmdir_listed(void *arg, int err, struct ns_dir *d)
 }
 
 /* rmdir, once the name is looked up: its inode. */
-static void rmdir_found(void *arg, int err, const struct stat *st)
+static void rmdir_found(void *arg, int err, const struct stat *st, bool stale)
 {
 	struct change *c = arg;
 
+	(void)stale; /* the emptiness check below reads the listing as it is either way */
 	if (err < 0) {
 		change_fail(c, err);
 		return;

@@ -53,12 +53,14 @@
 
 #define CAP_SYS_ADMIN_BIT 21 /* linux/capability.h */
 
+/* The control surface's attributes: owned like everything else in the mount (uid=, gid=;
+ * neither is live, so no lock), read-only for everyone. */
 static void fill_ctl_stat(struct mount *m, uint64_t ino, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ino;
-	st->st_uid = getuid();
-	st->st_gid = getgid();
+	st->st_uid = (uid_t)m->o->uid;
+	st->st_gid = (gid_t)m->o->gid;
 	if (ino == CTL_DIR_INO) {
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;

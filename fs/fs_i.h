@@ -29,6 +29,13 @@
 
 #define FS_MAX_REQUEST (1u << 20) /* largest read the kernel may send: 1 MiB */
 
+/* The INIT exchange as device.c watches it (atomics: read by every worker's dev_read). */
+struct fs_device {
+	uint64_t init_unique;     /* the kernel's FUSE_INIT request, 0 before it came */
+	bool offered;             /* it offered FUSE_PARALLEL_DIROPS */
+	bool done;                /* a request other than INIT came: nothing left to watch */
+};
+
 
 /* ---------------------------------------------------------------------------------------------
  * fleet.c: the shared tier (Redis) and the fleet lagging budget, a tier of the cache's chain.
@@ -104,6 +111,9 @@ struct mount {
 	struct read_watch *watches; /* interrupted reads whose reader was not dying; watch_lock */
 	unsigned nwatch;          /* their number; watch_lock (read without it, relaxed) */
 	bool watch_armed;         /* the watch timer is pending; watch_lock */
+	struct fs_device dev;     /* device.c's watch of the INIT exchange (atomics) */
+	uint64_t mounted_ns;      /* CLOCK_MONOTONIC when the root's first listing started;
+				   * set before the session loop, read-only after */
 };
 
 /* An open file: an object version and its reader's position, or a control file's text. */
@@ -173,6 +183,15 @@ int ctlsock_start(struct mount *m, const char *mountpoint, struct ctlsock **ret)
 void ctlsock_stop(struct ctlsock *cs);
 
 
+
+/* ---------------------------------------------------------------------------------------------
+ * device.c for mount.c: reads and writes of /dev/fuse.
+ * ------------------------------------------------------------------------------------------ */
+
+/* After fuse_session_mount: read and write the device through device.c, whose INIT reply
+ * asks for parallel lookups and readdir (libfuse 3.14.0 leaves the flag out).
+ * @return 0 or -errno. */
+int fs_device_attach(struct mount *m);
 
 /* ---------------------------------------------------------------------------------------------
  * ops.c for mount.c: the operations and what the mount's setup and teardown ask of them.

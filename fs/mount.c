@@ -11,7 +11,8 @@
  *   open_ns                ──► ns_cfg      ──► ns_new (the root's first listing starts once
  *                                              the I/O thread runs)
  *   open_session           ──► FUSE args   ──► fuse_session_new(fs_ops), signal handlers
- *   mount_session, daemonize, serve            ─► mount ─► daemonize ─► loop
+ *   mount_session, daemonize, serve            ─► mount ─► device I/O (device.c)
+ *                                              ─► daemonize ─► loop
  *   teardown                                   everything above, in the opposite order
  *
  * Everything that can fail before mounting fails with one line on stderr and exit status 1.
@@ -308,6 +309,7 @@ static int open_ns(struct mount *m, const struct cache_env *env, struct session 
 		.log_arg = &m->log,
 		.now_ns = env->mono_ns, /* one clock for the cache and the namespace */
 		.clock_arg = env->arg,
+		.defer = env->defer,    /* and one timer queue: the I/O loop's */
 	};
 	m->ns = ns_new(&nc);
 	return m->ns ? 0 : -ENOMEM;
@@ -361,6 +363,10 @@ static int mount_session(struct mount *m, struct session *se)
 		return -EIO;
 	}
 	se->mounted = true;
+	if (fs_device_attach(m) < 0) {
+		fprintf(stderr, "tierfs: cannot set up the FUSE device's I/O\n");
+		return -EIO;
+	}
 	fs_tune_readahead(m->o->mountpoint, FS_MAX_REQUEST / 1024); /* best effort */
 	return 0;
 }
@@ -470,6 +476,7 @@ int fs_main(struct fs_opts *o)
 	}
 	if (open_session(&m, &se) < 0 || mount_session(&m, &se) < 0 || daemonize(&m) < 0)
 		goto out;
+	m.mounted_ns = env.mono_ns(env.arg); /* the control directory's grace counts from here */
 	status = serve(&m, &se);
 out:
 	teardown(&m, &se);

@@ -53,28 +53,35 @@
  * kept in the node (a lazy one's in the listing) and ANDed in, so the mount never shows a
  * wider mode than the store.
  *
- * Freshness: a listing is reused for metadata_ttl seconds. A name missing from it is asked of
- * the store (stat / HEAD): found, it joins the listing; missing, the answer is kept for
- * negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
+ * Freshness (stale-while-revalidate, DESIGN.md invariant 11): a listing is fresh for
+ * metadata_ttl seconds; past that it still answers lookups and opendirs at once, and one
+ * refresh goes out behind them. A name missing from it is asked of the store (stat / HEAD),
+ * after the refresh if the listing is old: found, it joins the listing; missing, the answer is
+ * kept for negative_ttl. A file's version is revalidated (HEAD) at open when it is older than
  * metadata_ttl (a lazy node's is as old as its listing) or has no ETag, unless the mount is
- * immutable. A lookup waits for an old listing to be refreshed; opendir does not
- * (stale-while-revalidate: it gets the listing held and a refresh goes out in the background).
- * A refresh that fails leaves the last good listing in place (reported once through cfg.log);
- * only a directory never listed fails its callers. A directory the kernel forgets with no
+ * immutable; the open waits for it a moment at most (REVAL_WAIT_NS, none while the store
+ * seems stalled), then takes the version held. Only what was never seen waits for the store:
+ * a directory never listed, a name never listed, a version without ETag, and one known to have
+ * changed. A refresh that fails leaves the last good listing in place (reported once through
+ * cfg.log); only a directory never listed fails its callers. A directory the kernel forgets with no
  * child left leaves its listing behind (struct forgotten, the last FORGOTTEN_MAX of them), and
  * the next node of its path takes it back: a forgotten inode loses neither the last good
  * listing nor a fresh one.
  *
  * No caller waits: lookup, open and opendir are ops run in steps (see "operations that may
  * wait for the store"). What ns holds is answered in the caller's thread; what needs the store
- * parks the op on an asynchronous stat or on the directory's listing in flight, and the
- * backend's I/O thread runs the next step when the answer comes. Listings are single-flight:
- * every op that needs one while it is in flight waits for that one. Open directory handles
- * share the listing they were opened on (reference counted, copy on write).
+ * parks the op on an asynchronous stat, on the directory's listing in flight, or on the
+ * file's revalidation in flight, and the backend's I/O thread (or the revalidation's timer,
+ * cfg.defer) runs the next step. Listings are single-flight per directory and revalidations
+ * per file: every op that waits for one while it is in flight waits for that one, and no op
+ * that memory answers joins any. Open directory handles share the listing they were opened
+ * on (reference counted, copy on write).
  *
- * Locking: ns->lock guards the tables, every node and every listing's place in its directory.
- * It is never held across a request: a step drops it before submitting, and the completion
- * takes it again and finds the node by inode number (it may have been forgotten meanwhile).
+ * Locking: ns->lock guards the tables, every node and every listing's place in its directory,
+ * and the revalidations in flight (struct reval). It is never held across a request: a step
+ * drops it before submitting, and the completion takes it again and finds the node by inode
+ * number (it may have been forgotten meanwhile). Whether the store answers at all (ns->reqs,
+ * ns->progress_ns) is kept with atomics, outside the lock.
  * A listing being fetched belongs to its fetch alone until it is published under the lock; a
  * published listing shared with handles is immutable but for ETags rewritten in place.
  *
@@ -189,13 +196,18 @@ struct dirst {
  * size, mtime, ETag and permission bits are the ones its directory's listing has for its name
  * now, so an `ls -l` of a big prefix costs a node per name and nothing more.
  */
+struct reval;
 struct fstate {
 	struct fobj *cur;    /* current known version (one ref), never NULL */
 	uint64_t meta_ns;    /* when cur was last confirmed with an ETag */
 	struct cache_oid last_open_id; /* cur->id at the previous open */
+	struct reval *reval; /* the store asked about cur, not answered yet; NULL if none */
 	uint32_t nopen;      /* files open on this inode (ns_open - ns_release) */
 	bool opened;         /* last_open_id is set */
-	bool stale;          /* a read found cur changed: revalidate at the next open */
+	bool stale;          /* cur is known to be changed (a read found it, or a revalidation
+			      * with files open): the next open waits for the store */
+	bool attr_changed;   /* cur changed in place behind the kernel, which still has the old
+			      * attributes: the next open has it drop them */
 	bool writing;        /* being written through the mount (write.c): cur is a stand-in,
 			      * wsize and wmtime what stat shows, and it cannot be opened for
 			      * reading until the store has it */
@@ -259,6 +271,10 @@ struct ns {
 	time_t started;      /* mount time: the directories' times */
 	struct forgotten *forgotten; /* listings of forgotten directories, newest first */
 	size_t nforgotten, forgotten_bytes;
+	/* Is the store answering? (atomics, no lock: see store_stalled) */
+	uint32_t reqs;       /* listings and stats asked of the store and not answered */
+	uint64_t progress_ns; /* the store's last sign of life for them (an answer, a listing
+			       * entry), or when reqs left 0 */
 };
 
 static uint64_t clock_ns(struct ns *ns)
@@ -934,7 +950,8 @@ static struct lent *lazy_entry(const struct node *n, struct ns_listing **ret_l)
 
 /* Make @m the node's current version (lock held); a lazy node gets a version of its own here.
  * @confirmed: @m came from the store at @when (a listing or a HEAD), so with an ETag the
- * version counts as confirmed then. @return 0 or -ENOMEM. */
+ * version counts as confirmed then (unless it was confirmed later already). @return 0 or
+ * -ENOMEM. */
 static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, bool confirmed,
 		       uint64_t when)
 {
@@ -962,7 +979,7 @@ static int set_version(struct ns *ns, struct node *n, const struct bk_meta *m, b
 		n->f = f;
 	}
 	take_perm(n, m);
-	if (confirmed && m->etag[0]) {
+	if (confirmed && m->etag[0] && when >= f->meta_ns) {
 		f->meta_ns = when;
 		f->stale = false;
 	}
@@ -1340,9 +1357,11 @@ static struct node *entry_node(struct ns *ns, struct node *p, const char *name, 
  * Answer a lookup of @name in @p with node @n (from entry_node; NULL: make it) and what the
  * store said of it, @m (NULL if nothing: a directory without permission bits; a file always
  * has it here). @confirmed as set_version takes it. @listed: @m is @p's listing entry for the
- * name, so a file node without a version of its own stays so (lazy) and follows the entry.
- * Raises the lookup count and fills @st. @return 0 or -ENOMEM (a node made here is dropped
- * again).
+ * name, so a file node without a version of its own stays so (lazy) and follows the entry,
+ * and is confirmed when the listing was started, not now (a listing served stale must not
+ * make a version look freshly confirmed: open would not ask the store again). Else @m came
+ * from the store just now. Raises the lookup count and fills @st. @return 0 or -ENOMEM (a
+ * node made here is dropped again).
  */
 static int entry_link(struct ns *ns, struct node *p, const char *name, struct node *n,
 		      bool is_dir, const struct bk_meta *m, bool confirmed, bool listed,
@@ -1359,7 +1378,8 @@ static int entry_link(struct ns *ns, struct node *p, const char *name, struct no
 	if (is_dir && m && m->have_perm)
 		take_perm(n, m);
 	if (!is_dir && m && !(listed && is_lazy(n)))
-		e = set_version(ns, n, m, confirmed, clock_ns(ns));
+		e = set_version(ns, n, m, confirmed,
+				listed ? p->dir->list->time_ns : clock_ns(ns));
 	if (e == 0) {
 		if (n->nlookup < UINT32_MAX)
 			n->nlookup++;
@@ -1454,18 +1474,50 @@ static void neg_del(struct dirst *d, const char *name)
 /*
  * Every lookup, open and opendir is an op that runs in steps. A step runs under ns->lock and
  * either answers, or says what it needs from the store: a listing (the op joins the
- * directory's fetch in flight, or starts it) or one stat. The request goes out after the lock
- * is dropped, and its completion runs the op's next step on the I/O thread. A step starts from
- * what ns holds then, never from what it held before the wait.
+ * directory's fetch in flight, or starts it), one stat, or the revalidation of a node's
+ * version (joined, or started). The request goes out after the lock is dropped, and its
+ * completion runs the op's next step on the I/O thread. A step starts from what ns holds
+ * then, never from what it held before the wait. A step may also start a request nobody waits
+ * for (a refresh behind a stale answer).
  *
  *   run ─► step ──answer──► done(arg, ...)
- *            ├─ STEP_LIST ─► waiters of dir->inflight ── list_done ──► run (each waiter)
- *            └─ STEP_STAT ─► backend_stat_async ──────── stat_done ──► run
+ *            ├─ STEP_LIST ──► waiters of dir->inflight ─── list_done ──► run (each waiter)
+ *            ├─ STEP_STAT ──► backend_stat_async ───────── stat_done ──► run
+ *            └─ STEP_REVAL ─► waiters of f->reval ─┬────── reval_done ─► run (each waiter)
+ *                                                  └ REVAL_WAIT_NS ─ reval_timer ─► run (each
+ *                                                    waiter that may take a stale version)
+ *
+ * What waits (stale-while-revalidate, DESIGN.md invariant 11): only what memory cannot answer.
+ *   - lookup: a directory never listed waits for its first listing; a name missing from the
+ *     listing held, unless found missing less than negative_ttl ago, waits for the refresh
+ *     when the listing is older than metadata_ttl (the name may be a new prefix, which no HEAD
+ *     finds), then is asked of the store (stat / HEAD); so is a file a manifest names without
+ *     metadata, when the store was never asked about it. Everything else answers from memory
+ *     at once: a name in a listing older than metadata_ttl, with one refresh behind it (single
+ *     flight: the names that wait for it join it, no known name does); a manifest's file's
+ *     version, with one revalidation behind it.
+ *   - opendir: likewise, a listing held answers at once.
+ *   - open: a version never confirmed with an ETag, or known to have changed (ns_stale, or a
+ *     revalidation that found a new one while files were open), waits for the store. One
+ *     merely older than metadata_ttl is revalidated (one HEAD per node at a time): the open
+ *     waits for the answer REVAL_WAIT_NS at most, then takes the version held while the HEAD
+ *     finishes behind it; not at all when the store seems stalled (store_stalled) or the
+ *     node's HEAD has been out longer than that. A store that answers so keeps open's promise
+ *     (an open after metadata_ttl reads a changed object's new version), and one that hangs
+ *     costs an open of a known file nothing (or REVAL_WAIT_NS, once per node and timeout).
+ * A refresh or revalidation that fails leaves what is held in use.
  */
 enum { OP_LOOKUP, OP_OPEN, OP_OPENDIR };
-enum { STAT_NONE, STAT_ASK, STAT_META, STAT_OPEN };
+enum { STAT_NONE, STAT_ASK, STAT_META };
 #define STEP_LIST 1
 #define STEP_STAT 2
+#define STEP_REVAL 3
+
+/* How long an open waits, at most, for the revalidation of a version older than metadata_ttl;
+ * and how long the store may leave the namespace's requests without a sign of life before it
+ * counts as stalled. Short enough not to be a wait to a reader; long enough for a store that
+ * answers at all, even on a loaded machine. */
+#define REVAL_WAIT_NS (100 * 1000000ULL)
 
 struct nsop {
 	struct ns *ns;
@@ -1477,15 +1529,19 @@ struct nsop {
 		ns_dir_fn dir;
 	} done;
 	void *arg;
-	struct nsop *next;       /* waiters of one listing (ns->lock) */
+	struct nsop *next;       /* waiters of one listing or revalidation (ns->lock) */
 	bool waited;             /* a listing this op waited for has ended ... */
 	int list_err;            /* ... with this */
 	int stat;                /* STAT_*: what the store was asked */
 	bool have_stat;          /* ... and it answered: */
 	int stat_err;
 	struct bk_meta m;
+	bool strict;             /* open: waits for its revalidation's answer, however long */
+	bool reval_done;         /* open: the revalidation it waited for has answered ... */
+	int reval_err;           /* ... with this (reval_apply's), or -EAGAIN: not in time */
 	/* the answer */
 	struct stat st;
+	bool stale;              /* lookup: from metadata past metadata_ttl (ns_entry_fn) */
 	struct fobj *o;
 	bool same, changed;
 	struct ns_dir *d;
@@ -1503,7 +1559,58 @@ struct lfetch {
 	char path[];
 };
 
+/* A node's version being confirmed with the store (single flight per node: fstate.reval). The
+ * answer is applied to the node whoever waits (reval_apply); then every waiting open goes on.
+ * Opens that may take a stale version go on without it at REVAL_WAIT_NS (reval_timer). */
+struct reval {
+	struct ns *ns;
+	uint64_t ino;            /* the node */
+	unsigned refs;           /* the HEAD's and the timer's; ns->lock */
+	bool expired;            /* REVAL_WAIT_NS passed without an answer; ns->lock */
+	struct nsop *waiters;    /* opens waiting for it, newest first; ns->lock */
+	char path[];
+};
+
+/* What a step asks of the store, sent by run once ns->lock is dropped. */
+struct sub {
+	struct lfetch *lf;       /* a listing to start (the op may wait for it, or not) */
+	struct reval *rv;        /* a revalidation to start (likewise) */
+	char *path;              /* STEP_STAT: the path to stat (malloc'd) */
+};
+
 static void run(struct nsop *op);
+
+/*
+ * Is the store answering? ns counts its requests in flight (reqs) and the last sign of life
+ * for them (progress_ns: an answer other than a timeout, a listing entry, or the moment reqs
+ * left 0). With requests out and no sign of life for REVAL_WAIT_NS, the store counts as
+ * stalled, and opens take the version held at once instead of each waiting REVAL_WAIT_NS for
+ * its own HEAD. A hint, kept with atomics and no lock.
+ */
+static void req_sent(struct ns *ns)
+{
+	if (__atomic_fetch_add(&ns->reqs, 1, __ATOMIC_ACQ_REL) == 0)
+		__atomic_store_n(&ns->progress_ns, clock_ns(ns), __ATOMIC_RELEASE);
+}
+
+static void store_alive(struct ns *ns)
+{
+	__atomic_store_n(&ns->progress_ns, clock_ns(ns), __ATOMIC_RELEASE);
+}
+
+static void req_done(struct ns *ns, int err)
+{
+	if (err != -ETIMEDOUT)
+		store_alive(ns);
+	__atomic_fetch_sub(&ns->reqs, 1, __ATOMIC_ACQ_REL);
+}
+
+static bool store_stalled(struct ns *ns, uint64_t now)
+{
+	uint64_t p = __atomic_load_n(&ns->progress_ns, __ATOMIC_ACQUIRE);
+
+	return __atomic_load_n(&ns->reqs, __ATOMIC_ACQUIRE) && now > p && now - p >= REVAL_WAIT_NS;
+}
 
 /* Join @n's listing in flight, or start one (lock held); @op (NULL: a refresh in the
  * background) waits for it. @return 0 and in *ret_lf a new fetch to submit once unlocked
@@ -1542,6 +1649,7 @@ static int on_entry(void *arg, const char *name, bool is_dir, const struct bk_me
 	struct lfetch *lf = arg;
 	int e;
 
+	store_alive(lf->ns);
 	if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
 	    strlen(name) > 255)
 		return 0; /* not a possible file name: skipped */
@@ -1553,16 +1661,32 @@ static int on_entry(void *arg, const char *name, bool is_dir, const struct bk_me
 
 static void ov_apply(struct dirst *d);
 
+/* Reverse a list of waiters (newest first) into the order they came in. */
+static struct nsop *first_come(struct nsop *w)
+{
+	struct nsop *rev = NULL;
+
+	while (w) {
+		struct nsop *next = w->next;
+
+		w->next = rev;
+		rev = w;
+		w = next;
+	}
+	return rev;
+}
+
 /* The listing ended: publish it, or keep the last good one; then every waiter goes on. */
 static void list_done(void *arg, int err)
 {
 	struct lfetch *lf = arg;
 	struct ns *ns = lf->ns;
 	struct ns_listing *l = lf->l;
-	struct nsop *w, *rev = NULL;
+	struct nsop *w;
 	bool log = false, kept = false;
 	struct node *n;
 
+	req_done(ns, err);
 	if (err == 0 && lf->err)
 		err = lf->err;
 	if (err == 0) {
@@ -1587,34 +1711,29 @@ static void list_done(void *arg, int err)
 			kept = n->dir->list != NULL;
 		}
 	}
-	w = lf->waiters;
+	w = first_come(lf->waiters);
 	lf->waiters = NULL;
 	pthread_mutex_unlock(&ns->lock);
 	listing_put(l);
 	if (log && ns->cfg.log)
 		ns->cfg.log(ns->cfg.log_arg, lf->path, err, kept);
-	while (w) { /* first come, first answered */
+	free(lf);
+	while (w) {
 		struct nsop *next = w->next;
 
-		w->next = rev;
-		rev = w;
+		w->waited = true;
+		w->list_err = err;
+		run(w);
 		w = next;
-	}
-	free(lf);
-	while (rev) {
-		struct nsop *next = rev->next;
-
-		rev->waited = true;
-		rev->list_err = err;
-		run(rev);
-		rev = next;
 	}
 }
 
 static void submit_listing(struct ns *ns, struct lfetch *lf)
 {
-	int e = backend_list_async(ns->cfg.backend, lf->path, on_entry, list_done, lf);
+	int e;
 
+	req_sent(ns);
+	e = backend_list_async(ns->cfg.backend, lf->path, on_entry, list_done, lf);
 	if (e < 0)
 		list_done(lf, e);
 }
@@ -1623,12 +1742,155 @@ static void stat_done(void *arg, int err, const struct bk_meta *meta)
 {
 	struct nsop *op = arg;
 
+	req_done(op->ns, err);
 	op->have_stat = true;
 	op->stat_err = err;
 	if (err == 0 && meta)
 		op->m = *meta;
 	run(op);
 }
+
+/* ---- revalidation of a node's version ---- */
+
+static void reval_done(void *arg, int err, const struct bk_meta *meta);
+static void reval_timer(void *arg);
+
+/* Start confirming @n's version with the store (lock held): n->f->reval, sent by run once the
+ * lock is dropped (*ret). @return 0 or -ENOMEM. */
+static int reval_start(struct ns *ns, struct node *n, struct reval **ret)
+{
+	char *path = node_path(n);
+	struct reval *rv = path ? calloc(1, sizeof(*rv) + strlen(path) + 1) : NULL;
+
+	if (!rv) {
+		free(path);
+		return -ENOMEM;
+	}
+	strcpy(rv->path, path);
+	free(path);
+	rv->ns = ns;
+	rv->ino = n->ino;
+	rv->refs = ns->cfg.defer ? 2 : 1; /* the HEAD's, and the timer's */
+	n->f->reval = rv;
+	*ret = rv;
+	return 0;
+}
+
+/* Drop a reference to @rv (lock held). */
+static void reval_put(struct reval *rv)
+{
+	if (--rv->refs == 0)
+		free(rv);
+}
+
+/* Send @rv's HEAD and arm its timer (no lock held). Once sent, @rv belongs to them. */
+static void reval_send(struct ns *ns, struct reval *rv)
+{
+	int e;
+
+	if (ns->cfg.defer &&
+	    ns->cfg.defer(ns->cfg.clock_arg, REVAL_WAIT_NS, reval_timer, rv) < 0) {
+		/* no timer (the loop is stopping): waiters wait for the answer */
+		pthread_mutex_lock(&ns->lock);
+		reval_put(rv);
+		pthread_mutex_unlock(&ns->lock);
+	}
+	req_sent(ns);
+	e = backend_stat_async(ns->cfg.backend, rv->path, reval_done, rv);
+	if (e < 0)
+		reval_done(rv, e, NULL);
+}
+
+/*
+ * What the store said of @n's version (@err, @m), applied whoever waits (lock held).
+ * @return 0: the version held is the store's (taken in place when no file is open on the
+ * inode, and then the kernel's attributes are old: attr_changed); -ESTALE: a new version
+ * while files are open, so the name gets a new inode, and this one is marked stale (an open
+ * of it asks again); -ENOENT, -ENOTDIR, -EISDIR: gone (stale too); else the request's failure,
+ * and what is held stays in use.
+ */
+static int reval_apply(struct ns *ns, struct node *n, int err, const struct bk_meta *m)
+{
+	bool changed;
+	int e;
+
+	if (err == -ENOENT || err == -ENOTDIR || err == -EISDIR)
+		n->f->stale = true;
+	if (err < 0)
+		return err;
+	listing_note(ns, n, m);
+	if (n->f->nopen && changes(n, m)) {
+		unlink_name(ns, n);
+		n->f->stale = true;
+		return -ESTALE;
+	}
+	changed = changes(n, m); /* before set_version, which may free the old one */
+	e = set_version(ns, n, m, true, clock_ns(ns));
+	if (e == 0 && changed)
+		n->f->attr_changed = true;
+	return e;
+}
+
+/* Run each of the opens @w (in order) with their revalidation's outcome @err. */
+static void wake(struct nsop *w, int err)
+{
+	while (w) {
+		struct nsop *next = w->next;
+
+		w->reval_done = true;
+		w->reval_err = err;
+		run(w);
+		w = next;
+	}
+}
+
+/* The store answered a revalidation (I/O thread): apply it, then every open waiting goes on. */
+static void reval_done(void *arg, int err, const struct bk_meta *meta)
+{
+	struct reval *rv = arg;
+	struct ns *ns = rv->ns;
+	struct nsop *w;
+	struct node *n;
+
+	req_done(ns, err);
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, rv->ino);
+	if (n && !n->is_dir && n->f && n->f->reval == rv) {
+		n->f->reval = NULL;
+		err = reval_apply(ns, n, err, meta);
+	}
+	w = first_come(rv->waiters);
+	rv->waiters = NULL;
+	reval_put(rv);
+	pthread_mutex_unlock(&ns->lock);
+	wake(w, err);
+}
+
+/* REVAL_WAIT_NS after a revalidation started (I/O thread): the opens that may take the version
+ * held stop waiting for it; the strict ones wait on. */
+static void reval_timer(void *arg)
+{
+	struct reval *rv = arg;
+	struct ns *ns = rv->ns;
+	struct nsop *w, *go = NULL, **pp = &rv->waiters;
+
+	pthread_mutex_lock(&ns->lock);
+	rv->expired = true;
+	while ((w = *pp)) {
+		if (w->strict) {
+			pp = &w->next;
+			continue;
+		}
+		*pp = w->next;
+		w->next = go; /* newest first in, so oldest first out */
+		go = w;
+	}
+	reval_put(rv);
+	pthread_mutex_unlock(&ns->lock);
+	wake(go, -EAGAIN);
+}
+
+/* ---- the steps ---- */
 
 /* @name is not in @p's listing and the store said something of it (op->stat_err, op->m):
  * remember a "missing" for negative_ttl, or add the name to the listing. @return the entry,
@@ -1661,12 +1923,76 @@ static struct lent *ask_apply(struct ns *ns, struct node *p, struct nsop *op, in
 	return ent;
 }
 
-static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct lfetch **ret_lf)
+/* The listing a lookup in @p answers from (lock held): the one held, however old (an old one
+ * is refreshed behind the answer, single flight); a directory never listed waits for its
+ * first. @return 0 (p->dir->list is there), STEP_LIST, or -errno. */
+static int lookup_listing(struct ns *ns, struct node *p, struct nsop *op, struct sub *sub)
+{
+	int e;
+
+	if (p->dir->list) {
+		if (!listing_fresh(ns, p->dir))
+			start_listing(ns, p, NULL, &sub->lf); /* out of memory: the next tries */
+		return 0;
+	}
+	if (op->waited)
+		return op->list_err ? op->list_err : -EIO;
+	e = start_listing(ns, p, op, &sub->lf);
+	return e < 0 ? e : STEP_LIST;
+}
+
+/* The metadata of @n's own version (lock held). */
+static void own_meta(const struct node *n, struct bk_meta *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->size = n->f->cur->size;
+	m->mtime = n->f->cur->mtime;
+	snprintf(m->etag, sizeof(m->etag), "%s", n->f->cur->etag);
+	m->have_perm = n->have_perm;
+	m->perm = n->perm;
+}
+
+/*
+ * A file the listing names without metadata (a manifest), node @n (NULL: none yet): what the
+ * store says of it, asked now (the lookup waits) when the node has no version of its own;
+ * else the node's, however old, with one revalidation behind it when older than
+ * metadata_ttl. @return 0 with *m (*ret_asked: the store said it just now), STEP_STAT, or
+ * -errno.
+ */
+static int lookup_meta(struct ns *ns, struct node *p, struct nsop *op, struct node *n,
+		       struct bk_meta *m, bool *ret_asked, struct sub *sub)
+{
+	if (op->stat == STAT_META && op->have_stat) {
+		if (op->stat_err < 0)
+			return op->stat_err;
+		*m = op->m;
+		*ret_asked = true;
+		if (n && nopen(n) && changes(n, m)) {
+			unlink_name(ns, n); /* rare: the next lookup makes a new inode */
+			return -ESTALE;
+		}
+		return 0;
+	}
+	if (n && n->f) {
+		op->stale = !ns->cfg.immutable && !fresh(ns, n->f->meta_ns, clock_ns(ns));
+		if (op->stale && !n->f->reval)
+			reval_start(ns, n, &sub->rv); /* out of memory: the next lookup tries */
+		own_meta(n, m);
+		*ret_asked = false;
+		return 0;
+	}
+	sub->path = n ? node_path(n) : child_path(p, op->name);
+	op->stat = STAT_META;
+	op->have_stat = false;
+	return sub->path ? STEP_STAT : -ENOMEM;
+}
+
+static int step_lookup(struct ns *ns, struct nsop *op, struct sub *sub)
 {
 	struct node *p = find_ino(ns, op->ino), *n;
 	struct lent *ent;
 	struct bk_meta m;
-	bool is_dir, have_meta, have_perm, listed = true;
+	bool is_dir, have_meta, have_perm, listed = true, asked = false;
 	int e = 0;
 
 	if (!p)
@@ -1688,23 +2014,24 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 		if (!ent)
 			return e;
 		listed = false; /* the store was just asked: a version of its own */
+		asked = true;
 	} else {
-		/* a listing older than metadata_ttl is refreshed first; one that could not be
-		 * refreshed is used as it is */
-		if (!listing_fresh(ns, p->dir) && !(op->waited && p->dir->list)) {
-			if (op->waited)
-				return op->list_err ? op->list_err : -EIO;
-			e = start_listing(ns, p, op, ret_lf);
-			return e < 0 ? e : STEP_LIST;
-		}
+		if ((e = lookup_listing(ns, p, op, sub)) != 0)
+			return e;
 		ent = find_entry(p->dir->list, op->name);
 		if (!ent) {
 			/* negative_ttl=0: nothing is believed, every lookup asks */
 			if (neg_fresh(ns, p->dir, op->name, clock_ns(ns)))
 				return -ENOENT;
-			*ret_path = child_path(p, op->name);
+			/* a name never seen may be in the refresh (a new prefix, which no HEAD
+			 * finds): it waits for that, then asks */
+			if (!op->waited && !listing_fresh(ns, p->dir)) {
+				e = start_listing(ns, p, op, &sub->lf);
+				return e < 0 ? e : STEP_LIST;
+			}
+			sub->path = child_path(p, op->name);
 			op->stat = STAT_ASK;
-			return *ret_path ? STEP_STAT : -ENOMEM;
+			return sub->path ? STEP_STAT : -ENOMEM;
 		}
 	}
 	is_dir = ent->flags & LE_DIR;
@@ -1713,31 +2040,46 @@ static int step_lookup(struct ns *ns, struct nsop *op, char **ret_path, struct l
 	lent_meta(p->dir->list, ent, &m);
 	n = entry_node(ns, p, op->name, is_dir, have_meta ? &m : NULL);
 	if (!is_dir && !have_meta) {
-		/* a manifest names files without metadata: ask the store */
-		if (op->stat == STAT_META && op->have_stat) {
-			if (op->stat_err < 0)
-				return op->stat_err;
-			m = op->m;
-			have_meta = true;
-			listed = false;
-			if (n && nopen(n) && changes(n, &m)) {
-				unlink_name(ns, n); /* rare: the next lookup makes a new inode */
-				return -ESTALE;
-			}
-		} else if (!n || !n->f || !fresh(ns, n->f->meta_ns, clock_ns(ns))) {
-			*ret_path = n ? node_path(n) : child_path(p, op->name);
-			op->stat = STAT_META;
-			op->have_stat = false;
-			return *ret_path ? STEP_STAT : -ENOMEM;
-		}
+		if ((e = lookup_meta(ns, p, op, n, &m, &asked, sub)) != 0)
+			return e;
+		have_meta = true;
+		listed = false;
 	}
+	/* a version from a listing is as confirmed as the listing (entry_link) */
+	if (listed)
+		op->stale = !listing_fresh(ns, p->dir);
 	return entry_link(ns, p, op->name, n, is_dir, (is_dir ? have_perm : have_meta) ? &m : NULL,
-			  true, listed, &op->st);
+			  listed ? listing_fresh(ns, p->dir) : asked, listed, &op->st);
 }
 
-static int step_open(struct ns *ns, struct nsop *op, char **ret_path)
+/* Open of @n, whose version needs the store's word (lock held): wait for the node's
+ * revalidation, joined or started (STEP_REVAL); or, when the version held may be served stale
+ * (it is not known to be wrong) and the store seems stalled or the node's revalidation is out
+ * longer than REVAL_WAIT_NS, make sure one is out and answer now (0). @return 0, STEP_REVAL or
+ * -ENOMEM. */
+static int open_reval(struct ns *ns, struct node *n, struct nsop *op, struct sub *sub)
+{
+	struct reval *rv = n->f->reval;
+	int e;
+
+	op->strict = n->f->stale || !n->f->cur->etag[0];
+	if (!op->strict && ((rv && rv->expired) || store_stalled(ns, clock_ns(ns)))) {
+		if (!rv)
+			reval_start(ns, n, &sub->rv); /* out of memory: the next open tries */
+		return 0;
+	}
+	if (!rv && (e = reval_start(ns, n, &sub->rv)) < 0)
+		return e;
+	rv = n->f->reval;
+	op->next = rv->waiters;
+	rv->waiters = op;
+	return STEP_REVAL;
+}
+
+static int step_open(struct ns *ns, struct nsop *op, struct sub *sub)
 {
 	struct node *n = find_ino(ns, op->ino);
+	struct fstate *f;
 	int e;
 
 	if (!n)
@@ -1748,40 +2090,36 @@ static int step_open(struct ns *ns, struct nsop *op, char **ret_path)
 	 * confirmed as the listing is (an older one is revalidated below) */
 	if (is_lazy(n) && (e = materialize(ns, n)) < 0)
 		return e == -ENOENT ? -ESTALE : e;
-	if (op->have_stat) {
-		bool changed;
-
-		if (op->stat_err < 0)
-			return op->stat_err;
-		listing_note(ns, n, &op->m);
-		if (n->f->nopen && changes(n, &op->m)) {
-			/* files are open on the old version: the name gets a new inode, and the
-			 * kernel's retry of this open finds it */
-			unlink_name(ns, n);
-			return -ESTALE;
-		}
-		changed = changes(n, &op->m); /* before set_version, which may free the old one */
-		e = set_version(ns, n, &op->m, true, clock_ns(ns));
-		if (e < 0)
+	f = n->f;
+	if (f->writing)
+		return -EBUSY; /* whole once it is closed (ops.c checks first; this closes the race) */
+	if (op->reval_done) {
+		/* the store's answer is applied (reval_apply); a failed or late one leaves the
+		 * version held, served unless known wrong */
+		op->reval_done = false;
+		e = op->reval_err;
+		if (e == -ESTALE || e == -ENOENT || e == -ENOTDIR || e == -EISDIR ||
+		    (e < 0 && op->strict))
 			return e;
-		op->changed = changed;
-	} else if (n->f->stale ||
-		   (!ns->cfg.immutable &&
-		    (!n->f->cur->etag[0] || !fresh(ns, n->f->meta_ns, clock_ns(ns))))) {
-		*ret_path = node_path(n);
-		op->stat = STAT_OPEN;
-		return *ret_path ? STEP_STAT : -ENOMEM;
+	} else if (f->stale || !f->cur->etag[0] ||
+		   (!ns->cfg.immutable && !fresh(ns, f->meta_ns, clock_ns(ns)))) {
+		if ((e = open_reval(ns, n, op, sub)) != 0)
+			return e;
 	}
-	fobj_get(n->f->cur);
-	op->o = n->f->cur;
-	op->same = n->f->opened && cache_oid_eq(n->f->last_open_id, n->f->cur->id);
-	n->f->last_open_id = n->f->cur->id;
-	n->f->opened = true;
-	n->f->nopen++;
+	fobj_get(f->cur);
+	op->o = f->cur;
+	/* a version the store has not confirmed (its HEAD still out) drops the inode's pages:
+	 * if it changed, the first read that reaches the store moves to the new one (ops.c) */
+	op->same = f->opened && cache_oid_eq(f->last_open_id, f->cur->id) && !f->reval;
+	op->changed = f->attr_changed;
+	f->attr_changed = false;
+	f->last_open_id = f->cur->id;
+	f->opened = true;
+	f->nopen++;
 	return 0;
 }
 
-static int step_opendir(struct ns *ns, struct nsop *op, struct lfetch **ret_lf)
+static int step_opendir(struct ns *ns, struct nsop *op, struct sub *sub)
 {
 	struct node *n = find_ino(ns, op->ino);
 	struct ns_dir *h;
@@ -1794,12 +2132,12 @@ static int step_opendir(struct ns *ns, struct nsop *op, struct lfetch **ret_lf)
 	if (!n->dir->list) {
 		if (op->waited)
 			return op->list_err ? op->list_err : -EIO;
-		e = start_listing(ns, n, op, ret_lf);
+		e = start_listing(ns, n, op, &sub->lf);
 		return e < 0 ? e : STEP_LIST;
 	}
 	/* stale-while-revalidate: this handle gets what is held, the next one the refresh */
 	if (!listing_fresh(ns, n->dir))
-		start_listing(ns, n, NULL, ret_lf); /* out of memory: the next opendir tries */
+		start_listing(ns, n, NULL, &sub->lf); /* out of memory: the next opendir tries */
 	h = malloc(sizeof(*h));
 	if (!h)
 		return -ENOMEM;
@@ -1815,7 +2153,7 @@ static void finish(struct nsop *op, int r)
 {
 	switch (op->kind) {
 	case OP_LOOKUP:
-		op->done.entry(op->arg, r, r == 0 ? &op->st : NULL);
+		op->done.entry(op->arg, r, r == 0 ? &op->st : NULL, r == 0 && op->stale);
 		break;
 	case OP_OPEN:
 		op->done.open(op->arg, r, r == 0 ? op->o : NULL, op->same, op->changed);
@@ -1834,39 +2172,38 @@ static void run(struct nsop *op)
 	struct ns *ns = op->ns;
 
 	for (;;) {
-		struct lfetch *lf = NULL;
-		char *path = NULL;
-		int r;
+		struct sub sub = {0};
+		int r, e;
 
 		pthread_mutex_lock(&ns->lock);
 		if (op->kind == OP_LOOKUP)
-			r = step_lookup(ns, op, &path, &lf);
+			r = step_lookup(ns, op, &sub);
 		else if (op->kind == OP_OPEN)
-			r = step_open(ns, op, &path);
+			r = step_open(ns, op, &sub);
 		else
-			r = step_opendir(ns, op, &lf);
+			r = step_opendir(ns, op, &sub);
 		pthread_mutex_unlock(&ns->lock);
-		if (r == STEP_LIST) {
-			if (lf)
-				submit_listing(ns, lf);
+		/* what the step asked for goes out; a request the op waits for may run it (and
+		 * free it) before returning */
+		if (sub.lf)
+			submit_listing(ns, sub.lf);
+		if (sub.rv)
+			reval_send(ns, sub.rv);
+		if (r == STEP_LIST || r == STEP_REVAL)
+			return;
+		if (r != STEP_STAT) {
+			finish(op, r);
 			return;
 		}
-		if (lf)
-			submit_listing(ns, lf); /* a refresh in the background */
-		if (r == STEP_STAT) {
-			int e;
-
-			op->have_stat = false;
-			e = backend_stat_async(ns->cfg.backend, path, stat_done, op);
-			free(path);
-			if (e == 0)
-				return;
-			op->have_stat = true;
-			op->stat_err = e;
-			continue;
-		}
-		finish(op, r);
-		return;
+		op->have_stat = false;
+		req_sent(ns);
+		e = backend_stat_async(ns->cfg.backend, sub.path, stat_done, op);
+		free(sub.path);
+		if (e == 0)
+			return;
+		req_done(ns, e);
+		op->have_stat = true;
+		op->stat_err = e;
 	}
 }
 
@@ -1892,7 +2229,7 @@ void ns_lookup_async(struct ns *ns, uint64_t parent, const char *name, ns_entry_
 	struct nsop *op = op_new(ns, OP_LOOKUP, parent, name, arg);
 
 	if (!op) {
-		done(arg, -ENOMEM, NULL);
+		done(arg, -ENOMEM, NULL, false);
 		return;
 	}
 	op->done.entry = done;
@@ -1963,8 +2300,9 @@ static void wait_signal(struct wait *w, int err)
 	pthread_mutex_unlock(&w->lock);
 }
 
-static void waited_entry(void *arg, int err, const struct stat *st)
+static void waited_entry(void *arg, int err, const struct stat *st, bool stale)
 {
+	(void)stale;
 	struct wait *w = arg;
 
 	if (st)
@@ -2451,6 +2789,7 @@ int ns_truncate(struct ns *ns, uint64_t ino)
 		n->f->writing = true;
 		n->f->wsize = 0;
 		n->f->wmtime = time(NULL);
+		n->f->reval = NULL; /* what the store says of the old version no longer applies */
 	}
 	pthread_mutex_unlock(&ns->lock);
 	return r;
@@ -2493,6 +2832,7 @@ int ns_written(struct ns *ns, uint64_t ino, const struct bk_meta *meta, struct c
 		return -ENOENT; /* forgotten while written: the store has it all the same */
 	}
 	n->f->writing = false;
+	n->f->reval = NULL; /* an answer sent before the commit would undo it */
 	r = set_version(ns, n, meta, true, clock_ns(ns));
 	if (r == 0) {
 		*ret_id = n->f->cur->id;

@@ -56,6 +56,10 @@ struct ns_cfg {
 	uint64_t (*now_ns)(void *clock_arg); /* monotonic clock, required: the mount's own
 					      * (fs_cache_env), or a test's fake one */
 	void *clock_arg;
+	/* Run @cb(@cb_arg) on the backend's I/O thread after @delay_ns (the mount's env.defer).
+	 * @return 0 or -errno. May be NULL: an open then waits for its revalidation's answer,
+	 * however long, unless the store seems stalled. */
+	int (*defer)(void *clock_arg, uint64_t delay_ns, void (*cb)(void *cb_arg), void *cb_arg);
 };
 
 struct ns *ns_new(const struct ns_cfg *cfg);
@@ -65,20 +69,26 @@ void ns_free(struct ns *ns);
  * Asynchronous calls. Each runs its completion exactly once: in the caller's thread, before
  * returning, when what ns holds answers it; otherwise on the backend's I/O thread when the
  * store has answered (the caller keeps nothing waiting: a FUSE request is simply parked).
- * Listings are single-flight per directory: every call that needs one while it is in flight
+ * Stale-while-revalidate: what ns has seen (a listing, a name in it, a version) answers at
+ * once however old, and one refresh goes out behind it; only what it never saw waits for
+ * the store (ns.c, "operations that may wait for the store"). Listings are single-flight per
+ * directory, revalidations per file: every call that waits for one while it is in flight
  * waits for that one.
  */
-typedef void (*ns_entry_fn)(void *arg, int err, const struct stat *st);
+/* @stale: the answer came from what ns held past metadata_ttl (its refresh is out), so the
+ * kernel should ask again at the next use instead of keeping it for metadata_ttl. */
+typedef void (*ns_entry_fn)(void *arg, int err, const struct stat *st, bool stale);
 typedef void (*ns_open_fn)(void *arg, int err, struct fobj *o, bool same, bool changed);
 struct ns_dir;
 typedef void (*ns_dir_fn)(void *arg, int err, struct ns_dir *d);
 
 /* Look @name up in directory @parent; on success the node's lookup count is raised by one.
- * The directory's listing is used while younger than metadata_ttl; an older one is refreshed
- * first (the lookup waits for it), and a refresh that fails leaves the last good listing in
- * use. A name missing from the listing is asked of the store (stat / HEAD) unless it was found
- * missing less than negative_ttl ago. A name whose version changed while files are open on its
- * inode gets a new inode: the open files keep the old one, with its page cache.
+ * The directory's listing held answers, however old: one older than metadata_ttl is refreshed
+ * behind the answer, and a refresh that fails leaves the last good listing in use. Only a
+ * directory never listed waits for its first listing. A name missing from the listing is
+ * asked of the store (stat / HEAD) unless it was found missing less than negative_ttl ago. A
+ * name whose version changed while files are open on its inode gets a new inode: the open
+ * files keep the old one, with its page cache.
  * @done gets 0 and the attributes (st_ino set), -ENOENT, -ENOTDIR, or a backend -errno. */
 void ns_lookup_async(struct ns *ns, uint64_t parent, const char *name, ns_entry_fn done,
 		     void *arg);
@@ -93,10 +103,13 @@ void ns_forget(struct ns *ns, uint64_t ino, uint64_t n);
 int ns_getattr(struct ns *ns, uint64_t ino, struct stat *ret_st);
 
 /*
- * Open file @ino: revalidate its metadata when it is older than metadata_ttl or has no ETag
- * (unless immutable), and return the current version with a reference (caller puts it).
- * *ret_same is true when the version is the one the previous open saw (page cache still good);
- * *ret_changed when this open found a new version (the kernel's attributes are old).
+ * Open file @ino and return its current version with a reference (caller puts it). A version
+ * without an ETag, or known to have changed, is asked of the store first (the open waits); one
+ * older than metadata_ttl (unless immutable) is revalidated, and the open waits for the
+ * answer a moment at most (none when the store seems stalled), then takes the version held.
+ * *ret_same is true when the version is the one the previous open saw and the store has
+ * confirmed it (page cache still good); *ret_changed when the version changed since the
+ * kernel last had the inode's attributes (they are old).
  * Counts the open: every successful ns_open is matched by one ns_release.
  * @return 0, -ENOENT, -EISDIR, a backend -errno, or -ESTALE when the object changed while
  * other files are open on this inode: the name now leads to a new inode (the kernel retries

@@ -74,8 +74,8 @@
 #define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
 #define MAX_BACKGROUND 1024    /* outstanding readahead requests the kernel may send */
 #define WATCH_PERIOD_NS (200 * 1000000ULL) /* how often interrupted readers are looked at */
-#define CTL_GRACE_NS (50 * 1000000ULL) /* the control directory waits this long for the
-					  * root's first listing, at most */
+#define CTL_GRACE_NS (50 * 1000000ULL) /* the control directory's name waits for the root's
+					  * first listing until the mount is this old, at most */
 
 static struct mount *M(fuse_req_t req)
 {
@@ -187,8 +187,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * no FUSE_INTERRUPT would ever reach us. Without it, each piece is a request of the
 	 * reader's own, which the kernel interrupts and tierfs cancels when the reader dies. */
 	conn->want &= ~FUSE_CAP_ASYNC_DIO;
-	/* Without it the kernel sends one lookup per directory at a time, so a lookup parked on
-	 * the store would hold back every other lookup in its directory (.tierfs included). */
+	/* Without it the kernel sends one lookup or readdir per directory at a time, holding a
+	 * mutex of the directory that no signal frees, so a lookup parked on the store would hold
+	 * back every other lookup and `ls` in its directory (.tierfs included). libfuse 3.14.0
+	 * drops the flag from its reply: device.c adds it. */
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
@@ -198,8 +200,10 @@ double fs_ttl(struct mount *m)
 	return (double)m->o->metadata_ttl;
 }
 
-/* The answer to a lookup, in the worker or later on the I/O thread. */
-static void reply_entry(void *arg, int r, const struct stat *st)
+/* The answer to a lookup, in the worker or later on the I/O thread. One from metadata past
+ * metadata_ttl (@stale: its refresh is out) is not kept by the kernel, so the next use asks
+ * again and gets the refresh's answer, instead of the stale one for another metadata_ttl. */
+static void reply_entry(void *arg, int r, const struct stat *st, bool stale)
 {
 	fuse_req_t req = arg;
 	struct mount *m = M(req);
@@ -219,8 +223,8 @@ static void reply_entry(void *arg, int r, const struct stat *st)
 	}
 	e.attr = *st;
 	e.ino = e.attr.st_ino;
-	e.attr_timeout = fs_ttl(m);
-	e.entry_timeout = fs_ttl(m);
+	e.attr_timeout = stale ? 0 : fs_ttl(m);
+	e.entry_timeout = stale ? 0 : fs_ttl(m);
 	fuse_reply_entry(req, &e);
 }
 
@@ -253,12 +257,24 @@ static void reply_ctl_dir(fuse_req_t req)
 	if (r == 0 && listed == -EAGAIN)
 		reply_entry_uncached(req, &st);
 	else
-		reply_entry(req, r, r == 0 ? &st : NULL);
+		reply_entry(req, r, r == 0 ? &st : NULL, false);
 }
 
 static void ctl_grace_done(void *arg)
 {
 	reply_ctl_dir(arg);
+}
+
+/* How much longer a lookup of the control directory's name may wait for the root's first
+ * listing: what is left of CTL_GRACE_NS since the mount started it, 0 once it is over. */
+static uint64_t ctl_grace_left(const struct mount *m)
+{
+	struct timespec ts;
+	uint64_t now, end = m->mounted_ns + CTL_GRACE_NS;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	return now < end ? end - now : 0;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -268,14 +284,17 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	/* The control directory and its files never wait for the store: a real object of the
 	 * same name wins if the root's listing held (whatever its age) names it. Before the
-	 * root's first listing (started at mount) the lookup gives it CTL_GRACE_NS to come,
-	 * then answers the control directory without the kernel keeping the entry, so that a
-	 * real object of its name wins once the listing is there (a store that hangs from the
-	 * start would hold the control directory for `timeout` x attempts). */
+	 * root's first listing (started at mount) a lookup in the mount's first CTL_GRACE_NS
+	 * waits for it until then, so that a mount whose store answers at once shows a real
+	 * object of the name from the start; any later one answers at once, with the control
+	 * directory, without the kernel keeping the entry (a real object of its name wins once
+	 * the listing is there). A store that hangs from the start held every such lookup for
+	 * `timeout` x attempts, and then CTL_GRACE_NS each. */
 	if (parent == 1 && strcmp(name, m->o->control_dir) == 0) {
 		int listed = ns_listed(m->ns, 1, name);
+		uint64_t left = listed == -EAGAIN ? ctl_grace_left(m) : 0;
 
-		if (listed == -EAGAIN && backend_defer(m->b, CTL_GRACE_NS, ctl_grace_done, req) == 0)
+		if (left && backend_defer(m->b, left, ctl_grace_done, req) == 0)
 			return;
 		reply_ctl_dir(req);
 		return;
@@ -283,7 +302,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (parent == CTL_DIR_INO) {
 		int r = ctl_lookup(m, parent, name, &st);
 
-		reply_entry(req, r, r == 0 ? &st : NULL);
+		reply_entry(req, r, r == 0 ? &st : NULL, false);
 		return;
 	}
 	/* answered here when ns holds the answer, else parked until the store's */

@@ -11,6 +11,12 @@ What is checked here (issue 8, items 5 and 6):
   directories already listed each answer in well under a second (the bound is 100 ms; the
   assertion leaves room for a loaded machine), and the unknown names fail with ETIMEDOUT or
   EIO once `timeout` has passed (nginx, and s3rver through the S3 API);
+- the same store hung past metadata_ttl (metadata_ttl=1, timeout=30): every name, listing and
+  attribute held is stale and still answered at once (stat, ls, the control directory,
+  getxattr, open + read of a known cached file), with 8 lookups of unknown names waiting;
+  once the store is back, they are answered and the refresh brings a new object within a
+  bound (stale-while-revalidate, DESIGN.md invariant 11);
+- the control directory and its files have the mount's uid= and gid=;
 - listings are single-flight: 20 lookups and opendirs of one directory while its listing is
   in flight send one listing (counted at the proxy) and are all answered by it;
 - a refresh that fails keeps the last good listing (ls and stat still work), logged once,
@@ -140,9 +146,9 @@ def hung_store(m, proxy, root):
     want_root = sorted(os.listdir(root))
     assert sorted(os.listdir(m.mnt)) == want_root
     assert sorted(os.listdir(m.path("d"))) == sorted(os.listdir(root / "d"))
-    # One unknown name per directory: the kernel sends the lookups of one directory one at a
-    # time (this libfuse does not obtain FUSE_PARALLEL_DIROPS), and each is to wait in
-    # tierfs. Half the directories are listed (the unknown name costs a HEAD), half are not
+    # One unknown name per directory, each to wait in tierfs (the kernel sends the lookups of
+    # a directory in parallel since device.c obtains FUSE_PARALLEL_DIROPS; one at a time
+    # before). Half the directories are listed (the unknown name costs a HEAD), half are not
     # (the lookup needs the directory's listing).
     assert len([n for n in os.listdir(m.path("u")) if n != "top.bin"]) == 32
     for i in range(16):
@@ -209,6 +215,156 @@ def test_control_dir_while_store_hangs_from_mount(mount, proxy, store):
     slow = {k: v for k, v in took.items() if v > FAST}
     assert not slow, f"waited on the hung store: {slow}"
     assert b"cache_" in open(m.path(".tierfs/stats"), "rb").read()
+
+
+# ---------------------------------------------------------------------------------------------
+# a store hung past metadata_ttl (issue 28, point 8): what the mount holds is stale, and still
+# answered at once
+
+
+STALE_OPTS = ["timeout=30", "retries=0", "max_conns=32", "readahead=0", "metadata_ttl=1"]
+STUCK = 5.0  # an operation still running after this is stuck behind the store (the bound: FAST)
+
+
+def bounded(fn):
+    """Run @fn in a thread and give it STUCK seconds: its duration, or None if still running
+    (it then finishes on its own once the store is back); what it raised is raised here."""
+    box = {}
+
+    def go():
+        t = time.monotonic()
+        try:
+            fn()
+        except BaseException as e:  # raised below, in the test's thread
+            box["exc"] = e
+        box["took"] = time.monotonic() - t
+
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    th.join(STUCK)
+    if th.is_alive():
+        return None
+    if "exc" in box:
+        raise box["exc"]
+    return box["took"]
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_hung_store_with_stale_metadata(mount, proxy, store):
+    """metadata_ttl=1 and a store that stops answering for longer (timeout=30): every name,
+    listing and attribute the mount holds is stale. With 8 lookups of unknown names waiting on
+    the store (4 in the root, 4 in d/), a stat of a known file, ls of known directories, cat
+    .tierfs/stats, getfattr on the root, an open + read of a known cached file and a pread
+    through a file already open each answer within FAST; the unknown names are answered once
+    the store is back, and nothing hangs at unmount (the mount fixture checks). Before: the
+    stat waited for the listing's refresh (30 s), cat .tierfs/stats for the lookups of the root
+    (the kernel sent them one at a time), the open for its HEAD."""
+    m = mount(proxy.url, STALE_OPTS)
+    root = store.root
+    data = (root / "cached.bin").read_bytes()
+    want_root = sorted(os.listdir(root))
+    want_d = sorted(os.listdir(root / "d"))
+    assert sorted(os.listdir(m.mnt)) == want_root
+    assert sorted(os.listdir(m.path("d"))) == want_d
+    assert os.stat(m.path("d/f01.bin")).st_size == 1001
+    assert read_file(m.path("cached.bin")) == data  # its version (ETag) and every block held
+    assert b"cache_" in read_file(m.path(".tierfs/stats"))
+    fd = os.open(m.path("cached.bin"), os.O_RDONLY)
+    lookups = []
+    hang = faults.stall_headers()
+    try:
+        time.sleep(1.5)  # all of it is older than metadata_ttl now
+        proxy.add_rule(lambda r: True, hang)
+        lookups = [Call(lambda i=i: os.stat(m.path(f"unknown-{i}"))) for i in range(4)]
+        lookups += [Call(lambda i=i: os.stat(m.path(f"d/unknown-{i}"))) for i in range(4)]
+        for c in lookups:
+            c.start()
+        # the unknown names wait for the refreshes of / and d/, which the store holds
+        wait_until(lambda: hang.waiting >= 1, 20, "a refresh stalled")
+        time.sleep(0.3)  # the other lookups reach tierfs too (one at a time per directory
+        stalled = hang.waiting  # before device.c: then d/'s waits for the root's)
+        took = {
+            "stat d/f01.bin": bounded(lambda: os.stat(m.path("d/f01.bin")).st_size == 1001
+                                      or pytest.fail("wrong size")),
+            "stat cached.bin": bounded(lambda: os.stat(m.path("cached.bin"))),
+            "ls d": bounded(lambda: sorted(os.listdir(m.path("d"))) == want_d
+                            or pytest.fail("wrong listing of d")),
+            "ls /": bounded(lambda: sorted(os.listdir(m.mnt)) == want_root
+                            or pytest.fail("wrong listing of /")),
+            "cat .tierfs/stats": bounded(lambda: read_file(m.path(".tierfs/stats"))),
+            "getfattr root": bounded(lambda: os.getxattr(m.mnt, "user.tierfs.hot_ttl")),
+            "open+read cached.bin": bounded(lambda: read_file(m.path("cached.bin")) == data
+                                            or pytest.fail("wrong bytes")),
+            "pread open file": bounded(lambda: os.pread(fd, B, 2 * B) == data[2 * B:3 * B]
+                                       or pytest.fail("wrong bytes")),
+        }
+        print("store hung, metadata stale, 8 unknown names waiting:",
+              ", ".join(f"{k} " + ("STUCK" if v is None else f"{v * 1000:.1f} ms")
+                        for k, v in took.items()))
+        assert all(c.is_alive() for c in lookups), "an unknown name was answered early"
+        slow = {k: v for k, v in took.items() if v is None or v > FAST}
+        assert not slow, f"waited on the hung store: {slow}"
+        assert stalled >= 2, f"{stalled} refreshes stalled: the unknown names of d/ did not " \
+                             "reach tierfs"
+    finally:
+        # the store is back: everything waiting goes on
+        back = time.monotonic()
+        proxy.clear_rules()
+        hang.release()
+        os.close(fd)
+    for c in lookups:
+        c.join(STUCK + SLACK)
+    assert not any(c.is_alive() for c in lookups), "unknown names still waiting"
+    assert {c.err for c in lookups} == {errno.ENOENT}
+    assert time.monotonic() - back <= SLACK, "unknown names answered late after the store's return"
+
+
+def test_refresh_after_hang_longer_than_ttl(mount, proxy, store):
+    """The store hangs (accepts, never answers) for 3 s with metadata_ttl=1, and an object is
+    put into d/ meanwhile. During the hang ls d/ and stat of a known name answer from what is
+    held, within FAST; once the store is back, the refresh happens: the new object is listed
+    and found by name within REFRESH_BOUND."""
+    REFRESH_BOUND = 3.0
+    m = mount(proxy.url, ["timeout=30", "retries=0", "metadata_ttl=1"])
+    want = sorted(os.listdir(store.root / "d"))
+    assert sorted(os.listdir(m.path("d"))) == want
+    assert os.stat(m.path("d/f02.bin")).st_size == 1002
+    proxy.go_away("blackhole")
+    try:
+        corpus.build_one(store.root, "d/new.bin", 77, seed=3)
+        t0 = time.monotonic()
+        worst = 0.0
+        while time.monotonic() - t0 < 3:
+            for fn in (lambda: sorted(os.listdir(m.path("d"))) == want
+                       or pytest.fail("ls d/ changed during the hang"),
+                       lambda: os.stat(m.path("d/f02.bin"))):
+                took = bounded(fn)
+                assert took is not None and took <= FAST, (
+                    f"waited on the hung store: {'STUCK' if took is None else took}")
+                worst = max(worst, took)
+            time.sleep(0.2)
+    finally:
+        proxy.come_back()
+    back = time.monotonic()
+    wait_until(lambda: "new.bin" in os.listdir(m.path("d")), REFRESH_BOUND,
+               "the new object in ls d/ after the store came back", interval=0.05)
+    print(f"during the hang: ls / stat at most {worst * 1000:.1f} ms; new object listed "
+          f"{time.monotonic() - back:.2f} s after the store came back")
+    assert os.stat(m.path("d/new.bin")).st_size == 77
+
+
+def test_control_dir_owned_like_the_mount(mount, store):
+    """uid= and gid= own the control directory and its files as they own everything else in
+    the mount (it showed the process's ids)."""
+    m = mount(store.url, ["uid=1234", "gid=5678"])
+    for rel in ("", "d", "d/f01.bin", ".tierfs", ".tierfs/stats", ".tierfs/config"):
+        st = os.stat(m.path(rel))
+        assert (st.st_uid, st.st_gid) == (1234, 5678), f"{rel or '/'}: {st.st_uid}:{st.st_gid}"
+    assert b"cache_" in read_file(m.path(".tierfs/stats"))
 
 
 def test_single_flight_listing(mount, proxy, store):

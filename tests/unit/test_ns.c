@@ -45,6 +45,12 @@ static struct {
 	int nheld;
 	int logs;            /* failed listings reported */
 	bool log_kept;       /* ... the last with the last good listing kept */
+	struct timer {       /* cfg.defer's timers (mk_timed), run by fire_due */
+		uint64_t due;
+		void (*cb)(void *);
+		void *arg;
+	} timers[16];
+	int ntimers;
 } S;
 
 static uint64_t fake_now(void *arg)
@@ -185,11 +191,34 @@ static void f_log(void *arg, const char *dir, int err, bool kept)
 	S.log_kept = kept;
 }
 
+static int f_defer(void *clock_arg, uint64_t delay_ns, void (*cb)(void *), void *arg)
+{
+	(void)clock_arg;
+	assert_true(S.ntimers < 16);
+	S.timers[S.ntimers++] = (struct timer){.due = S.now + delay_ns, .cb = cb, .arg = arg};
+	return 0;
+}
+
+/* Run the timers due by now, in order. */
+static void fire_due(void)
+{
+	for (int i = 0; i < S.ntimers;) {
+		struct timer t = S.timers[i];
+
+		if (t.due > S.now) {
+			i++;
+			continue;
+		}
+		memmove(&S.timers[i], &S.timers[i + 1], (size_t)(--S.ntimers - i) * sizeof(t));
+		t.cb(t.arg);
+	}
+}
+
 static const struct bk_ops fake_ops = {
     .stat = f_stat, .list = f_list, .stat_async = f_stat_async, .list_async = f_list_async};
 static struct backend fake_backend = {.ops = &fake_ops, .scheme = "fake"};
 
-static struct ns *mk(uint64_t metadata_ttl, uint64_t negative_ttl)
+static struct ns *mk_cfg(uint64_t metadata_ttl, uint64_t negative_ttl, bool timed)
 {
 	struct ns_cfg cfg = {
 	    .backend = &fake_backend,
@@ -199,6 +228,7 @@ static struct ns *mk(uint64_t metadata_ttl, uint64_t negative_ttl)
 	    .block_size = 65536,
 	    .now_ns = fake_now,
 	    .log = f_log,
+	    .defer = timed ? f_defer : NULL,
 	};
 	struct ns *ns;
 
@@ -207,6 +237,12 @@ static struct ns *mk(uint64_t metadata_ttl, uint64_t negative_ttl)
 	ns = ns_new(&cfg);
 	assert_non_null(ns);
 	return ns;
+}
+
+/* A namespace without timers: an open waits for its revalidation however long it takes. */
+static struct ns *mk(uint64_t metadata_ttl, uint64_t negative_ttl)
+{
+	return mk_cfg(metadata_ttl, negative_ttl, false);
 }
 
 static uint64_t lookup_ok(struct ns *ns, uint64_t parent, const char *name, struct stat *st)
@@ -423,9 +459,13 @@ static void test_new_version_new_inode(void **state)
 	a = lookup_ok(ns, 1, "f", NULL);
 	struct cache_oid v1 = oid_of(ns, a);
 
-	/* nothing open: the same inode takes the new version */
+	/* nothing open: the same inode takes the new version; past metadata_ttl a lookup
+	 * answers with what is held and the refresh goes out behind it, so the next one sees
+	 * the new version (stale-while-revalidate) */
 	put("f", 200, "\"v2\"");
 	S.now += 2 * SEC;
+	assert_int_equal(lookup_ok(ns, 1, "f", &st), a);
+	assert_int_equal(st.st_size, 100);
 	assert_int_equal(lookup_ok(ns, 1, "f", &st), a);
 	assert_int_equal(st.st_size, 200);
 	assert_false(cache_oid_eq(v1, oid_of(ns, a)));
@@ -435,6 +475,7 @@ static void test_new_version_new_inode(void **state)
 	assert_false(changed);
 	put("f", 300, "\"v3\"");
 	S.now += 2 * SEC;
+	assert_int_equal(lookup_ok(ns, 1, "f", &st), a);
 	b = lookup_ok(ns, 1, "f", &st);
 	assert_true(b != a);
 	assert_int_equal(st.st_size, 300);
@@ -955,17 +996,38 @@ static void test_random_against_model(void **state)
 static struct {
 	int entries, entry_errs, dirs;
 	int last_err;
+	off_t last_size;      /* of the last entry answered */
+	bool last_stale;      /* ... from metadata past metadata_ttl */
 	struct ns_dir *d[32];
+	int opens;
+	struct {
+		int err;
+		struct fobj *o;
+		bool same, changed;
+	} open[8];
 } A;
 
-static void on_entry_answer(void *arg, int err, const struct stat *st)
+static void on_entry_answer(void *arg, int err, const struct stat *st, bool stale)
 {
 	(void)arg;
-	(void)st;
 	A.entries++;
+	A.last_stale = stale;
 	A.last_err = err;
 	if (err)
 		A.entry_errs++;
+	else
+		A.last_size = st->st_size;
+}
+
+static void on_open_answer(void *arg, int err, struct fobj *o, bool same, bool changed)
+{
+	(void)arg;
+	assert_true(A.opens < 8);
+	A.open[A.opens].err = err;
+	A.open[A.opens].o = o;
+	A.open[A.opens].same = same;
+	A.open[A.opens].changed = changed;
+	A.opens++;
 }
 
 static void on_dir_answer(void *arg, int err, struct ns_dir *d)
@@ -1076,7 +1138,7 @@ static void test_last_good_listing(void **state)
 	uint64_t sub = lookup_ok(ns, 1, "sub", NULL);
 	S.now += 11 * SEC;
 	S.list_err = -ETIMEDOUT;
-	lookup_ok(ns, 1, "a", &st); /* waited for the refresh, which failed: last good */
+	lookup_ok(ns, 1, "a", &st); /* from what is held; the refresh behind it failed */
 	assert_int_equal(S.lists, 2);
 	assert_int_equal(S.logs, 1);
 	assert_true(S.log_kept);
@@ -1229,6 +1291,297 @@ static void test_parked_lookups_do_not_block_known(void **state)
 	ns_free(ns);
 }
 
+/* Issue 28, point 8: a lookup of a name the listing held has answers at once however old the
+ * listing, and one refresh goes out behind it; callers during that refresh start no other (a
+ * known name does not join it, an unknown one waits for it and then asks the store); the
+ * next lookup after it sees what it brought. */
+static void test_lookup_stale_while_revalidate(void **state)
+{
+	struct ns *ns = mk(10, 1);
+	struct ns_dir *h;
+	struct stat st;
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("d/a", 1, "\"a1\"");
+	put("d/b", 2, "\"b\"");
+	uint64_t d = lookup_ok(ns, 1, "d", NULL);
+	uint64_t a = lookup_ok(ns, d, "a", &st);
+	assert_int_equal(st.st_size, 1);
+	int lists = S.lists;
+	put("d/a", 100, "\"a2\"");
+	put("d/c", 3, "\"c\"");
+	S.now += 11 * SEC; /* the listing of d/ is stale */
+	S.hold = true;
+	ns_lookup_async(ns, d, "a", on_entry_answer, NULL);
+	assert_int_equal(A.entries, 1); /* at once, from what is held */
+	assert_int_equal(A.entry_errs, 0);
+	assert_int_equal(A.last_size, 1);
+	assert_true(A.last_stale);      /* the kernel is not to keep it */
+	assert_int_equal(S.nheld, 1);   /* one refresh went out */
+	assert_true(S.held[0].list);
+	assert_string_equal(S.held[0].path, "d");
+	/* a second caller during the refresh: answered at once, no second listing */
+	ns_lookup_async(ns, d, "b", on_entry_answer, NULL);
+	ns_lookup_async(ns, d, "a", on_entry_answer, NULL);
+	assert_int_equal(A.entries, 3);
+	assert_int_equal(ns_getattr(ns, a, &st), 0);
+	assert_int_equal(ns_opendir(ns, d, &h), 0);
+	assert_int_equal(ns_dir_count(h), 2);
+	ns_dir_put(h);
+	/* a name never seen waits for that refresh (no request of its own yet) */
+	ns_lookup_async(ns, d, "c", on_entry_answer, NULL);
+	assert_int_equal(A.entries, 3);
+	assert_int_equal(S.nheld, 1);
+	release();
+	S.hold = false;
+	assert_int_equal(A.entries, 4);
+	assert_int_equal(A.entry_errs, 0);
+	assert_int_equal(A.last_size, 3); /* the refresh brought it: no HEAD */
+	assert_false(A.last_stale);
+	assert_int_equal(S.stats, 0);
+	assert_int_equal(S.lists, lists + 1);
+	/* the next lookup sees what the refresh brought, on the same inode (nothing open) */
+	assert_int_equal(lookup_ok(ns, d, "a", &st), a);
+	assert_int_equal(st.st_size, 100);
+	assert_int_equal(S.lists, lists + 1);
+	ns_free(ns);
+}
+
+/* A refresh that fails while lookups are answered from the stale listing: they go on being
+ * answered from it (the last good listing), the failure is reported once, and the next lookup
+ * sends one new refresh, not one per caller. */
+static void test_failed_refresh_behind_lookups(void **state)
+{
+	struct ns *ns = mk(10, 1);
+	struct stat st;
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("a", 1, "\"a\"");
+	lookup_ok(ns, 1, "a", NULL);
+	int lists = S.lists;
+	S.now += 11 * SEC;
+	S.hold = true;
+	S.list_err = -ETIMEDOUT;
+	for (int i = 0; i < 5; i++)
+		ns_lookup_async(ns, 1, "a", on_entry_answer, NULL);
+	assert_int_equal(A.entries, 5);
+	assert_int_equal(S.nheld, 1);
+	release();
+	assert_int_equal(S.lists, lists + 1);
+	assert_int_equal(S.logs, 1);
+	assert_true(S.log_kept);
+	for (int i = 0; i < 5; i++)
+		ns_lookup_async(ns, 1, "a", on_entry_answer, NULL);
+	assert_int_equal(A.entries, 10);
+	assert_int_equal(A.entry_errs, 0);
+	assert_int_equal(A.last_size, 1);
+	assert_int_equal(S.nheld, 1); /* the next refresh: one */
+	release();
+	S.hold = false;
+	assert_int_equal(S.logs, 1);
+	assert_int_equal(ns_lookup(ns, 1, "a", &st), 0);
+	ns_free(ns);
+}
+
+/* An open of a version older than metadata_ttl: one HEAD per node, and the open waits for it
+ * until the answer, or REVAL_WAIT_NS (the fake timer), then takes the version held, with the
+ * page cache dropped (same = false); opens while that HEAD is out take it at once. The answer
+ * is applied whoever waits: a new version with files open makes the name a new inode and the
+ * old one stale, so its next open waits for the store and gets ESTALE. */
+static void test_open_revalidation(void **state)
+{
+	struct ns *ns = mk_cfg(10, 1, true);
+	struct fobj *o;
+	bool same, changed;
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("a", 1, "\"a1\"");
+	uint64_t a = lookup_ok(ns, 1, "a", NULL);
+	assert_int_equal(ns_open(ns, a, &o, &same, &changed), 0); /* fresh: no HEAD */
+	assert_int_equal(S.stats, 0);
+	fobj_put(o);
+	ns_release(ns, a);
+	/* old, and the store answers in time: the open waits for it */
+	S.now += 11 * SEC;
+	S.hold = true;
+	ns_open_async(ns, a, on_open_answer, NULL);
+	assert_int_equal(A.opens, 0);
+	assert_int_equal(S.nheld, 1);
+	assert_int_equal(S.ntimers, 1);
+	release();
+	assert_int_equal(A.opens, 1);
+	assert_int_equal(A.open[0].err, 0);
+	assert_true(A.open[0].same); /* confirmed: the page cache is good */
+	S.now += SEC / 10;
+	fire_due(); /* a late timer finds nobody */
+	/* old again and changed; the store is slow: the open goes on without it */
+	put("a", 2, "\"a2\"");
+	S.now += 11 * SEC;
+	ns_open_async(ns, a, on_open_answer, NULL);
+	assert_int_equal(A.opens, 1);
+	S.now += SEC / 10;
+	fire_due();
+	assert_int_equal(A.opens, 2);
+	assert_int_equal(A.open[1].err, 0);
+	assert_int_equal(A.open[1].o->size, 1); /* the version held */
+	assert_false(A.open[1].same);           /* not confirmed: pages dropped */
+	/* while that HEAD is out, an open takes the version at once, asking nothing more */
+	ns_open_async(ns, a, on_open_answer, NULL);
+	assert_int_equal(A.opens, 3);
+	assert_int_equal(A.open[2].o->size, 1);
+	assert_int_equal(S.nheld, 1);
+	/* the answer: a new version with two files open on the old one */
+	release();
+	S.hold = false;
+	assert_int_equal(S.stats, 2);
+	uint64_t b = lookup_ok(ns, 1, "a", NULL);
+	assert_true(b != a);
+	assert_int_equal(ns_open(ns, a, &o, &same, &changed), -ESTALE);
+	assert_int_equal(ns_open(ns, b, &o, &same, &changed), 0);
+	assert_int_equal(o->size, 2);
+	fobj_put(o);
+	ns_release(ns, b);
+	for (int i = 1; i < 3; i++) {
+		fobj_put(A.open[i].o);
+		ns_release(ns, a);
+	}
+	fobj_put(A.open[0].o);
+	ns_release(ns, a);
+	S.now += SEC; /* the I/O loop runs its timers before the namespace goes */
+	fire_due();
+	ns_free(ns);
+}
+
+/* A file overwritten through the mount while a revalidation of its old version is out: the
+ * store's answer about the old version, arriving after the commit, must not undo it, and an
+ * open for reading while it is written is EBUSY even once that answer wakes it. */
+static void test_reval_does_not_undo_a_write(void **state)
+{
+	struct ns *ns = mk_cfg(10, 1, true);
+	struct bk_meta w = {.size = 5, .mtime = 1000, .etag = "\"w1\""};
+	struct cache_oid id;
+	struct fobj *o;
+	bool same, changed;
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("a", 1, "\"a1\"");
+	uint64_t a = lookup_ok(ns, 1, "a", NULL);
+	/* old: the open's HEAD is held, and the open goes on without it */
+	S.now += 11 * SEC;
+	S.hold = true;
+	ns_open_async(ns, a, on_open_answer, NULL);
+	S.now += SEC / 10;
+	fire_due();
+	assert_int_equal(A.opens, 1);
+	assert_int_equal(A.open[0].err, 0);
+	fobj_put(A.open[0].o);
+	ns_release(ns, a);
+	assert_int_equal(S.nheld, 1);
+	/* overwritten and committed while that HEAD is out */
+	assert_int_equal(ns_truncate(ns, a), 0);
+	ns_open_async(ns, a, on_open_answer, NULL);
+	assert_int_equal(A.opens, 2);
+	assert_int_equal(A.open[1].err, -EBUSY);
+	ns_set_size(ns, a, 5);
+	assert_int_equal(ns_written(ns, a, &w, &id), 0);
+	/* the answer about a1 comes in late */
+	release();
+	S.hold = false;
+	assert_int_equal(ns_open(ns, a, &o, &same, &changed), 0);
+	assert_int_equal(o->size, 5);
+	assert_string_equal(o->etag, "\"w1\"");
+	assert_true(cache_oid_eq(o->id, id));
+	fobj_put(o);
+	ns_release(ns, a);
+	S.now += SEC;
+	fire_due();
+	ns_free(ns);
+}
+
+/* With lookups of unknown names parked on a store that does not answer, and no sign of life
+ * from it for REVAL_WAIT_NS, an open of an old version takes it at once (its HEAD goes out
+ * behind); a version never confirmed with an ETag still waits for the store. */
+static void test_open_when_store_stalled(void **state)
+{
+	struct ns *ns = mk_cfg(1, 1, true);
+	char name[16];
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("a", 1, "\"a1\"");
+	put("n", 1, "");
+	uint64_t a = lookup_ok(ns, 1, "a", NULL);
+	uint64_t n = lookup_ok(ns, 1, "n", NULL);
+	S.hold = true;
+	for (int i = 0; i < 8; i++) {
+		snprintf(name, sizeof(name), "new%d", i);
+		ns_lookup_async(ns, 1, name, on_entry_answer, NULL);
+	}
+	assert_int_equal(S.nheld, 8);
+	S.now += 2 * SEC; /* past metadata_ttl, and the store silent for that long */
+	ns_open_async(ns, a, on_open_answer, NULL);
+	assert_int_equal(A.opens, 1);
+	assert_int_equal(A.open[0].err, 0);
+	assert_int_equal(S.nheld, 9); /* its HEAD, behind it */
+	ns_open_async(ns, n, on_open_answer, NULL);
+	assert_int_equal(A.opens, 1); /* no ETag: waits */
+	S.now += SEC;
+	fire_due();
+	assert_int_equal(A.opens, 1); /* its timer does not let it go */
+	assert_int_equal(A.entries, 0);
+	release();
+	S.hold = false;
+	assert_int_equal(A.opens, 2);
+	assert_int_equal(A.open[1].err, 0);
+	assert_int_equal(A.entries, 8);
+	for (int i = 0; i < 2; i++)
+		fobj_put(A.open[i].o);
+	ns_release(ns, a);
+	ns_release(ns, n);
+	S.now += SEC;
+	fire_due();
+	ns_free(ns);
+}
+
+/* A file an index names without metadata (a manifest): its first lookup waits for the store's
+ * stat; once it has a version, a lookup past metadata_ttl answers from it at once (stale) and
+ * one stat goes out behind it; the next lookup has the store's answer. */
+static void test_manifest_version_while_revalidated(void **state)
+{
+	struct ns *ns = mk(10, 1);
+	struct stat st;
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("a", 1, "\"a1\"");
+	S.o[0].no_meta = true;
+	S.hold = true;
+	ns_lookup_async(ns, 1, "a", on_entry_answer, NULL);
+	release(); /* the listing, then the stat it needs */
+	assert_int_equal(A.entries, 1);
+	assert_int_equal(A.last_size, 1);
+	assert_int_equal(S.stats, 1);
+	put("a", 5, "\"a2\"");
+	S.now += 11 * SEC;
+	ns_lookup_async(ns, 1, "a", on_entry_answer, NULL);
+	assert_int_equal(A.entries, 2); /* at once: the version held */
+	assert_int_equal(A.last_size, 1);
+	assert_true(A.last_stale);
+	ns_lookup_async(ns, 1, "a", on_entry_answer, NULL);
+	assert_int_equal(A.entries, 3);
+	assert_int_equal(S.nheld, 2);   /* the refresh of / and one stat of a, not two */
+	release();
+	S.hold = false;
+	assert_int_equal(S.stats, 2);
+	assert_int_equal(ns_lookup(ns, 1, "a", &st), 0);
+	assert_int_equal(st.st_size, 5);
+	ns_free(ns);
+}
+
 /* Memory of the namespace at N keys in one prefix, listed (ls) and then every name looked up
  * (a lookup, or an `ls -l`: readdirplus makes the same node): printed, with bounds: <= 200 B
  * per key both ways (issue 8 asks it at 1M keys), in the root and three levels down (a node
@@ -1357,6 +1710,12 @@ int main(void)
 	    cmocka_unit_test(test_insert_copies_shared_listing),
 	    cmocka_unit_test(test_forgotten_dir_keeps_listing),
 	    cmocka_unit_test(test_parked_lookups_do_not_block_known),
+	    cmocka_unit_test(test_lookup_stale_while_revalidate),
+	    cmocka_unit_test(test_failed_refresh_behind_lookups),
+	    cmocka_unit_test(test_open_revalidation),
+	    cmocka_unit_test(test_reval_does_not_undo_a_write),
+	    cmocka_unit_test(test_open_when_store_stalled),
+	    cmocka_unit_test(test_manifest_version_while_revalidated),
 	    cmocka_unit_test(test_memory_per_key),
 	    cmocka_unit_test(test_memory_per_key_1m),
 	};
