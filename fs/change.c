@@ -15,7 +15,8 @@
  *             delete by themselves) ─► ns_removed(old), ns_removed+stale(new)
  *
  * What may be done, and the errno otherwise (README, "Writing"):
- *   - without the flag an operation needs: EROFS (as a read-only mount answers);
+ *   - without the flag an operation needs: EPERM (rename needs allow_write and allow_delete,
+ *     and allow_overwrite to replace a name); a read-only mount answers EROFS;
  *   - a write open of an existing object without O_TRUNC (changing an object in place), or
  *     with O_APPEND or O_RDWR: EPERM; O_TRUNC without allow_overwrite: EPERM;
  *   - reading a file being written: EBUSY, until it is closed;
@@ -419,8 +420,10 @@ void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_
 	bool replace = !(flags & RENAME_NOREPLACE);
 	int r;
 
-	if (!m->o->allow_write || (replace && !m->o->allow_overwrite && ns_listed(
-					  m->ns, newparent, newname) == 1)) {
+	/* a rename makes a name (allow_write) and removes one (allow_delete): a mount that may
+	 * only create cannot make an object disappear under another name */
+	if (!m->o->allow_write || !m->o->allow_delete ||
+	    (replace && !m->o->allow_overwrite && ns_listed(m->ns, newparent, newname) == 1)) {
 		fuse_reply_err(req, m->writable ? EPERM : EROFS);
 		return;
 	}

@@ -193,11 +193,132 @@ def test_read_back_fetches_nothing_from_the_store(mount, store):
     assert s1.v("cache_written_blocks_total", "hot") == 7
 
 
+@pytest.fixture
+def redis(tmp_path):
+    from test_shared import Redis
+    r = Redis(tmp_path / "redis")
+    try:
+        yield r.start()
+    finally:
+        r.stop()
+
+
+def test_written_blocks_fill_the_disk_and_shared_tiers(mount, store, tmp_path, redis):
+    """What is written goes down the chain on the way: a second mount sharing Redis reads the
+    object back (page cache dropped) without a byte from the store, every block from Redis;
+    and this mount, remounted on its cache_dir without Redis, from its disk tier. None of it
+    is charged to the lagging limiter."""
+    shared = [f"shared={redis.url()}", "shared_timeout=200", "readahead=0"]
+    cache = tmp_path / "cache"
+    a = fmount(mount, store, W + shared + [f"cache_dir={cache}", "lagging_rate=1M"], name="a")
+    payload = data("wt", 6 * MIB + 5)
+    write_file(a.path("seg.log"), payload)
+    harness.wait_until(lambda: lu.stats(a.mnt).v("shared_puts_total", "shared") >= 7 and
+                       lu.stats(a.mnt).v("shared_put_queued_bytes", "shared") == 0,
+                       20, "the 7 written blocks in Redis")
+    assert lu.stats(a.mnt).v("cache_fetched_bytes_total", "lagging") == 0
+    b = fmount(mount, store, shared, name="b")
+    drop_caches()
+    s0 = lu.stats(b.mnt)
+    assert open(b.path("seg.log"), "rb").read() == payload
+    s1 = lu.stats(b.mnt)
+    assert s1.d(s0, "backend_received_bytes_total") == 0
+    assert s1.d(s0, "shared_hits_total", "shared") == 7
+    a.unmount()
+    a2 = fmount(mount, store, [f"cache_dir={cache}", "readahead=0"], name="a2")
+    drop_caches()
+    s0 = lu.stats(a2.mnt)
+    assert open(a2.path("seg.log"), "rb").read() == payload
+    s1 = lu.stats(a2.mnt)
+    assert s1.d(s0, "backend_received_bytes_total") == 0
+    assert s1.d(s0, "cache_hits_total", "disk") == 7
+
+
+def test_other_mounts_see_a_new_object_within_negative_ttl(mount, store):
+    """A mount that looked the name up before it was written (and remembers it missing) finds
+    the closed object within negative_ttl, whole; this mount lists it at once, with its size."""
+    w = fmount(mount, store, W, name="w")
+    r = fmount(mount, store, ["negative_ttl=1", "metadata_ttl=1"], name="r")
+    assert not os.path.exists(r.path("late.bin"))
+    payload = data("late", 3 * MIB + 7)
+    write_file(w.path("late.bin"), payload)
+    assert "late.bin" in os.listdir(w.mnt)
+    assert os.stat(w.path("late.bin")).st_size == len(payload)
+    t0 = time.monotonic()
+    harness.wait_until(lambda: os.path.exists(r.path("late.bin")), 10, "late.bin on mount r")
+    assert time.monotonic() - t0 < 3  # negative_ttl=1, with room for a loaded machine
+    assert open(r.path("late.bin"), "rb").read() == payload
+
+
+def test_unlinked_blocks_are_never_served_again(mount, store):
+    """After unlink, a new object under the same name and of the same size reads as itself:
+    none of the old blocks (hot, under the old version) is served for it."""
+    m = fmount(mount, store, WD)
+    old, new = data("old", 2 * MIB), data("new", 2 * MIB)
+    write_file(m.path("x.bin"), old)
+    assert open(m.path("x.bin"), "rb").read() == old
+    os.unlink(m.path("x.bin"))
+    assert not os.path.exists(m.path("x.bin"))
+    write_file(m.path("x.bin"), new)
+    drop_caches()
+    assert open(m.path("x.bin"), "rb").read() == new
+    assert (store / "x.bin").read_bytes() == new
+
+
+def vm_hwm(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.watchdog(300)
+def test_four_concurrent_writes_stay_within_the_memory_bound(mount, store):
+    """4 files of 256 MiB written at once with 1 MiB writes: the writers wait for buffers
+    (write_buffer is full), and the process's peak RSS stays within the caches + 64 MiB + the
+    write buffers. Every object is whole."""
+    hot, lag, wb = 64 * MIB, 16 * MIB, 32 * MIB
+    m = fmount(mount, store, W + [f"hot_size={hot // MIB}M", f"lagging_size={lag // MIB}M",
+                                  f"write_buffer={wb // MIB}M", "part_size=8M"])
+    size = 256 * MIB
+    errs = []
+
+    def writer(i):
+        try:
+            with open(m.path(f"w{i}.bin"), "wb") as f:
+                chunk = data(f"w{i}", MIB)
+                for _ in range(size // MIB):
+                    f.write(chunk)
+        except OSError as e:
+            errs.append(e)
+
+    ts = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(240)
+    assert not errs and not any(t.is_alive() for t in ts), errs
+    st = lu.stats(m.mnt)
+    peak = vm_hwm(m.pids[0])
+    print(f"peak RSS {peak / MIB:.0f} MiB, bound {(hot + lag + 64 * MIB + wb) / MIB:.0f} MiB, "
+          f"{st.v('write_buffer_waits_total')} buffer waits")
+    assert st.v("write_buffer_waits_total") > 0, "the writers never filled write_buffer"
+    assert peak <= hot + lag + 64 * MIB + wb
+    for i in range(4):
+        h = hashlib.sha256()
+        chunk = data(f"w{i}", MIB)
+        with open(store / f"w{i}.bin", "rb") as f:
+            while b := f.read(MIB):
+                assert b == chunk
+                h.update(b)
+        assert (store / f"w{i}.bin").stat().st_size == size
+
+
 def test_overwrite_delete_and_rename(mount, store):
     """O_TRUNC replaces an object only with allow_overwrite (else EPERM); changing one in
-    place (no O_TRUNC, O_APPEND, O_RDWR) is EPERM; unlink and rmdir only with allow_delete
-    (EPERM on a writable mount without it); rename works beneath the root; the listing
-    follows each at once."""
+    place (no O_TRUNC, O_APPEND, O_RDWR) is EPERM; unlink, rmdir and rename only with
+    allow_delete (EPERM on a writable mount without it); rename works beneath the root; the
+    listing follows each at once."""
     (store / "k.bin").write_bytes(b"old")
     w = fmount(mount, store, W, name="w")
     with pytest.raises(OSError) as e:
@@ -205,6 +326,9 @@ def test_overwrite_delete_and_rename(mount, store):
     assert e.value.errno == errno.EPERM
     with pytest.raises(OSError) as e:
         os.unlink(w.path("k.bin"))
+    assert e.value.errno == errno.EPERM
+    with pytest.raises(OSError) as e:  # it removes a name: allow_delete too
+        os.rename(w.path("k.bin"), w.path("k3.bin"))
     assert e.value.errno == errno.EPERM
     m = fmount(mount, store, WD, name="wd")
     for flags in (os.O_WRONLY, os.O_WRONLY | os.O_APPEND, os.O_RDWR | os.O_TRUNC):
