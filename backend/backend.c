@@ -270,6 +270,20 @@ void backend_get_stats(struct backend *b, struct bk_stats *ret)
 	ret->tmp_removed = __atomic_load_n(&w->tmp_removed, __ATOMIC_RELAXED);
 }
 
+const char *bk_op_name(enum bk_op op)
+{
+	static const char *const names[BK_OP_N] = {
+	    [BK_OP_GET] = "get",
+	    [BK_OP_HEAD] = "head",
+	    [BK_OP_LIST] = "list",
+	    [BK_OP_PUT] = "put",
+	    [BK_OP_POST] = "post",
+	    [BK_OP_DELETE] = "delete",
+	};
+
+	return op < BK_OP_N ? names[op] : NULL;
+}
+
 const char *backend_scheme(const struct backend *b)
 {
 	return b->scheme;

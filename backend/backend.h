@@ -19,11 +19,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hist.h"
+
 #define BK_ETAG_MAX 128
 
 struct bk_meta {
 	uint64_t size;
 	int64_t mtime;          /* seconds since epoch; INT64_MIN if the store gave none */
+	uint32_t mtime_ns;      /* its fraction in ns, 0..999999999; 0 where the store gives
+				 * whole seconds (HTTP Last-Modified; S3, whose HEAD does) */
 	char etag[BK_ETAG_MAX]; /* as the store sends it (quotes included); "" if none */
 	bool have_perm;         /* the store has permission bits (file://); false for s3, http */
 	uint32_t perm;          /* with have_perm: the store's permission bits, 0..0777 */
@@ -140,6 +144,20 @@ int backend_read(struct backend *b, const char *path, const char *etag, uint64_t
 /* Run @cb(@arg) on the I/O thread after @delay_ns. @return 0 or -errno. */
 int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), void *arg);
 
+/* What a request to the store does, as its latency is labelled (op="get", bk_op_name). */
+enum bk_op {
+	BK_OP_GET,  /* a range read */
+	BK_OP_HEAD, /* an object's metadata */
+	BK_OP_LIST, /* a listing (or an index, or the check at mount) */
+	BK_OP_PUT,  /* a write of bytes: PutObject, UploadPart, CopyObject */
+	BK_OP_POST, /* a multipart upload started or completed */
+	BK_OP_DELETE, /* an object removed, or a multipart upload aborted */
+	BK_OP_N,
+};
+
+/* "get", "head", "list", "put", "post", "delete". */
+const char *bk_op_name(enum bk_op op);
+
 struct bk_stats {
 	uint64_t requests;   /* HTTP requests (or file reads) started, retries included */
 	uint64_t retries;
@@ -164,6 +182,9 @@ struct bk_stats {
 	uint64_t bytes_up;	    /* body bytes of those parts */
 	uint64_t upload_retries;    /* write requests sent again (parts, PutObject, Complete...) */
 	uint64_t tmp_removed;	    /* file://: leftover temporary files removed at start */
+	/* time from a request sent to its answer, each attempt on its own, by what it does
+	 * (file://: a read's pread) */
+	struct bk_hist lat[BK_OP_N];
 };
 /* Hold this thread's range reads until backend_unplug and submit them together, so that
  * consecutive ones can go to the store as one request (io_plug). s3 and http: file's reads

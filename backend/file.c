@@ -99,6 +99,7 @@ void file_meta_from_stat(const struct stat *st, struct bk_meta *m)
 	memset(m, 0, sizeof(*m));
 	m->size = (uint64_t)st->st_size;
 	m->mtime = st->st_mtim.tv_sec;
+	m->mtime_ns = (uint32_t)st->st_mtim.tv_nsec;
 	/* the version: what identifies this file's bytes, stable across processes and
 	 * mounts (tierfs keys cached blocks by it): device, inode, size, mtime in ns */
 	snprintf(m->etag, sizeof(m->etag), "\"%llx-%llx-%llx-%llx\"",
@@ -530,6 +531,7 @@ static void run_job(void *arg)
 	struct bk_meta m;
 	uint32_t got = 0;
 	int e = 0;
+	uint64_t t0 = io_now_ns(j->b->io);
 	int fd = open_regular(f, j->path, &st);
 
 	if (fd < 0) {
@@ -559,7 +561,7 @@ static void run_job(void *arg)
 out:
 	if (fd >= 0)
 		close(fd);
-	io_account(j->b->io, e ? 0 : j->len, e != 0);
+	io_account(j->b->io, e ? 0 : j->len, e != 0, t0);
 	if (e && e != -ENOENT && j->b->log) {
 		char line[512];
 

@@ -31,6 +31,12 @@
  * grown by one per window of successful answers, never below 1 nor above max_conns. The stats
  * file shows the window and the count of slow-down answers.
  *
+ * Latency. Each attempt is timed from its start to its answer (transfer_done) and counted in
+ * the histogram of what it does (bk_stats.lat: a range GET, a HEAD, anything else a listing),
+ * so a slow store shows in the quantiles whatever the queue in front of it. A merged request
+ * counts once. A request of another kind (an upload's PUT) adds its op to bk_op and says so
+ * in op_of.
+ *
  * Merged reads. The range reads one thread submits under one plug (io_plug: the blocks of
  * one FUSE read and its readahead) reach the queue together, as a batch. When an urgent
  * range read is taken from the queue and the reads queued right behind it are of its batch
@@ -111,6 +117,7 @@ struct io_xfer {
 	bool carrier;
 	struct io_req *parts, *fill;
 	uint64_t batch; /* the plug it was submitted under (io_unplug), 0: none */
+	uint64_t sent_ns; /* when this attempt started (the loop's clock) */
 };
 
 /* A request and its io_xfer, in one allocation. */
@@ -618,6 +625,16 @@ static bool writes(const struct io_req *r)
 	return r->method && (!strcmp(r->method, "PUT") || !strcmp(r->method, "POST"));
 }
 
+/* The histogram an attempt of @r is counted in. */
+static enum bk_op op_of(const struct io_req *r)
+{
+	if (r->method)
+		return !strcmp(r->method, "PUT")    ? BK_OP_PUT
+		       : !strcmp(r->method, "POST") ? BK_OP_POST
+						    : BK_OP_DELETE;
+	return r->head ? BK_OP_HEAD : r->len ? BK_OP_GET : BK_OP_LIST;
+}
+
 /* Count and log a request that failed for good. */
 static void failed(struct io *io, struct io_req *r)
 {
@@ -857,6 +874,7 @@ static int start_attempt(struct io *io, struct io_req *r)
 		io->active_bg++;
 	STAT_ADD(io, requests, 1);
 	STAT_ADD(io, active, 1);
+	r->xfer->sent_ns = now_ns(io);
 	return 0;
 nomem:
 	slist_free_wiped(l);
@@ -967,6 +985,7 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 	bool retry = false;
 
 	curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&r);
+	bk_hist_observe(&io->st.lat[op_of(r)], now_ns(io) - r->xfer->sent_ns);
 	running_unlink(io, r);
 	curl_multi_remove_handle(io->multi, e);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
@@ -1406,10 +1425,13 @@ void io_get_stats(struct io *io, struct bk_stats *ret)
 	ret->slowdowns = __atomic_load_n(&io->st.slowdowns, __ATOMIC_RELAXED);
 	ret->window = __atomic_load_n(&io->st.window, __ATOMIC_RELAXED);
 	ret->merged = __atomic_load_n(&io->st.merged, __ATOMIC_RELAXED);
+	for (int op = 0; op < BK_OP_N; op++)
+		bk_hist_load(&io->st.lat[op], &ret->lat[op]);
 }
 
-void io_account(struct io *io, uint64_t bytes, bool error)
+void io_account(struct io *io, uint64_t bytes, bool error, uint64_t start_ns)
 {
+	bk_hist_observe(&io->st.lat[BK_OP_GET], now_ns(io) - start_ns);
 	STAT_ADD(io, requests, 1);
 	if (error)
 		STAT_ADD(io, errors, 1);

@@ -132,8 +132,9 @@ void io_set_poller(struct io *io, const struct io_poller *p);
 uint64_t io_now_ns(struct io *io);
 
 void io_get_stats(struct io *io, struct bk_stats *ret);
-/* Count a read done outside curl (file://): one request, @bytes received or an error. */
-void io_account(struct io *io, uint64_t bytes, bool error);
+/* Count a read done outside curl (file://): one request, @bytes received or an error, begun
+ * at @start_ns of the loop's clock (io_now_ns). */
+void io_account(struct io *io, uint64_t bytes, bool error, uint64_t start_ns);
 
 /* HTTP status -> errno (0 for 2xx), for a read or DELETE, or for a PUT or POST (@write): the
  * one table of them. */

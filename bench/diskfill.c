@@ -41,6 +41,7 @@ int main(int argc, char **argv)
 	unsigned char *buf;
 	uint64_t bytes, nblk;
 	double t0;
+	char why[512];
 	int r;
 
 	if (argc != 5) {
@@ -51,9 +52,9 @@ int main(int argc, char **argv)
 	cfg.size = strtoull(argv[2], NULL, 0);
 	cfg.block_size = (uint32_t)strtoul(argv[3], NULL, 0);
 	bytes = strtoull(argv[4], NULL, 0);
-	r = disk_open(&cfg, &d);
+	r = disk_open(&cfg, &d, why, sizeof(why));
 	if (r < 0) {
-		fprintf(stderr, "diskfill: %s: %s\n", cfg.dir, strerror(-r));
+		fprintf(stderr, "diskfill: %s\n", r == -EPERM ? why : strerror(-r));
 		return 1;
 	}
 	buf = malloc(cfg.block_size);

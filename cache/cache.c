@@ -184,6 +184,7 @@ struct piece {
 	uint32_t len;        /* their length */
 	enum piece_pin pin;  /* what it holds */
 	uint8_t tier;        /* PIN_RING: the tier whose ring it is pinned in */
+	uint8_t from;        /* where the bytes were when the read came: cache_iov.from */
 	struct ring_ref ref;
 	struct bounce *bounce;
 };
@@ -317,6 +318,14 @@ const char *cache_tier_name(enum cache_tier t)
 	return (unsigned)t < CACHE_NTIERS ? tier_names[t] : NULL;
 }
 
+const char *cache_source_name(const struct cache *c, unsigned from)
+{
+	if (from < CACHE_NTIERS)
+		return tier_names[from];
+	from -= CACHE_NTIERS;
+	return from < c->chain.n ? c->chain.t[from].ops->name : NULL;
+}
+
 static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint64_t blk)
 {
 	uint64_t start = blk << c->shift;
@@ -385,6 +394,7 @@ static bool lookup_at(struct cache *c, struct cache_key k, uint32_t start, uint6
 		if (ring_lookup(c->tier[t].ring, k, now, &p->ref) == 0) {
 			p->pin = PIN_RING;
 			p->tier = (uint8_t)t;
+			p->from = (uint8_t)t;
 			p->data = p->ref.data;
 			p->start = start;
 			p->len = p->ref.len;
@@ -470,6 +480,7 @@ static void answer(struct cache *c, struct piece *p, uint32_t n, uint64_t first,
 			take = left;
 		iov[i].base = p[i].data + skip;
 		iov[i].len = take;
+		iov[i].from = p[i].from;
 		if (p[i].pin == PIN_RING)
 			STAT_ADD(c, p[i].tier, bytes_served, take);
 		pos += take;
@@ -860,6 +871,7 @@ static struct pread *give_waiters(struct cache *c, struct flight *f, int err)
 
 		next = p->wnext;
 		p->wait = NULL;
+		p->from = (uint8_t)(CACHE_NTIERS + f->cr.level);
 		if (err) {
 			if (!pr->err)
 				pr->err = err;

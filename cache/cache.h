@@ -127,7 +127,13 @@ struct cache_env {
 struct cache_iov {
 	const void *base;
 	size_t len;
+	/* Where its bytes were when the read asked: a memory tier (enum cache_tier), when they
+	 * were resident; else CACHE_NTIERS + i, the chain's tier i (cfg.chain[i]) that answered
+	 * the fetch the read waited for (its own, or one it joined). cache_source_name names
+	 * it. */
+	uint8_t from;
 };
+
 
 /* Called exactly once per cache_read: with the data (n pieces, in order, together the whole
  * answer, possibly short at end of object) and err 0, or with n 0 and err -errno. */
@@ -286,6 +292,10 @@ void cache_publish(struct cache *c, const struct cache_obj *o);
 void cache_drop(struct cache *c, struct cache_oid oid);
 
 void cache_get_stats(struct cache *c, struct cache_stats *ret);
+
+/* The name of @from (cache_iov.from): "hot", "lagging", or the chain tier's (tier_ops.name:
+ * "disk", "shared", "store"). NULL past the chain's end. */
+const char *cache_source_name(const struct cache *c, unsigned from);
 
 uint32_t cache_block_size(const struct cache *c);
 

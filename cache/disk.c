@@ -8,8 +8,9 @@
  * per-block file, no LRU list and no walk of its index. A lock file keeps a second tier (this
  * process or another) out of the directory.
  *
+ *   cache_dir/                   ours alone: our uid, no write bit for group or others
  *   cache_dir/tierfs.lock        flock(LOCK_EX) for the life of the tier
- *   cache_dir/seg-0000.tfs ...   one per segment, nseg of them
+ *   cache_dir/seg-0000.tfs ...   one per segment, nseg of them; regular, ours, mode 0600
  *
  *   segment file (seg_size bytes at most; grows as records are appended, not preallocated)
  *   +----------------+-----------------+-------------+------+-----------------+--- ... --+
@@ -32,6 +33,36 @@
  * is not read: it is checked when it is served. Appending resumes after the last good record
  * of the current segment. A header of another format version, block_size or geometry wipes
  * every segment (one log line); a segment whose own header is unreadable is reset alone.
+ *
+ * Trust. cache_dir is storage other local users may reach, so nothing in it is used on the
+ * strength of its name. disk_open opens the directory itself (O_PATH | O_NOFOLLOW: a symbolic
+ * link is refused, not followed; trailing slashes, which would make the kernel follow one, are
+ * cut; a missing directory is created 0700 first, then opened and checked like any other) and
+ * refuses it, -EPERM with the reason and the fix in one line, unless it belongs to the user
+ * tierfs runs as and neither group nor others may write it. From then on every access is
+ * relative to that descriptor (openat, fstatat, unlinkat, a readdir of a dup of it): renaming
+ * cache_dir, or a directory above it, changes nothing for this tier.
+ *
+ * Once the directory passed, only its owner (us) and root can add, remove or rename entries
+ * in it. A file in it may still be someone else's, planted while the directory was open to
+ * them and perhaps still held open by them. So each file (the lock and every segment) is
+ * created O_EXCL | O_NOFOLLOW at mode 0600, or, if one is there, used only if it is a regular
+ * file of ours with one name and no permission bits for group or others (checked with
+ * fstatat before opening, and on the descriptor after). Anything else is removed unread and
+ * created anew. Anew rather than chmod-ed and truncated: permissions are checked at open(),
+ * so a descriptor another user opened while the file was theirs, or 0666, would go on reading
+ * and writing every block put in it; a new inode leaves that descriptor on a file nothing uses.
+ * Likewise a flock held through a planted tierfs.lock no longer keeps the tier out. Removing
+ * is safe because nobody else can put a file back under that name, and a good lock file is
+ * never removed (a live tier, which made it, may hold it). A link or a directory under a
+ * segment's name is removed too, never followed (a non-empty directory: disk_open fails).
+ *
+ * A segment file that passed is ours, but its bytes are still input: a crash, a bad disk or
+ * an older tierfs may have left anything in it. Every length and offset read from it is
+ * bounded by the geometry before it is used (a record's length by block_size, its end by
+ * seg_size and by the file's size, the count by the index's room, a generation by GEN_LIMIT),
+ * and a record's bytes are checked by CRC when they are served. tests/fuzz/fuzz_disk.c feeds
+ * whole hostile segment files, CRCs right or wrong, to the scan and the read.
  *
  * Crash safety. Writes are ordered: a rotation truncates the segment and writes its new
  * header before any record; a record goes into the index only after its pwrite returned.
@@ -107,6 +138,9 @@
 #define MIN_SEG 4
 #define DEF_READERS 4
 #define MAX_SEG 64
+/* A generation above it is a bad header: one rotation adds one, so no tier gets near it, and
+ * the next generation given out can never wrap to 0 (which means "holds nothing"). */
+#define GEN_LIMIT (1ull << 62)
 
 static const char seg_magic[8] = "TIERFSD";
 
@@ -406,7 +440,7 @@ static enum hdr_verdict read_seg_hdr(struct disk *d, uint32_t i, uint64_t *ret_g
 		*ret_why = "another disk_size";
 		return HDR_FOREIGN;
 	}
-	if (!h.gen)
+	if (!h.gen || h.gen > GEN_LIMIT)
 		return HDR_BAD;
 	*ret_gen = h.gen;
 	return HDR_OK;
@@ -698,7 +732,201 @@ uint64_t disk_default_queue_bytes(uint32_t block_size)
 	return blocks > DISK_QUEUE_MIN ? blocks : DISK_QUEUE_MIN;
 }
 
-int disk_open(const struct disk_cfg *cfg, struct disk **ret)
+/* ---------------------------------------------------------------------------------------------
+ * Opening: cache_dir and its files, checked before anything in them is used ("Trust")
+ * ------------------------------------------------------------------------------------------ */
+
+/* A cache_dir that is not ours alone: say why and how to fix it in @why. @return -EPERM. */
+static int refuse(char *why, size_t n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int refuse(char *why, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, n, fmt, ap);
+	va_end(ap);
+	return -EPERM;
+}
+
+/* Is the directory @st (cache_dir, named @dir) ours alone: owned by the user we run as, and
+ * writable by nobody else? @return 0, or -EPERM with the reason in @why. */
+static int check_dir(const char *dir, const struct stat *st, char *why, size_t n)
+{
+	unsigned me = (unsigned)geteuid();
+	mode_t w = st->st_mode & (S_IWGRP | S_IWOTH);
+	const char *who = w == S_IWGRP ? "its group" : w == S_IWOTH ? "others" : "group and others";
+
+	if (st->st_uid != me)
+		return refuse(why, n,
+			      "%s: owned by uid %u, not %u (the user tierfs runs as): another user "
+			      "could plant blocks in it or read them; use a directory of uid %u "
+			      "that only it can write (mode 0700), e.g. systemd's CacheDirectory=",
+			      dir, (unsigned)st->st_uid, me, me);
+	if (w)
+		return refuse(why, n,
+			      "%s: mode %04o lets %s write it: another user could plant blocks in "
+			      "it or read them; chmod go-w it (0700 is best) or use a directory "
+			      "only uid %u can write",
+			      dir, (unsigned)(st->st_mode & 07777), who, me);
+	return 0;
+}
+
+/*
+ * Open cache_dir as d->dirfd, creating it (mode 0700) if it is missing, and check it: the
+ * directory itself, never a symbolic link (cut of trailing slashes, which would make the
+ * kernel follow one), owned by us and writable by nobody else. @return 0; -EPERM with the
+ * reason in @why; -ENOTDIR; or the -errno of mkdir or open.
+ */
+static int open_dir(struct disk *d, char *why, size_t n)
+{
+	char *path = strdup(d->cfg.dir);
+	size_t len = path ? strlen(path) : 0;
+	struct stat st;
+	int pfd = -1, r;
+
+	if (!path)
+		return -ENOMEM;
+	while (len > 1 && path[len - 1] == '/')
+		path[--len] = '\0';
+	if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+		r = -errno;
+		goto out;
+	}
+	/* O_PATH | O_NOFOLLOW opens a final symbolic link itself, so fstat can name it */
+	pfd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (pfd < 0 || fstat(pfd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		r = refuse(why, n,
+			   "%s: is a symbolic link: name the directory itself (whoever can change "
+			   "the link could point tierfs at files it would truncate and remove)",
+			   d->cfg.dir);
+		goto out;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		r = -ENOTDIR;
+		goto out;
+	}
+	d->dirfd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (d->dirfd < 0 || fstat(d->dirfd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	r = check_dir(d->cfg.dir, &st, why, n);
+out:
+	if (pfd >= 0)
+		close(pfd);
+	free(path);
+	return r;
+}
+
+/* Why a file found in cache_dir is not the tier's own, or NULL: it must be a regular file of
+ * the user we run as, with one name and no permission bits for group or others. */
+static const char *file_flaw(const struct stat *st)
+{
+	if (!S_ISREG(st->st_mode))
+		return "not a regular file";
+	if (st->st_uid != geteuid())
+		return "another user's";
+	if (st->st_mode & (S_ISUID | S_ISGID | S_ISVTX | S_IRWXG | S_IRWXO))
+		return "open to group or others";
+	if (st->st_nlink != 1)
+		return "linked under another name";
+	return NULL;
+}
+
+/* Files open_own removed, for one log line. */
+struct replaced {
+	unsigned n;
+	char first[32];    /* the first one's name */
+	const char *flaw;  /* and what was wrong with it */
+};
+
+/*
+ * Open @name in cache_dir, read-write, as the tier's own: created (O_EXCL, mode 0600), or the
+ * file there if file_flaw finds nothing wrong with it, checked again on the open descriptor.
+ * A flawed one is removed without being opened and created anew ("Trust"), and counted in
+ * @rp. @return the descriptor, or -errno.
+ */
+static int open_own(struct disk *d, const char *name, struct replaced *rp)
+{
+	const int excl = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+
+	for (int tries = 0; tries < 3; tries++) {
+		const char *flaw;
+		struct stat st;
+		int fd = openat(d->dirfd, name, excl, 0600);
+
+		if (fd >= 0) {
+			fchmod(fd, 0600); /* what the umask took; it cannot have added any */
+			return fd;
+		}
+		if (errno != EEXIST)
+			return -errno;
+		if (fstatat(d->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;
+			return -errno;
+		}
+		flaw = file_flaw(&st);
+		if (!flaw) {
+			fd = openat(d->dirfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+			if (fd < 0 || fstat(fd, &st) < 0) {
+				int r = -errno;
+
+				if (fd >= 0)
+					close(fd);
+				return r;
+			}
+			flaw = file_flaw(&st);
+			if (!flaw)
+				return fd;
+			close(fd);
+		}
+		if (unlinkat(d->dirfd, name, 0) < 0)
+			return -errno;
+		if (!rp->n++) {
+			snprintf(rp->first, sizeof(rp->first), "%s", name);
+			rp->flaw = flaw;
+		}
+	}
+	return -EEXIST;
+}
+
+/* Open and lock tierfs.lock, then open every segment file (open_own). @return 0, -EBUSY
+ * (another tier holds the directory), or -errno. */
+static int open_files(struct disk *d)
+{
+	struct replaced rp = {0};
+	int r = 0;
+
+	d->lockfd = open_own(d, "tierfs.lock", &rp);
+	if (d->lockfd < 0)
+		return d->lockfd;
+	if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0)
+		return errno == EWOULDBLOCK ? -EBUSY : -errno;
+	for (uint32_t i = 0; i < d->nseg; i++) {
+		char name[32];
+
+		seg_name(i, name);
+		d->seg[i].fd = open_own(d, name, &rp);
+		if (d->seg[i].fd < 0) {
+			r = d->seg[i].fd;
+			break;
+		}
+		d->seg[i].dfd = open_direct(d, i, name);
+	}
+	if (rp.n)
+		logf_(d, "disk tier %s: %s was %s: removed unread and made anew (%u file%s so)",
+		      d->cfg.dir, rp.first, rp.flaw, rp.n, rp.n == 1 ? "" : "s");
+	return r;
+}
+
+/* The tier, its geometry and empty indexes, no file opened yet. @return 0 or -errno. */
+static int new_disk(const struct disk_cfg *cfg, struct disk **ret)
 {
 	struct disk *d;
 	uint32_t nseg;
@@ -729,61 +957,45 @@ int disk_open(const struct disk_cfg *cfg, struct disk **ret)
 	if (!d->cfg.readers)
 		d->cfg.readers = DEF_READERS;
 	d->writable = true;
-
+	*ret = d; /* disk_close frees it from here on */
 	d->seg = calloc(nseg, sizeof(*d->seg));
-	if (!d->seg) {
-		r = -ENOMEM;
-		goto fail;
-	}
-	for (uint32_t i = 0; i < nseg; i++)
-		d->seg[i].fd = d->seg[i].dfd = -1;
-	if (mkdir(cfg->dir, 0700) < 0 && errno != EEXIST) {
-		r = -errno;
-		goto fail;
-	}
-	d->dirfd = open(cfg->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (d->dirfd < 0) {
-		r = -errno;
-		goto fail;
-	}
-	/* never through a link another user planted in the directory */
-	d->lockfd = openat(d->dirfd, "tierfs.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-			   0600);
-	if (d->lockfd < 0) {
-		r = -errno;
-		goto fail;
-	}
-	if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0) {
-		r = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		goto fail;
-	}
+	if (!d->seg)
+		return -ENOMEM;
 	for (uint32_t i = 0; i < nseg; i++) {
-		char name[32];
-
-		seg_name(i, name);
-		d->seg[i].fd =
-		    openat(d->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (d->seg[i].fd < 0) {
-			r = -errno;
-			goto fail;
-		}
-		d->seg[i].dfd = open_direct(d, i, name);
+		d->seg[i].fd = d->seg[i].dfd = -1;
 		d->seg[i].table = calloc(d->tsize, sizeof(struct dslot));
-		if (!d->seg[i].table) {
-			r = -ENOMEM;
-			goto fail;
-		}
+		if (!d->seg[i].table)
+			return -ENOMEM;
 		d->seg[i].tgen = 1;
 		d->seg[i].cursor = SEG_HDR_SIZE;
 	}
-	r = recover(d);
-	if (r < 0)
-		goto fail;
+	return 0;
+}
+
+int disk_open(const struct disk_cfg *cfg, struct disk **ret, char *err, size_t errlen)
+{
+	char why[512] = "";
+	struct disk *d = NULL;
+	int r = new_disk(cfg, &d);
+
+	if (r == 0)
+		r = open_dir(d, why, sizeof(why));
+	if (r == 0)
+		r = open_files(d);
+	if (r == 0)
+		r = recover(d);
+	if (r < 0) {
+		disk_close(d);
+		/* -EPERM says "refused as unsafe" and nothing else: a system call's EPERM (an
+		 * immutable file) is a file we cannot open, as EACCES is */
+		if (r == -EPERM && !why[0])
+			r = -EACCES;
+		if (r == -EPERM && err && errlen)
+			snprintf(err, errlen, "%s", why);
+		return r;
+	}
 	*ret = d;
 	return 0;
-fail:
-	disk_close(d);
-	return r;
 }
 
 void disk_close(struct disk *d)

@@ -20,7 +20,7 @@
 #include "tier.h"
 
 struct disk_cfg {
-	const char *dir;      /* cache_dir: must exist; the tier keeps its files in it */
+	const char *dir;      /* cache_dir: created 0700 if missing; must be ours alone */
 	uint64_t size;        /* bytes of segment files, at most (disk_size) */
 	uint32_t block_size;  /* the mount's block_size (part of the format: a change wipes) */
 	uint64_t queue_bytes; /* write-behind queue, bytes; 0 = disk_default_queue_bytes() */
@@ -58,15 +58,23 @@ struct disk_stats {
 struct disk;
 
 /*
- * Open (creating its files if needed) the disk tier in cfg->dir and rebuild its index by
- * scanning the segment headers. A cache of another format, block_size or geometry is wiped
- * (its segment files only) with one log line. The directory is locked (flock) for the life
- * of the tier: a second tier on the same directory, in this process or another, is refused.
- * @return 0 and *ret; -EBUSY (another tier holds the directory), -EINVAL (size cannot make
- * 4 segments of two blocks each, or block_size is not a power of two), -ENOMEM, or the
- * -errno of opening or creating its files (-EROFS, -EACCES, -ENOENT, ...).
+ * Open (creating it and its files if needed) the disk tier in cfg->dir and rebuild its index
+ * by scanning the segment headers. The directory must be ours alone: the directory itself
+ * (not a symbolic link), owned by the user we run as (geteuid), and writable by neither group
+ * nor others; otherwise nothing in it is touched and the tier is refused. A file in it that
+ * is not a regular file of ours with one name and no group or other permission bits is
+ * removed unread and created anew, with one log line. A cache of another format, block_size
+ * or geometry is wiped (its segment files only) with one log line. The directory is locked
+ * (flock) for the life of the tier: a second tier on the same directory, in this process or
+ * another, is refused.
+ * @return 0 and *ret; -EPERM (the directory is not ours alone: @err, if not NULL, gets one
+ * line of @errlen bytes at most saying why and how to fix it; -EPERM means nothing else);
+ * -EBUSY (another tier holds the directory); -EINVAL (size cannot make 4 segments of two
+ * blocks each, or block_size is not a power of two); -ENOMEM; or the -errno of creating or
+ * opening it or its files (-EROFS, -EACCES, -ENOENT, -ENOTDIR, ...). @err is written only
+ * for -EPERM.
  */
-int disk_open(const struct disk_cfg *cfg, struct disk **ret);
+int disk_open(const struct disk_cfg *cfg, struct disk **ret, char *err, size_t errlen);
 
 /* The write queue's size when disk_cfg.queue_bytes is 0: 16 blocks, and at least
  * DISK_QUEUE_MIN, so that small blocks absorb the same burst in bytes as 4 MiB ones. */

@@ -59,6 +59,7 @@ struct fs_opts {
 	uint64_t gid;         /* group shown for everything; default getgid() */
 	uint64_t file_mode;   /* permission bits of files, 0..0777; default 0644 */
 	uint64_t dir_mode;    /* permission bits of directories, 0..0777; default 0755 */
+	char *metrics;        /* [HOST:]PORT of the /metrics endpoint; NULL: none */
 
 	char *shared;         /* redis://HOST:PORT[,HOST:PORT...]: the shared tier; NULL = none */
 	uint64_t shared_timeout; /* milliseconds a Redis call may take; default 50 */
@@ -86,6 +87,11 @@ int fs_parse_size(const char *s, uint64_t *ret);
 
 /* Whole seconds, no suffix or an "s" suffix. @return 0 or -EINVAL / -ERANGE. */
 int fs_parse_seconds(const char *s, uint64_t *ret);
+
+/* metrics=[HOST:]PORT: "9100" (HOST 127.0.0.1), "0.0.0.0:9100", "host.example:9100",
+ * "[::1]:9100"; PORT 1..65535. HOST (without brackets) into @host (@hostlen with the NUL).
+ * @return 0 or -EINVAL. */
+int fs_parse_endpoint(const char *s, char *host, size_t hostlen, unsigned *ret_port);
 
 /*
  * Parse the command line: tierfs URL MOUNTPOINT [-o opts]... [-f] [-d] [-s] [-h] [-V].
@@ -157,5 +163,10 @@ int fs_ctl_set(const char *mountpoint, const char *name, const char *value, char
 
 /* Run the mount described by @o until unmounted. @return the process exit status. */
 int fs_main(struct fs_opts *o);
+
+/* `tierfs status [-w] [-n SECS] [-C NAME] MOUNTPOINT` (@argv[0] "status"): one screen of the
+ * mount's tiers, hit ratios, rates, limiter and errors, from MOUNTPOINT/.tierfs/stats (status.c).
+ * @return the process exit status: 0, 1 (the stats cannot be read), 2 (usage). */
+int fs_status_main(int argc, char **argv);
 
 #endif

@@ -10,7 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include <fuse_log.h>
 
@@ -34,6 +36,21 @@ struct fs_device {
 	uint64_t init_unique;     /* the kernel's FUSE_INIT request, 0 before it came */
 	bool offered;             /* it offered FUSE_PARALLEL_DIROPS */
 	bool done;                /* a request other than INIT came: nothing left to watch */
+};
+
+/* What the process may take besides its memory tiers (cache.h's CACHE_BOUNCE_LIMIT: bounce
+ * buffers, threads, the rest): the metrics' memory bound is hot_size + lagging_size + this. */
+#define FS_MEMORY_SLACK (64ull << 20)
+
+/* Where a read's slowest block came from: its latency histogram (struct mount.read_lat). The
+ * memory tiers keep cache.h's numbers; the chain's tiers are matched by name (ops.c). */
+enum fs_read_from {
+	FS_FROM_HOT = CACHE_HOT,
+	FS_FROM_LAG = CACHE_LAG,
+	FS_FROM_DISK = CACHE_NTIERS,
+	FS_FROM_SHARED,
+	FS_FROM_STORE,
+	FS_FROM_N,
 };
 
 
@@ -101,6 +118,8 @@ struct mount {
 	uint64_t reads;           /* read requests answered (relaxed atomics) */
 	uint64_t read_errors;     /* read requests answered with an error */
 	uint64_t read_bytes;      /* bytes answered */
+	struct bk_hist read_lat[FS_FROM_N]; /* reads answered with data, by where their slowest
+					     * block came from (relaxed atomics) */
 	pthread_mutex_t handles_lock;
 	struct hlink *fhs;        /* open files: freed at exit if the kernel never releases them */
 	struct hlink *dirs;       /* open directories, likewise */
@@ -182,8 +201,6 @@ int ctlsock_start(struct mount *m, const char *mountpoint, struct ctlsock **ret)
 /* Stop listening; waits for a request being answered. NULL is accepted. */
 void ctlsock_stop(struct ctlsock *cs);
 
-
-
 /* ---------------------------------------------------------------------------------------------
  * device.c for mount.c: reads and writes of /dev/fuse.
  * ------------------------------------------------------------------------------------------ */
@@ -192,6 +209,57 @@ void ctlsock_stop(struct ctlsock *cs);
  * asks for parallel lookups and readdir (libfuse 3.14.0 leaves the flag out).
  * @return 0 or -errno. */
 int fs_device_attach(struct mount *m);
+
+/* ---------------------------------------------------------------------------------------------
+ * endpoint.c: metrics=, the counters over HTTP; notify.c: systemd's notify protocol.
+ * ------------------------------------------------------------------------------------------ */
+
+struct fs_endpoint;
+
+/* Bind and listen on @spec ([HOST:]PORT), before mounting. @return 0 and *ret, or -errno with
+ * one line in @err (a port in use: EADDRINUSE). */
+int fs_endpoint_open(const char *spec, struct fs_endpoint **ret, char *err, size_t errlen);
+/* Answer GET /metrics about @m from a thread of its own; after daemonizing. Accepts NULL.
+ * @return 0 or -EIO (logged). */
+int fs_endpoint_start(struct fs_endpoint *e, struct mount *m);
+/* "127.0.0.1:9100", or NULL for NULL. */
+const char *fs_endpoint_addr(const struct fs_endpoint *e);
+/* Stop answering (in-flight answers finish) and close. Accepts NULL. */
+void fs_endpoint_free(struct fs_endpoint *e);
+
+/* preflight.c: warnings before mounting (a non-empty mountpoint, a shared= server that does
+ * not answer), one line each on stderr; nothing fails. */
+void fs_preflight(const struct fs_opts *o);
+
+/* systemd's notify protocol (notify.c): READY=1 once the mount answers, STOPPING=1 at the
+ * end, WATCHDOG=1 from the I/O loop. Embedded in mount.c's session. No lock: every field but
+ * stopping is written by fs_main's thread before the ready thread and the timer start (or
+ * after they end), and only read by them. */
+struct fs_notify {
+	int fd;                 /* datagram socket for $NOTIFY_SOCKET; -1: none (not asked) */
+	struct sockaddr_un addr; /* $NOTIFY_SOCKET */
+	socklen_t addrlen;
+	const char *mountpoint; /* what the ready thread stats (the mount's fs_opts) */
+	struct backend *b;      /* the I/O loop that pings */
+	uint64_t watchdog_ns;   /* $WATCHDOG_USEC, ns; 0: no watchdog (or not this process's) */
+	char status[512];       /* STATUS= sent with READY=1 */
+	pthread_t ready;        /* waits for the mount to answer, then says READY=1 */
+	bool ready_started;
+	bool stopping;          /* STOPPING=1 sent: the pings stop; relaxed atomic */
+};
+
+/* Nothing sent yet, no socket. */
+void fs_notify_init(struct fs_notify *n, const char *mountpoint);
+/* The session loop is about to run: when $NOTIFY_SOCKET is set, start the thread that says
+ * READY=1 (with a STATUS= summary of @o, and the metrics address @metrics or NULL) once a stat
+ * of the mountpoint is answered by the mount, and, with $WATCHDOG_USEC, the pings from @b's
+ * I/O loop every half of it. @return 0 or -errno (nothing will be sent). */
+int fs_notify_serving(struct fs_notify *n, struct backend *b, const struct fs_opts *o,
+		      const char *metrics);
+/* STOPPING=1 (once), and the pings stop. */
+void fs_notify_stopping(struct fs_notify *n);
+/* After the unmount (the ready thread may wait on the mount until then): join, close. */
+void fs_notify_done(struct fs_notify *n);
 
 /* ---------------------------------------------------------------------------------------------
  * ops.c for mount.c: the operations and what the mount's setup and teardown ask of them.

@@ -17,12 +17,14 @@
  * name, so a stats struct may change its layout freely; a field that goes away breaks the
  * build here, not the output.
  *
- * Series. A family has up to four places (enum fs_metric_at), printed in this order: the mount
+ * Series. A family has up to six places (enum fs_metric_at), printed in this order: the mount
  * (no label), the memory tiers (tier="hot", tier="lagging", cache_tier_name), the disk tier
- * (tier="disk", when the mount has one) and the shared tier (tier="shared", with shared=). A
- * family none of whose places the mount has is left out whole (the disk tier's rows without a
- * disk tier); a place that is there but has no value now (a limiter gauge of a tier without a
- * limiter) prints no sample under the family's HELP and TYPE.
+ * (tier="disk", when the mount has one), the shared tier (tier="shared", with shared=), the
+ * store (tier="store") and the kinds of store request (op="get", "head", "list", "put", "post",
+ * "delete": bk_op_name). A family none of whose places the mount has is left out whole (the
+ * disk tier's rows without a disk tier); a place that is there but has no value now (a limiter gauge of a tier without a
+ * limiter) prints no sample under the family's HELP and TYPE. A histogram's series add the le
+ * label to their place's (bk_hist's bounds, in seconds).
  *
  * Locking: none. fs_metrics_snap takes each module's own lock in turn through its
  * *_get_stats, never two at once; the writer reads only the snapshot. Workload: a `cat` of the
@@ -32,6 +34,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "metrics.h"
 
@@ -88,6 +91,13 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 		return buckets(ret, s->redis.counts, N_OF(s->redis.counts), bounds_us,             \
 			       s->redis.sum_us);                                                   \
 	}
+#define HIST(h) buckets(ret, (h).counts, BK_HIST_BUCKETS, bk_hist_bounds_us, (h).sum_us)
+#define BACKEND_HIST(f) case FS_AT_OP: return HIST(s->backend.f[t]);
+#define READ_HIST(f)                                                                               \
+	case FS_AT_TIER: return HIST(s->mount.f[t]);                                               \
+	case FS_AT_DISK: return HIST(s->mount.f[FS_FROM_DISK]);                                    \
+	case FS_AT_SHARED: return HIST(s->mount.f[FS_FROM_SHARED]);                                \
+	case FS_AT_STORE: return HIST(s->mount.f[FS_FROM_STORE]);
 /* clang-format on */
 
 /* ---- the table ------------------------------------------------------------------------------ */
@@ -106,6 +116,10 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
  *   FLEET(f) REDIS(f)     tier="shared", with shared=     snap.fleet.f, snap.redis.f
  *   REDIS_HIST(c, s, b)   the same, as a histogram        snap.redis.c[] over bounds b[] (us),
  *                                                         sum snap.redis.s (us), in seconds
+ *   READ_HIST(f)          tier="hot", "lagging", "disk"   snap.mount.f[], a struct bk_hist per
+ *                           (with one), "shared" (with      enum fs_read_from
+ *                           one), "store"
+ *   BACKEND_HIST(f)       op="get", "head", "list", ...  snap.backend.f[], one per enum bk_op
  *
  * Two sources of one row may not share a place (the switch would have a duplicate case).
  * Counters end in _total. The help is one line without a backslash.
@@ -200,12 +214,18 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "mount's line budget.")                                                                  \
 	X(reads_total, COUNTER, MOUNT(reads),                                                      \
 	  "Read requests answered.")                                                               \
+	X(read_seconds, HISTOGRAM, READ_HIST(read_lat),                                            \
+	  "Time from a read request to its answer with data, by the tier of the slowest block it " \
+	  "waited for: hot or lagging (in memory, at once), disk, shared or the store.")           \
 	X(read_errors_total, COUNTER, MOUNT(read_errors),                                          \
 	  "Read requests answered with an error.")                                                 \
 	X(read_bytes_total, COUNTER, MOUNT(read_bytes),                                            \
 	  "Bytes answered to readers, all tiers.")                                                 \
 	X(interrupted_reads_watched, GAUGE, MOUNT(watched),                                        \
 	  "Interrupted reads still waiting, watched until answered or their reader dies.")         \
+	X(memory_bound_bytes, GAUGE, MOUNT(memory_bound),                                          \
+	  "What the process should stay under: hot_size + lagging_size + 64 MiB, + write_buffer "  \
+	  "on a writable mount (compare process_resident_memory_bytes on the metrics endpoint).")  \
 	X(backend_requests_total, COUNTER, BACKEND(requests),                                      \
 	  "Requests sent to the store, retries included.")                                         \
 	X(backend_retries_total, COUNTER, BACKEND(retries),                                        \
@@ -253,6 +273,9 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "Write requests sent again (parts, PutObject, Complete...).")                            \
 	X(backend_tmp_files_removed_total, COUNTER, BACKEND(tmp_removed),                          \
 	  "file://: temporary files left by a killed mount, removed at start.")                    \
+	X(backend_request_seconds, HISTOGRAM, BACKEND_HIST(lat),                                   \
+	  "Time from a request sent to the store to its answer, each attempt on its own, by what " \
+	  "it asks: get (a range), head, list (file://: a read), put, post, delete (writes).")     \
 	X(shared_hits_total, COUNTER, FLEET(hits),                                                 \
 	  "Blocks served from the shared tier, their value checked.")                              \
 	X(shared_served_bytes_total, COUNTER, FLEET(hit_bytes),                                    \
@@ -359,6 +382,10 @@ void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
 	ret->mount.watched = __atomic_load_n(&m->nwatch, __ATOMIC_RELAXED);
 	if (m->wpool)
 		wpool_get_stats(m->wpool, &ret->writes);
+	for (int i = 0; i < FS_FROM_N; i++)
+		bk_hist_load(&m->read_lat[i], &ret->mount.read_lat[i]);
+	ret->mount.memory_bound = m->o->hot_size + (m->o->lagging ? m->o->lagging_size : 0) +
+				  (m->wpool ? m->o->write_buffer : 0) + FS_MEMORY_SLACK;
 	if (m->disk) {
 		ret->disk_on = true;
 		disk_get_stats(m->disk, &ret->disk);
@@ -369,17 +396,63 @@ void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
 	}
 }
 
+/* ---- the mount's own histograms --------------------------------------------------------------- */
+
+uint64_t fs_metrics_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The chain's tiers by name (tier_ops.name), as the read histograms' places. */
+static const struct {
+	const char *name;
+	enum fs_read_from at;
+} chain_names[] = {
+    {"disk", FS_FROM_DISK},
+    {"shared", FS_FROM_SHARED},
+    {"store", FS_FROM_STORE},
+};
+
+static enum fs_read_from read_from(struct mount *m, unsigned from)
+{
+	const char *name;
+
+	if (from < CACHE_NTIERS)
+		return (enum fs_read_from)from;
+	name = cache_source_name(m->c, from);
+	for (size_t i = 0; name && i < N_OF(chain_names); i++)
+		if (!strcmp(name, chain_names[i].name))
+			return chain_names[i].at;
+	return FS_FROM_STORE; /* a tier of the chain without a place of its own */
+}
+
+void fs_metrics_read(struct mount *m, const struct cache_iov *iov, int n, uint64_t start_ns)
+{
+	unsigned from = 0;
+
+	for (int i = 0; i < n; i++)
+		if (iov[i].from > from)
+			from = iov[i].from;
+	bk_hist_observe(&m->read_lat[read_from(m, from)], fs_metrics_now_ns() - start_ns);
+}
+
 /* ---- the writer ----------------------------------------------------------------------------- */
 
 /* The places of a family's series, in the order they are printed. */
 static const struct place {
-	const char *tier; /* the tier label, NULL for none; the memory tiers: cache_tier_name */
-	unsigned series;  /* how many: one per memory tier, else one */
+	const char *label; /* the label's name, NULL for none */
+	const char *value; /* its value; NULL: one per series (place_value) */
+	unsigned series;   /* how many: one per memory tier, one per op, else one */
 } places[FS_AT_N] = {
-    [FS_AT_MOUNT] = {NULL, 1},
-    [FS_AT_TIER] = {NULL, CACHE_NTIERS},
-    [FS_AT_DISK] = {"disk", 1},
-    [FS_AT_SHARED] = {"shared", 1},
+    [FS_AT_MOUNT] = {NULL, NULL, 1},
+    [FS_AT_TIER] = {"tier", NULL, CACHE_NTIERS},
+    [FS_AT_DISK] = {"tier", "disk", 1},
+    [FS_AT_SHARED] = {"tier", "shared", 1},
+    [FS_AT_STORE] = {"tier", "store", 1},
+    [FS_AT_OP] = {"op", NULL, BK_OP_N},
 };
 
 /* Has the mount this place: the disk tier, the shared tier? */
@@ -395,9 +468,14 @@ static bool place_on(const struct fs_metrics_snap *s, enum fs_metric_at at)
 	}
 }
 
-static const char *place_tier(enum fs_metric_at at, unsigned t)
+/* The label value of series @t of place @at: a memory tier's name, an op's, or the place's. */
+static const char *place_value(enum fs_metric_at at, unsigned t)
 {
-	return at == FS_AT_TIER ? cache_tier_name((enum cache_tier)t) : places[at].tier;
+	if (at == FS_AT_TIER)
+		return cache_tier_name((enum cache_tier)t);
+	if (at == FS_AT_OP)
+		return bk_op_name((enum bk_op)t);
+	return places[at].value;
 }
 
 const char *fs_metric_type_name(enum fs_metric_type t)
@@ -427,20 +505,26 @@ __attribute__((format(printf, 2, 3))) static int emit(const struct fs_metrics_si
 	return k->write(k->arg, line, (size_t)n);
 }
 
-/* "{tier="hot",le="0.001"}", "{tier="hot"}" or "" into @buf. */
-static void labels(char *buf, size_t len, const char *tier, const char *le)
+/* A series' place: its label's name and value (both NULL: none). */
+struct series {
+	const char *label, *value;
+};
+
+/* "{tier="hot",le="0.001"}", "{op="get"}", "{le="1"}" or "" into @buf. */
+static void labels(char *buf, size_t len, const struct series *at, const char *le)
 {
-	if (tier && le)
-		snprintf(buf, len, "{tier=\"%s\",le=\"%s\"}", tier, le);
-	else if (tier || le)
-		snprintf(buf, len, "{%s=\"%s\"}", tier ? "tier" : "le", tier ? tier : le);
+	if (at->label && le)
+		snprintf(buf, len, "{%s=\"%s\",le=\"%s\"}", at->label, at->value, le);
+	else if (at->label || le)
+		snprintf(buf, len, "{%s=\"%s\"}", at->label ? at->label : "le",
+			 at->label ? at->value : le);
 	else
 		buf[0] = '\0';
 }
 
 /* A histogram's series: cumulative _bucket lines, the last le="+Inf", then _sum and _count. */
-static int write_buckets(const struct fs_metrics_sink *k, const char *name, const char *tier,
-			 const struct fs_metric_value *v)
+static int write_buckets(const struct fs_metrics_sink *k, const char *name,
+			 const struct series *at, const struct fs_metric_value *v)
 {
 	char lab[96], le[32];
 	uint64_t cum = 0;
@@ -452,29 +536,29 @@ static int write_buckets(const struct fs_metrics_sink *k, const char *name, cons
 			snprintf(le, sizeof(le), "%g", (double)v->bounds_us[i] / 1e6);
 		else
 			snprintf(le, sizeof(le), "+Inf");
-		labels(lab, sizeof(lab), tier, le);
+		labels(lab, sizeof(lab), at, le);
 		r = emit(k, "%s_bucket%s %llu\n", name, lab, (unsigned long long)cum);
 	}
-	labels(lab, sizeof(lab), tier, NULL);
+	labels(lab, sizeof(lab), at, NULL);
 	if (r == 0)
 		r = emit(k, "%s_sum%s %.6f\n%s_count%s %llu\n", name, lab, (double)v->sum_us / 1e6,
 			 name, lab, (unsigned long long)cum);
 	return r;
 }
 
-static int write_sample(const struct fs_metrics_sink *k, const char *name, const char *tier,
-			const struct fs_metric_value *v)
+static int write_sample(const struct fs_metrics_sink *k, const char *name,
+			const struct series *at, const struct fs_metric_value *v)
 {
 	char lab[64];
 
-	labels(lab, sizeof(lab), tier, NULL);
+	labels(lab, sizeof(lab), at, NULL);
 	switch (v->kind) {
 	case FS_VALUE_NS:
 		return emit(k, "%s%s %.6f\n", name, lab, (double)v->n / 1e9);
 	case FS_VALUE_REAL:
 		return emit(k, "%s%s %.0f\n", name, lab, v->x);
 	case FS_VALUE_BUCKETS:
-		return write_buckets(k, name, tier, v);
+		return write_buckets(k, name, at, v);
 	default:
 		return emit(k, "%s%s %llu\n", name, lab, (unsigned long long)v->n);
 	}
@@ -502,9 +586,12 @@ static int write_family(const struct fs_metric *row, const struct fs_metrics_sna
 	for (int at = 0; at < FS_AT_N && r == 0; at++) {
 		if (!place_on(s, at))
 			continue;
-		for (unsigned t = 0; t < places[at].series && r == 0; t++)
+		for (unsigned t = 0; t < places[at].series && r == 0; t++) {
+			struct series se = {places[at].label, place_value(at, t)};
+
 			if (row->get(s, at, t, &v) == FS_GOT_VALUE)
-				r = write_sample(k, row->name, place_tier(at, t), &v);
+				r = write_sample(k, row->name, &se, &v);
+		}
 	}
 	return r;
 }

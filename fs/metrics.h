@@ -27,6 +27,10 @@ struct fs_mount_stats {
 	uint64_t read_errors;	 /* ... with an error */
 	uint64_t read_bytes;	 /* bytes answered */
 	uint64_t watched;	 /* interrupted reads watched now */
+	/* reads answered with data, by the tier of their slowest block (enum fs_read_from) */
+	struct bk_hist read_lat[FS_FROM_N];
+	uint64_t memory_bound; /* hot_size + lagging_size (+ write_buffer when writable) + 64 MiB:
+				 * what RSS should stay under */
 };
 
 /* Every value the metrics show, taken at one moment. Plain values with no pointer into the
@@ -47,6 +51,13 @@ struct fs_metrics_snap {
  * and no lock of the mount's own (opts_lock, handles_lock...). */
 void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret);
 
+/* CLOCK_MONOTONIC now, in ns: when a read came (fs_metrics_read's @start_ns). */
+uint64_t fs_metrics_now_ns(void);
+
+/* Count a read of @m answered with data (@iov, @n > 0 pieces, cache_reply_fn's) that came at
+ * @start_ns: its latency, in the histogram of where its slowest piece came from. */
+void fs_metrics_read(struct mount *m, const struct cache_iov *iov, int n, uint64_t start_ns);
+
 /* Where the writer's text goes. @write gets the text in order, a piece at a time (@s is not
  * NUL-terminated), and returns 0 or a -errno that stops the writer. */
 struct fs_metrics_sink {
@@ -63,6 +74,11 @@ struct fs_metrics_sink {
  */
 int fs_metrics_write(const struct fs_metrics_snap *s, const struct fs_metrics_sink *sink);
 
+/* The standard process_* families (CPU seconds, open and allowed fds, virtual and resident
+ * memory, start time) from /proc, in the same format, for the /metrics endpoint (process.c).
+ * A value /proc does not give leaves its family out. @return 0 or the sink's -errno. */
+int fs_process_metrics_write(const struct fs_metrics_sink *sink);
+
 enum fs_metric_type {
 	FS_METRIC_COUNTER,
 	FS_METRIC_GAUGE,
@@ -70,12 +86,16 @@ enum fs_metric_type {
 };
 
 /* Where a series comes from, and so its label: none, tier="hot"/"lagging" (one series per
- * memory tier), tier="disk" (with a disk tier), tier="shared" (with shared=). */
+ * memory tier), tier="disk" (with a disk tier), tier="shared" (with shared=), tier="store"
+ * (what the store itself answered), op="get"/"head"/"list" (one series per kind of store
+ * request, bk_op_name). */
 enum fs_metric_at {
 	FS_AT_MOUNT,
 	FS_AT_TIER,
 	FS_AT_DISK,
 	FS_AT_SHARED,
+	FS_AT_STORE,
+	FS_AT_OP,
 	FS_AT_N,
 };
 

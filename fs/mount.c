@@ -15,6 +15,12 @@
  *                                              ─► daemonize ─► loop
  *   teardown                                   everything above, in the opposite order
  *
+ * Around them, for operators: metrics= is bound first of all (endpoint.c: a port in use fails
+ * before the store is asked, and nothing is mounted), and answers from after daemonize;
+ * fs_preflight warns before mounting (a non-empty mountpoint, a Redis that does not answer);
+ * serve tells systemd READY=1 once the mount answers and pings its watchdog from the I/O loop
+ * (notify.c); teardown says STOPPING=1 and stops the endpoint before anything it reads goes.
+ *
  * Everything that can fail before mounting fails with one line on stderr and exit status 1.
  * The backend's I/O thread is stopped across fuse_daemonize (a fork keeps only the calling
  * thread) and started again in the child. Teardown runs in the opposite order: stop the I/O
@@ -113,11 +119,15 @@ static void disk_log(void *arg, const char *msg)
 }
 
 /*
- * Open the disk tier in cache_dir, before the cache and before daemonizing (its recovery's
- * lines reach the terminal). A directory another mount holds refuses the mount: two mounts
- * writing one ring would destroy each other's blocks. Any other failure (read-only, no
- * permission, no such parent) mounts without a disk tier, with one line: reads never depend
- * on the disk. @return 0 or -EBUSY.
+ * Open the disk tier in cache_dir, before the cache and before mounting and daemonizing (its
+ * lines reach the terminal, and a refusal leaves nothing mounted). Two failures refuse the
+ * mount, with one line: a directory another mount holds (two mounts writing one ring would
+ * destroy each other's blocks), and a directory that is not ours alone (another user's,
+ * writable by group or others, or a symbolic link: whoever could write it could plant the
+ * blocks readers get, or read the ones we put there; mounting without the tier would hide a
+ * mistake the operator must fix). Any other failure (read-only, no permission, no such parent)
+ * mounts without a disk tier, with one line: reads never depend on the disk.
+ * @return 0, -EBUSY or -EPERM.
  */
 static int open_disk(struct mount *m)
 {
@@ -129,8 +139,13 @@ static int open_disk(struct mount *m)
 		.log = disk_log,
 	};
 	struct disk_stats ds;
-	int r = disk_open(&dc, &m->disk);
+	char why[512];
+	int r = disk_open(&dc, &m->disk, why, sizeof(why));
 
+	if (r == -EPERM) {
+		fprintf(stderr, "tierfs: cache_dir=%s\n", why);
+		return r;
+	}
 	if (r == -EBUSY) {
 		fprintf(stderr, "tierfs: cache_dir %s is in use by another tierfs mount (one mount "
 				"per cache_dir)\n", dc.dir);
@@ -165,6 +180,8 @@ struct session {
 	bool mounted;               /* fuse_session_mount succeeded */
 	char *realmp;               /* the mountpoint's real path, found before mounting */
 	struct ctlsock *ctl;        /* the control socket (tierfs set), or NULL */
+	struct fs_endpoint *ep;     /* metrics=, or NULL */
+	struct fs_notify notify;    /* systemd's notify protocol */
 };
 
 static void mount_init(struct mount *m, struct fs_opts *o)
@@ -194,6 +211,16 @@ static int setup_failed(int r, const char *err)
 {
 	fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-r));
 	return r;
+}
+
+/* metrics=: listening before anything else, so that a port in use fails the mount before the
+ * store is asked or anything mounted. @return 0 or -errno, with one line on stderr. */
+static int open_endpoint(struct session *se, const char *spec)
+{
+	char err[512] = "";
+	int r = fs_endpoint_open(spec, &se->ep, err, sizeof(err));
+
+	return r < 0 ? setup_failed(r, err) : 0;
 }
 
 /*
@@ -396,11 +423,15 @@ static int serve(struct mount *m, struct session *se)
 {
 	int r;
 
-	/* after the fork of fuse_daemonize: the socket's thread must be the child's */
+	/* after the fork of fuse_daemonize: the socket's thread must be the child's; before
+	 * READY=1, so that a unit started after this one can steer it */
 	r = se->realmp ? ctlsock_start(m, se->realmp, &se->ctl) : -ENOENT;
 	if (r < 0)
 		fuse_log(FUSE_LOG_WARNING, "tierfs: no control socket (%s): tierfs set cannot "
 			 "reach this mount\n", strerror(-r));
+	r = fs_notify_serving(&se->notify, m->b, m->o, fs_endpoint_addr(se->ep));
+	if (r < 0)
+		fuse_log(FUSE_LOG_ERR, "tierfs: cannot tell systemd: %s\n", strerror(-r));
 
 	/* the root's first listing starts now, so that the first ls and the control
 	 * directory's lookup find it (or find it in flight) */
@@ -426,6 +457,9 @@ static int serve(struct mount *m, struct session *se)
 static void teardown(struct mount *m, struct session *se)
 {
 	ctlsock_stop(se->ctl);
+	fs_notify_stopping(&se->notify);
+	fs_endpoint_free(se->ep); /* it reads everything below */
+	se->ep = NULL;
 	/* answer everything still waiting before the cache goes, and before the device closes:
 	 * the answers and the helpers' notifications write to it */
 	if (m->b)
@@ -437,6 +471,7 @@ static void teardown(struct mount *m, struct session *se)
 	fs_ops_quiesce(m);
 	if (se->mounted)
 		fuse_session_unmount(m->se);
+	fs_notify_done(&se->notify); /* its stat of the mountpoint has returned */
 	if (se->handlers)
 		fuse_remove_signal_handlers(m->se);
 	fs_ops_drain(m);
@@ -464,6 +499,9 @@ int fs_main(struct fs_opts *o)
 	int status = 1;
 
 	mount_init(&m, o);
+	fs_notify_init(&se.notify, o->mountpoint);
+	if (o->metrics && open_endpoint(&se, o->metrics) < 0)
+		goto out;
 	if (open_backend(&m) < 0)
 		goto out;
 	if (o->cache_dir && open_disk(&m) < 0)
@@ -474,7 +512,9 @@ int fs_main(struct fs_opts *o)
 		fprintf(stderr, "tierfs: out of memory\n");
 		goto out;
 	}
-	if (open_session(&m, &se) < 0 || mount_session(&m, &se) < 0 || daemonize(&m) < 0)
+	fs_preflight(o);
+	if (open_session(&m, &se) < 0 || mount_session(&m, &se) < 0 || daemonize(&m) < 0 ||
+	    fs_endpoint_start(se.ep, &m) < 0)
 		goto out;
 	m.mounted_ns = env.mono_ns(env.arg); /* the control directory's grace counts from here */
 	status = serve(&m, &se);

@@ -124,6 +124,7 @@ struct lent {
 	uint32_t etag;       /* offset in pool, 0 for "" */
 	uint64_t size;
 	int64_t mtime;
+	uint32_t mtime_ns;   /* bk_meta's fraction of mtime */
 	uint16_t perm;       /* with LE_PERM: the store's permission bits */
 	uint8_t flags;       /* LE_* */
 };
@@ -553,6 +554,7 @@ static void lent_meta(const struct ns_listing *l, const struct lent *e, struct b
 	memset(m, 0, sizeof(*m));
 	m->size = e->size;
 	m->mtime = e->mtime;
+	m->mtime_ns = e->mtime_ns;
 	if (e->flags & LE_MD5) {
 		const unsigned char *b = (const unsigned char *)l->pool + e->etag;
 		static const char hex[] = "0123456789abcdef";
@@ -597,6 +599,7 @@ static int listing_append(struct ns_listing *l, const char *name, bool is_dir,
 		e->flags |= LE_META;
 		e->size = m->size;
 		e->mtime = m->mtime;
+		e->mtime_ns = m->mtime_ns;
 		if ((r = pool_etag(l, m->etag, &e->etag, &md5)) < 0)
 			return r;
 		if (md5)
@@ -896,6 +899,7 @@ static struct fobj *fobj_new(struct ns *ns, const struct node *n, const struct b
 	o->serves = 0;
 	o->size = m->size;
 	o->mtime = m->mtime;
+	o->mtime_ns = m->mtime_ns;
 	memcpy(o->path, path, plen + 1);
 	etag = o->path + plen + 1;
 	memcpy(etag, m->etag, elen);
@@ -1206,6 +1210,7 @@ static void listing_note(struct ns *ns, const struct node *n, const struct bk_me
 	e->flags = (uint8_t)((e->flags & ~LE_MD5) | (md5 ? LE_MD5 : 0) | LE_META);
 	e->size = m->size;
 	e->mtime = m->mtime;
+	e->mtime_ns = m->mtime_ns;
 }
 
 /* Ask the store about @n's path (lock held on entry and exit, dropped for the request;
@@ -1243,6 +1248,7 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 	unsigned perm = n->perm;
 	uint64_t size = 0;
 	int64_t mtime = INT64_MIN;
+	uint32_t mtime_ns = 0;
 
 	if (!n->is_dir && n->f && n->f->writing) {
 		size = n->f->wsize;
@@ -1250,6 +1256,7 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 	} else if (!n->is_dir && n->f) {
 		size = n->f->cur->size;
 		mtime = n->f->cur->mtime;
+		mtime_ns = n->f->cur->mtime_ns;
 	} else if (!n->is_dir) {
 		struct ns_listing *l;
 		const struct lent *e = lazy_entry(n, &l);
@@ -1257,6 +1264,7 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 		if (e) {
 			size = e->size;
 			mtime = e->mtime;
+			mtime_ns = e->mtime_ns;
 			have_perm = (e->flags & LE_PERM) != 0;
 			perm = e->perm;
 		}
@@ -1279,8 +1287,10 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 	st->st_nlink = 1;
 	st->st_size = (off_t)size;
 	st->st_blocks = (blkcnt_t)((size + 511) / 512);
-	if (mtime != INT64_MIN)
+	if (mtime != INT64_MIN) {
 		st->st_mtime = st->st_ctime = st->st_atime = (time_t)mtime;
+		st->st_mtim.tv_nsec = st->st_ctim.tv_nsec = st->st_atim.tv_nsec = mtime_ns;
+	}
 }
 
 /* "parent/name", or "name" in the root. @return malloc'd or NULL. */

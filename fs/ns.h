@@ -29,6 +29,7 @@ struct fobj {
 				   * inode (atomic): has the page cache been fed from it? */
 	uint64_t size;
 	int64_t mtime;
+	uint32_t mtime_ns;        /* bk_meta's fraction of mtime */
 	const char *etag;         /* as the store sent it, "" if none; in the same allocation */
 	char path[];              /* relative path in the store, then the ETag's bytes */
 };

@@ -70,6 +70,7 @@
 #include <fuse_lowlevel.h>
 
 #include "fs_i.h"
+#include "metrics.h"
 
 #define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
 #define MAX_BACKGROUND 1024    /* outstanding readahead requests the kernel may send */
@@ -541,6 +542,7 @@ struct read_req {
 	uint64_t off;
 	size_t size;
 	uint64_t ticket;          /* the cache's name for the read, for cancelling it */
+	uint64_t start_ns;        /* when it came (fs_metrics_read) */
 };
 
 /* Run @fn(@arg) on a detached thread of its own, counted in m->invals so that the mount's end
@@ -788,6 +790,8 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 		for (int i = 0; i < n; i++)
 			total += iov[i].len;
 		__atomic_fetch_add(&rr->m->read_bytes, total, __ATOMIC_RELAXED);
+		if (n)
+			fs_metrics_read(rr->m, iov, n, rr->start_ns);
 	}
 	reply_read(rr->req, iov, n, err);
 	fobj_put(rr->o);
@@ -935,6 +939,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rr->fh = fh;
 	rr->off = (uint64_t)off;
 	rr->size = size;
+	rr->start_ns = fs_metrics_now_ns();
 	pthread_mutex_lock(&fh->lock);
 	rr->o = fh->obj; /* a move may change it: take the version under the lock */
 	fobj_get(rr->o);

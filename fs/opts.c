@@ -141,6 +141,7 @@ enum opt_check {
 	CHECK_REGION,	/* letters, digits, '-', '_', '.' */
 	CHECK_REDIS_URL, /* redis://host:port[,host:port...] */
 	CHECK_PREFIX,	/* a key prefix: printable, no space, at most 64 bytes */
+	CHECK_ENDPOINT,	/* [HOST:]PORT (fs_parse_endpoint) */
 };
 
 /* One -o setting. All fields are constant. */
@@ -216,7 +217,7 @@ static const struct opt opt_table[] = {
 	 * alone is enough; the files grow as blocks are written, so it is a bound, not a
 	 * reservation. */
 	{.name = "cache_dir", .kind = OPT_PATH, .group = GROUP_CACHE, .off = OFF(cache_dir),
-	 .meta = "DIR", .help = "directory of the disk tier (unset: none)"},
+	 .meta = "DIR", .help = "disk tier directory, yours alone (unset: none)"},
 	{.name = "disk_size", .kind = OPT_SIZE, .group = GROUP_CACHE, .off = OFF(disk_size),
 	 .min = 0, .max = UINT64_MAX, .def = 10 * GIB,
 	 .help = "disk tier size, >= 9 x block_size"},
@@ -344,6 +345,10 @@ static const struct opt opt_table[] = {
 	{.name = "dir_mode", .kind = OPT_MODE, .group = GROUP_MOUNT, .off = OFF(dir_mode),
 	 .min = 0, .max = 0777, .def = 0755,
 	 .help = "directory permissions"},
+	/* the metrics endpoint (endpoint.c): bound before mounting, off unless asked for */
+	{.name = "metrics", .kind = OPT_STRING, .group = GROUP_MOUNT, .off = OFF(metrics),
+	 .check = CHECK_ENDPOINT, .meta = "[HOST:]PORT",
+	 .help = "serve /metrics over HTTP, HOST 127.0.0.1", .def_help = "off"},
 };
 /* clang-format on */
 
@@ -819,6 +824,16 @@ static int check_string(const struct opt *d, const char *value, char *err, size_
 	case CHECK_REDIS_URL:
 	case CHECK_PREFIX:
 		return check_text(d, value, err, errlen);
+	case CHECK_ENDPOINT: {
+		char host[64];
+		unsigned port;
+
+		if (fs_parse_endpoint(value, host, sizeof(host), &port) < 0)
+			return fail(err, errlen, -EINVAL,
+				    "%s=%s: use [HOST:]PORT, PORT 1-65535 ([ADDR] for IPv6)",
+				    d->name, value);
+		return 0;
+	}
 	default:
 		return 0;
 	}
@@ -1521,6 +1536,7 @@ static void help_build(char *buf, size_t len)
 	struct out w = {buf, len, 0};
 
 	out_printf(&w, "%s [-f] [-d] [-s]\n", USAGE);
+	out_printf(&w, "       tierfs status [-w] [-n SECS] MOUNTPOINT\n");
 	out_printf(&w, "       tierfs -h | -V\n\n");
 	for (size_t i = 0; i < N_OF(intro_lines); i++)
 		out_printf(&w, "%s\n", intro_lines[i]);
@@ -1633,6 +1649,43 @@ static const char *const man_tail[] = {
     "attributes user.tierfs.tier, user.tierfs.etag and user.tierfs.cached describe a file; "
     "setfattr -n user.tierfs.lagging_rate -v 100M MOUNTPOINT changes a limit live (also "
     "lagging_burst, lagging_ops, hot_ttl).",
+    ".SH OPERATING",
+    "metrics=[HOST:]PORT serves the same counters, and the process_* metrics, at "
+    "http://HOST:PORT/metrics for Prometheus (HOST defaults to 127.0.0.1; a port that cannot "
+    "be bound fails the mount). The latencies of reads (by the tier that served them) and of "
+    "store requests (by operation) are histograms.",
+    ".PP",
+    "tierfs status [-w] [-n SECS] MOUNTPOINT prints one screen from the stats file: each tier's hit ratio, hits and bytes per second, "
+    "residency and p99 read latency; reads, the lagging limiter, the store and its errors. -w "
+    "redraws it every SECS (default 1) until q or Ctrl-C.",
+    ".PP",
+    "Under systemd (the tierfs@.service unit, Type=notify) tierfs sends READY=1 once the mount "
+    "answers, STOPPING=1 when it unmounts, and WATCHDOG=1 from its I/O loop every half of "
+    "WatchdogSec=. A unit that reads the mount orders itself with Requires= and After= on "
+    "tierfs@MOUNT.service, or RequiresMountsFor=MOUNTPOINT for an /etc/fstab mount.",
+    ".SH EXAMPLES",
+    "Mount a bucket with a disk tier and the metrics endpoint, and look at it:",
+    ".PP",
+    ".nf",
+    "tierfs s3://segments/prod /mnt/segments \\",
+    "    -o endpoint=http://10.0.0.5:9000,path_style,allow_other \\",
+    "    -o cache_dir=/var/cache/tierfs/segments,disk_size=50G,metrics=9100",
+    "tierfs status -w /mnt/segments",
+    "curl -s http://127.0.0.1:9100/metrics | grep tierfs_cache_hits_total",
+    ".fi",
+    ".PP",
+    "Let a replay go faster for a while, then back:",
+    ".PP",
+    ".nf",
+    "setfattr -n user.tierfs.lagging_rate -v 200M /mnt/segments",
+    "setfattr -n user.tierfs.lagging_rate -v 50M /mnt/segments",
+    ".fi",
+    ".PP",
+    "Run it under systemd (the store and options in /etc/tierfs/mnt-segments.env):",
+    ".PP",
+    ".nf",
+    "systemctl enable --now tierfs@mnt-segments",
+    ".fi",
     ".SH EXIT STATUS",
     "0 after a clean unmount (also on SIGTERM, SIGINT and SIGHUP); 1 when the mount fails or "
     "the store cannot be reached at mount; 2 for a wrong command line.",
@@ -1714,7 +1767,10 @@ size_t fs_opts_man(char *buf, size_t len)
 		       "through tiered block caches\n");
 	out_printf(&w, ".SH SYNOPSIS\n.B tierfs\n.I URL MOUNTPOINT\n"
 		       "[\\fB\\-o\\fR \\fIoptions\\fR] [\\fB\\-f\\fR] [\\fB\\-d\\fR] "
-		       "[\\fB\\-s\\fR]\n.br\n.B tierfs \\-h\\fR | \\fB\\-V\n.br\n"
+		       "[\\fB\\-s\\fR]\n.br\n"
+		       ".B tierfs status\\fR [\\fB\\-w\\fR] [\\fB\\-n\\fR \\fISECS\\fR] "
+		       "\\fIMOUNTPOINT\\fR\n.br\n"
+		       ".B tierfs \\-h\\fR | \\fB\\-V\n.br\n"
 		       ".B mount \\-t tierfs\n.I URL MOUNTPOINT\n[\\fB\\-o\\fR \\fIoptions\\fR]\n");
 	out_printf(&w, ".SH DESCRIPTION\n");
 	roff_lines(&w, man_description, N_OF(man_description), false);

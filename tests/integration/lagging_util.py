@@ -147,8 +147,9 @@ def parse_stats(text):
         name, labels, value = m.groups()
         tier = None
         if labels:
-            # tier="..." and, on a histogram's buckets, le="..." after it
-            lm = re.fullmatch(r'tier="([^"]*)"(?:,le="([^"]*)")?', labels)
+            # tier="..." (or a store request's op="..."; kept in the same slot) and, on a
+            # histogram's buckets, le="..." after it
+            lm = re.fullmatch(r'(?:tier|op)="([^"]*)"(?:,le="([^"]*)")?', labels)
             if not lm or (lm.group(2) is not None) != name.endswith("_bucket"):
                 raise AssertionError(f"stats: unexpected labels in {line!r}")
             tier = lm.group(1)

@@ -222,6 +222,8 @@ def writes_turn_off(m):
 
 
 def _mount_fs(args, target):
+    """Mount a small file system on @target. Its root must be given mode=0700: a tmpfs root
+    is 1777 by default, and a cache_dir others can write is refused (test_security_disk)."""
     target.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", *args, str(target)], check=True, capture_output=True)
 
@@ -233,7 +235,7 @@ def _umount(target):
 def test_read_only_cache_dir_never_fails_a_read(mount, store, tmp_path):
     ro = tmp_path / "ro"
     try:
-        _mount_fs(["-t", "tmpfs", "-o", "size=1M,ro", "tmpfs"], ro)
+        _mount_fs(["-t", "tmpfs", "-o", "size=1M,mode=0700,ro", "tmpfs"], ro)
         m = mount(store.url, opts(ro), name="a")
         assert read_all(m) == DATA
         st = stats(m.mnt)
@@ -248,7 +250,7 @@ def test_full_cache_dir_never_fails_a_read(mount, store, tmp_path):
     """ENOSPC: a 512K tmpfs under a 16M disk_size. Writes turn off; reads go on."""
     full = tmp_path / "full"
     try:
-        _mount_fs(["-t", "tmpfs", "-o", "size=512K", "tmpfs"], full)
+        _mount_fs(["-t", "tmpfs", "-o", "size=512K,mode=0700", "tmpfs"], full)
         m = mount(store.url, opts(full), name="a")
         writes_turn_off(m)
         assert m.unmount() is None

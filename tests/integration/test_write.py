@@ -303,7 +303,8 @@ def test_four_concurrent_writes_stay_within_the_memory_bound(mount, store):
     print(f"peak RSS {peak / MIB:.0f} MiB, bound {(hot + lag + 64 * MIB + wb) / MIB:.0f} MiB, "
           f"{st.v('write_buffer_waits_total')} buffer waits")
     assert st.v("write_buffer_waits_total") > 0, "the writers never filled write_buffer"
-    assert peak <= hot + lag + 64 * MIB + wb
+    assert st.v("memory_bound_bytes") == hot + lag + 64 * MIB + wb
+    assert peak <= st.v("memory_bound_bytes")
     for i in range(4):
         h = hashlib.sha256()
         chunk = data(f"w{i}", MIB)

@@ -386,6 +386,7 @@ struct rep {
 	size_t n;      /* bytes received */
 	bool overflow; /* more bytes than the clipped request */
 	bool bad_iov;  /* error with data, or a NULL base */
+	int from;      /* the highest cache_iov.from of the answer's pieces; -1: none */
 	uint64_t id;   /* the object read */
 	uint64_t off;  /* the request */
 	size_t want;   /* bytes expected: the request clipped to the object */
@@ -400,9 +401,12 @@ static void on_reply(void *req, const struct cache_iov *iov, int n, int err)
 	r->err = err;
 	r->niov = n;
 	r->n = 0;
+	r->from = -1;
 	if (n < 0 || (err && n != 0))
 		r->bad_iov = true;
 	for (int i = 0; i < n; i++) {
+		if (iov[i].from > r->from)
+			r->from = iov[i].from;
 		if (iov[i].len && !iov[i].base)
 			r->bad_iov = true;
 		if (r->n + iov[i].len > r->want) {
@@ -1517,9 +1521,15 @@ static void test_lower_hit(void **state)
 	assert_int_equal(st.tier[CACHE_LAG].bytes_fetched, 0);
 	assert_int_equal(st.tier[CACHE_LAG].fetches, 0);
 	assert_true(st.tier[CACHE_LAG].tokens == 16.0 * KIB); /* untouched */
+	/* the answer says the chain's first tier served it */
+	assert_int_equal(r.from, CACHE_NTIERS + 0);
+	assert_string_equal(cache_source_name(c, (unsigned)r.from), "disk");
 	/* the blocks are in the memory tiers now: the next reads are ring hits */
 	assert_true(rd(c, &old, NULL, 2ull * BS, 100, &r));
 	check_ok(&r);
+	assert_int_equal(r.from, CACHE_LAG);
+	assert_string_equal(cache_source_name(c, CACHE_LAG), "lagging");
+	assert_null(cache_source_name(c, CACHE_NTIERS + 2)); /* past the chain */
 	assert_int_equal(L.gets, 2);
 	st = stats(c);
 	assert_int_equal(st.tier[CACHE_LAG].hits, 1);
@@ -1544,6 +1554,8 @@ static void test_lower_miss_puts(void **state)
 	assert_int_equal(L.puts, 0);
 	complete_all(0);
 	check_ok(&r);
+	assert_int_equal(r.from, CACHE_NTIERS + 1); /* the store, below the lower tier */
+	assert_string_equal(cache_source_name(c, (unsigned)r.from), "store");
 	assert_int_equal(L.puts, 1);
 	assert_true(cache_key_eq(L.put_key, (struct cache_key){{.lo = 311}, 0}));
 	assert_int_equal(L.put_len, BS);

@@ -3,7 +3,12 @@
  * flipped records caught, a cache of another format or block_size wiped, rotation evicting the
  * oldest segment whole, a full queue dropping instead of blocking, a write error turning
  * writes off while reads go on, a second tier on the same directory refused, and reads on the
- * tier's reader threads (disk_get_async).
+ * tier's reader threads (disk_get_async). And the trust checks of issue 28: a cache_dir that
+ * is a symbolic link, another user's, or writable by group or others is refused (-EPERM, one
+ * line) with nothing in it touched; a missing one is made 0700; segment and lock files that
+ * are not the tier's own (another user's, group or other bits, a second name, a link) are
+ * removed unread and made anew, so a descriptor or a flock held on the old one counts for
+ * nothing; a generation near 2^64 is a bad header. Those that chown need root.
  *
  * The writer thread is real; tests wait for it with disk_flush, never with a sleep.
  */
@@ -19,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -68,7 +74,7 @@ static struct disk *open_sized(uint64_t size, uint32_t bs)
 			       .queue_bytes = 64u << 20, .log = log_cb};
 	struct disk *d = NULL;
 
-	assert_int_equal(disk_open(&cfg, &d), 0);
+	assert_int_equal(disk_open(&cfg, &d, NULL, 0), 0);
 	return d;
 }
 
@@ -511,7 +517,7 @@ static void full_queue_drops(void **state)
 	struct disk *d = NULL;
 	struct disk_stats st;
 
-	assert_int_equal(disk_open(&cfg, &d), 0);
+	assert_int_equal(disk_open(&cfg, &d, NULL, 0), 0);
 	disk_hold_writer(d, true);
 	for (uint64_t b = 0; b < 10; b++)
 		put_block(d, b, BS); /* returns at once: 2 queued, 8 dropped */
@@ -537,7 +543,7 @@ static void default_queue_is_bytes(void **state)
 
 	assert_int_equal(disk_default_queue_bytes(BS), DISK_QUEUE_MIN);
 	assert_int_equal(disk_default_queue_bytes(8u << 20), 16 * (8ull << 20));
-	assert_int_equal(disk_open(&cfg, &d), 0);
+	assert_int_equal(disk_open(&cfg, &d, NULL, 0), 0);
 	disk_hold_writer(d, true);
 	for (uint64_t b = 0; b <= n; b++)
 		put_block(d, b, BS); /* the last one finds the queue full */
@@ -586,9 +592,9 @@ static void second_tier_refused(void **state)
 	struct disk_cfg cfg = {.dir = dir, .size = 64u << 20, .block_size = BS};
 	struct disk *d = open_dir(), *d2 = NULL;
 
-	assert_int_equal(disk_open(&cfg, &d2), -EBUSY);
+	assert_int_equal(disk_open(&cfg, &d2, NULL, 0), -EBUSY);
 	disk_close(d);
-	assert_int_equal(disk_open(&cfg, &d2), 0);
+	assert_int_equal(disk_open(&cfg, &d2, NULL, 0), 0);
 	disk_close(d2);
 }
 
@@ -612,14 +618,14 @@ static void recovery_time(void **state)
 	struct disk_stats st;
 	const uint64_t n = 20000;
 
-	assert_int_equal(disk_open(&cfg, &d), 0);
+	assert_int_equal(disk_open(&cfg, &d, NULL, 0), 0);
 	for (uint64_t i = 0; i < n; i++) {
 		disk_put(d, key(i), b, sizeof(b));
 		if (i % 4000 == 3999)
 			disk_flush(d);
 	}
 	disk_close(d);
-	assert_int_equal(disk_open(&cfg, &d), 0);
+	assert_int_equal(disk_open(&cfg, &d, NULL, 0), 0);
 	disk_get_stats(d, &st);
 	printf("# disk recovery: %llu blocks scanned in %llu ms\n",
 	       (unsigned long long)st.recovered_blocks, (unsigned long long)st.recovery_ms);
@@ -627,27 +633,344 @@ static void recovery_time(void **state)
 	disk_close(d);
 }
 
-/* A segment file name that is a link (planted by another user in a shared directory) is never
- * followed: the open fails, and what the link points at is untouched. */
+/* ---- cache_dir is ours alone: the directory and file checks (issue 28) --------------------- */
+
+#define NOBODY 65534
+
+/* @dir/@name into @buf (128 bytes). */
+static const char *at(char buf[128], const char *name)
+{
+	snprintf(buf, 128, "%s/%s", dir, name);
+	return buf;
+}
+
+/* The checks of another owner need root (chown); anyone can run the rest. */
+static bool need_root(void)
+{
+	if (geteuid() == 0)
+		return true;
+	print_message("# not root: cannot chown, skipped\n");
+	return false;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	assert_int_equal(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+/* A whole file's bytes and times, to show it was not touched. */
+struct snap {
+	char bytes[64];
+	ssize_t len;
+	struct stat st;
+};
+
+static void snap(const char *path, struct snap *ret)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW);
+
+	assert_true(fd >= 0);
+	ret->len = read(fd, ret->bytes, sizeof(ret->bytes));
+	assert_int_equal(fstat(fd, &ret->st), 0);
+	close(fd);
+}
+
+static void same(const char *path, const struct snap *before)
+{
+	struct snap now;
+
+	snap(path, &now);
+	assert_int_equal(now.len, before->len);
+	assert_memory_equal(now.bytes, before->bytes, (size_t)now.len);
+	assert_int_equal(now.st.st_ino, before->st.st_ino);
+	assert_int_equal(now.st.st_size, before->st.st_size);
+	assert_int_equal(now.st.st_mtim.tv_sec, before->st.st_mtim.tv_sec);
+	assert_int_equal(now.st.st_mtim.tv_nsec, before->st.st_mtim.tv_nsec);
+}
+
+/* Open a tier on @path; expect -EPERM and a reason holding @words. Nothing is created. */
+static void expect_refused(const char *path, const char *words)
+{
+	struct disk_cfg cfg = {.dir = path, .size = 1u << 20, .block_size = BS, .log = log_cb};
+	struct disk *d = NULL;
+	char why[512] = "";
+
+	assert_int_equal(disk_open(&cfg, &d, why, sizeof(why)), -EPERM);
+	assert_null(d);
+	if (!strstr(why, words))
+		fail_msg("refusal '%s' does not say '%s'", why, words);
+	assert_null(strchr(why, '\n')); /* one line */
+	assert_int_equal(logs, 0);
+}
+
+/* A segment file name that is a link is never followed: the link is removed (what it points
+ * at is untouched), a file of the tier's own takes its place, and the tier works. */
 static void links_not_followed(void **state)
 {
-	struct disk_cfg cfg = {.dir = dir, .size = 64u << 20, .block_size = BS, .log = log_cb};
 	char victim[128], link[128];
+	struct snap before;
+	struct stat st;
+	struct disk *d;
+
+	write_file(at(victim, "victim"), "precious", 0600);
+	snap(victim, &before);
+	assert_int_equal(symlink(victim, at(link, "seg-0000.tfs")), 0);
+	d = open_dir();
+	assert_int_equal(logs, 1);
+	assert_non_null(strstr(last_log, "seg-0000.tfs was not a regular file"));
+	put_block(d, 0, BS); /* goes to segment 0 */
+	disk_flush(d);
+	expect_block(d, 0, BS);
+	disk_close(d);
+	same(victim, &before);
+	assert_int_equal(lstat(link, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+}
+
+/* cache_dir a symbolic link (with or without a trailing slash): refused, and nothing in the
+ * directory it points at is touched, not even a segment a tier would truncate (bad header)
+ * or remove (beyond the geometry). */
+static void dir_link_refused(void **state)
+{
+	char target[128], link[128], slash[130], seg5[160], seg100[160];
+	struct snap s5, s100;
+
+	assert_int_equal(mkdir(at(target, "real"), 0700), 0);
+	snprintf(seg5, sizeof(seg5), "%s/seg-0005.tfs", target);
+	snprintf(seg100, sizeof(seg100), "%s/seg-0100.tfs", target);
+	write_file(seg5, "not a header", 0600);
+	write_file(seg100, "beyond the ring", 0600);
+	snap(seg5, &s5);
+	snap(seg100, &s100);
+	assert_int_equal(symlink(target, at(link, "link")), 0);
+	expect_refused(link, "is a symbolic link");
+	snprintf(slash, sizeof(slash), "%s/", link);
+	expect_refused(slash, "is a symbolic link");
+	same(seg5, &s5);
+	same(seg100, &s100);
+	assert_int_equal(access(at(target, "real/tierfs.lock"), F_OK), -1);
+}
+
+/* Another user's cache_dir, with a segment in it: refused, the reason names the owner, the
+ * segment is not read, changed or locked. */
+static void dir_of_another_user_refused(void **state)
+{
+	char sub[128], want[64];
+	struct snap before;
+	struct disk *d;
+
+	if (!need_root())
+		return;
+	d = open_dir();
+	put_block(d, 0, BS);
+	disk_close(d);
+	snap(at(sub, "seg-0000.tfs"), &before);
+	assert_int_equal(chown(dir, NOBODY, NOBODY), 0);
+	snprintf(want, sizeof(want), "owned by uid %u, not 0", NOBODY);
+	expect_refused(dir, want);
+	same(sub, &before);
+	/* its owner may also have left it writable to us: still refused */
+	assert_int_equal(chmod(dir, 0777), 0);
+	expect_refused(dir, want);
+}
+
+/* A directory of ours that group or others can write is refused (a sticky bit does not help:
+ * they could still add files); one they can only read and search is ours alone. */
+static void dir_writable_by_others_refused(void **state)
+{
+	static const struct {
+		mode_t mode;
+		const char *words;
+	} bad[] = {
+		{01777, "mode 1777 lets group and others write it"},
+		{0770, "mode 0770 lets its group write it"},
+		{0702, "mode 0702 lets others write it"},
+	};
+	struct disk *d;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(chmod(dir, bad[i].mode), 0);
+		expect_refused(dir, bad[i].words);
+		assert_int_equal(access(at((char[128]){0}, "tierfs.lock"), F_OK), -1);
+	}
+	assert_int_equal(chmod(dir, 0755), 0);
+	d = open_dir();
+	disk_close(d);
+}
+
+/* A missing cache_dir is created 0700 (whatever the umask), and every file in it is 0600. */
+static void missing_dir_created_private(void **state)
+{
+	struct disk_cfg cfg = {.size = 1u << 20, .block_size = BS, .log = log_cb};
+	char sub[128], path[160];
+	mode_t old = umask(0);
 	struct disk *d = NULL;
 	struct stat st;
-	FILE *f;
 
-	snprintf(victim, sizeof(victim), "%s/victim", dir);
-	snprintf(link, sizeof(link), "%s/seg-0000.tfs", dir);
-	f = fopen(victim, "w");
-	assert_non_null(f);
-	fputs("precious", f);
-	fclose(f);
-	assert_int_equal(symlink(victim, link), 0);
-	assert_true(disk_open(&cfg, &d) < 0);
+	cfg.dir = at(sub, "new");
+	assert_int_equal(disk_open(&cfg, &d, NULL, 0), 0);
+	umask(old);
+	disk_close(d);
+	assert_int_equal(lstat(sub, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0700);
+	assert_int_equal(st.st_uid, geteuid());
+	for (int i = -1; i < 4; i++) {
+		if (i < 0)
+			snprintf(path, sizeof(path), "%s/tierfs.lock", sub);
+		else
+			snprintf(path, sizeof(path), "%s/seg-%04d.tfs", sub, i);
+		assert_int_equal(lstat(path, &st), 0);
+		assert_true(S_ISREG(st.st_mode));
+		assert_int_equal(st.st_mode & 07777, 0600);
+	}
+}
+
+/* Segment files that are not the tier's own (another user's, open to group or others, with a
+ * second name) are removed unread and made anew: their blocks are not recovered, each is a
+ * new regular 0600 file of ours, and a descriptor opened on the old one sees none of the
+ * blocks written after. Good segments keep theirs. One log line. */
+static void bad_segment_files_replaced(void **state)
+{
+	char p[4][128], other[128];
+	struct stat old[4], st;
+	struct disk_stats ds;
+	struct disk *d = open_sized(1u << 20, BS); /* 4 segments of 3 blocks */
+	int held[4];
+
+	if (!need_root()) {
+		disk_close(d);
+		return;
+	}
+	for (uint64_t b = 0; b < 12; b++) /* blocks 3s..3s+2 in segment s */
+		put_block(d, b, BS);
+	disk_close(d);
+	for (int i = 0; i < 4; i++) {
+		snprintf(p[i], sizeof(p[i]), "%s/seg-%04d.tfs", dir, i);
+		/* as another user would hold it (and so that no inode number is reused) */
+		held[i] = open(p[i], O_RDONLY);
+		assert_true(held[i] >= 0);
+		assert_int_equal(fstat(held[i], &old[i]), 0);
+	}
+	assert_int_equal(fchown(held[0], NOBODY, NOBODY), 0);
+	assert_int_equal(fchmod(held[0], 0666), 0);
+	assert_int_equal(fchmod(held[1], 0640), 0);
+	assert_int_equal(link(p[2], at(other, "elsewhere")), 0);
+
+	d = open_sized(1u << 20, BS);
+	disk_get_stats(d, &ds);
+	assert_int_equal(ds.recovered_blocks, 3);
+	for (uint64_t b = 0; b < 9; b++)
+		assert_false(disk_has(d, key(b)));
+	for (uint64_t b = 9; b < 12; b++)
+		expect_block(d, b, BS);
+	assert_int_equal(logs, 1);
+	assert_non_null(strstr(last_log, "seg-0000.tfs was another user's"));
+	assert_non_null(strstr(last_log, "(3 files so)"));
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(stat(p[i], &st), 0);
+		assert_int_equal(st.st_uid, 0);
+		assert_int_equal(st.st_mode & 07777, 0600);
+		assert_int_equal(st.st_nlink, 1);
+		if (i < 3)
+			assert_int_not_equal(st.st_ino, old[i].st_ino);
+		else
+			assert_int_equal(st.st_ino, old[i].st_ino);
+	}
+	for (uint64_t b = 12; b < 24; b++) /* a full turn of the ring: every segment used */
+		put_block(d, b, BS);
+	disk_flush(d);
+	expect_block(d, 12, BS);
+	for (int i = 0; i < 3; i++) { /* the old inodes got nothing */
+		assert_int_equal(fstat(held[i], &st), 0);
+		assert_int_equal(st.st_size, old[i].st_size);
+		assert_int_equal(st.st_mtim.tv_nsec, old[i].st_mtim.tv_nsec);
+	}
+	for (int i = 0; i < 4; i++)
+		close(held[i]);
+	disk_close(d);
+}
+
+/* A lock file that is not the tier's own (another user's, or mode 0666), held with flock
+ * through a descriptor of its own, does not keep the tier out: it is replaced, and the new
+ * one still keeps a second tier out. */
+static void planted_lock_does_not_block(void **state)
+{
+	struct disk_cfg cfg = {.dir = dir, .size = 1u << 20, .block_size = BS};
+	char lock[128];
+	struct disk *d, *d2 = NULL;
+	int held;
+
+	for (int round = 0; round < 2; round++) {
+		if (round == 0 && geteuid() != 0)
+			continue;
+		write_file(at(lock, "tierfs.lock"), "", 0666);
+		if (round == 0)
+			assert_int_equal(chown(lock, NOBODY, NOBODY), 0);
+		held = open(lock, O_RDONLY);
+		assert_true(held >= 0);
+		assert_int_equal(flock(held, LOCK_EX | LOCK_NB), 0);
+		logs = 0;
+		d = open_sized(1u << 20, BS);
+		assert_int_equal(logs, 1);
+		assert_non_null(strstr(last_log, "tierfs.lock was"));
+		assert_int_equal(disk_open(&cfg, &d2, NULL, 0), -EBUSY);
+		disk_close(d);
+		close(held);
+	}
+}
+
+/* A directory under a segment's name (only we or root could have made it) cannot be
+ * replaced: the tier fails to open, and says which errno; it is not a refusal (-EPERM). */
+static void directory_as_segment_fails(void **state)
+{
+	struct disk_cfg cfg = {.dir = dir, .size = 1u << 20, .block_size = BS};
+	char seg[128], inside[160];
+	struct disk *d = NULL;
+
+	assert_int_equal(mkdir(at(seg, "seg-0001.tfs"), 0700), 0);
+	snprintf(inside, sizeof(inside), "%s/x", seg);
+	write_file(inside, "x", 0600);
+	assert_int_equal(disk_open(&cfg, &d, NULL, 0), -EISDIR);
 	assert_null(d);
-	assert_int_equal(stat(victim, &st), 0);
-	assert_int_equal(st.st_size, 8);
+}
+
+/* A segment header whose generation is near 2^64 (its CRC right) is a bad header: the
+ * segment is reset, and the tier goes on writing and serving (the next generation given out
+ * must not wrap to 0, which means "holds nothing"). */
+static void huge_generation_reset(void **state)
+{
+	struct disk *d = open_sized(1u << 20, BS);
+	unsigned char h[48];
+	uint64_t g = UINT64_MAX;
+	uint32_t c;
+	int fd;
+
+	put_block(d, 0, BS);
+	disk_close(d);
+	fd = seg_fd(0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	memcpy(h + 32, &g, 8);
+	c = crc32c(0, h, 44);
+	memcpy(h + 44, &c, 4);
+	assert_int_equal(pwrite(fd, h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+
+	d = open_sized(1u << 20, BS);
+	assert_false(disk_has(d, key(0)));
+	assert_int_equal(logs, 1);
+	assert_non_null(strstr(last_log, "unreadable header"));
+	for (uint64_t b = 1; b < 8; b++)
+		put_block(d, b, BS);
+	disk_flush(d);
+	for (uint64_t b = 1; b < 8; b++)
+		expect_block(d, b, BS);
+	disk_close(d);
 }
 
 int main(void)
@@ -655,6 +978,14 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(links_not_followed, setup, teardown),
+		cmocka_unit_test_setup_teardown(dir_link_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(dir_of_another_user_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(dir_writable_by_others_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(missing_dir_created_private, setup, teardown),
+		cmocka_unit_test_setup_teardown(bad_segment_files_replaced, setup, teardown),
+		cmocka_unit_test_setup_teardown(planted_lock_does_not_block, setup, teardown),
+		cmocka_unit_test_setup_teardown(directory_as_segment_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(huge_generation_reset, setup, teardown),
 		cmocka_unit_test_setup_teardown(restart_keeps_blocks, setup, teardown),
 		cmocka_unit_test_setup_teardown(torn_write_dropped, setup, teardown),
 		cmocka_unit_test_setup_teardown(flipped_byte_caught, setup, teardown),

@@ -249,6 +249,38 @@ static void test_range_etag(void **state)
 	assert_int_equal(io_range_check(&a, "\"v1\"", 0, 10, msg, sizeof(msg)), -ESTALE);
 }
 
+/* ---- the latency histogram (hist.c) ------------------------------------------------------- */
+
+/* An observation goes to the first bucket whose bound (us, inclusive) it does not pass; past
+ * the last bound, to the +Inf bucket; the sum is in whole microseconds. */
+static void test_hist_buckets(void **state)
+{
+	struct bk_hist h = {0}, got;
+	uint64_t total = 0;
+
+	(void)state;
+	bk_hist_observe(&h, 0);
+	bk_hist_observe(&h, 25999);			 /* 25 us: the first bucket's bound */
+	bk_hist_observe(&h, 26000);			 /* the second */
+	bk_hist_observe(&h, 1000 * 1000);		 /* 1 ms, exactly a bound */
+	bk_hist_observe(&h, 30ull * 1000 * 1000 * 1000); /* the last bound, 30 s */
+	bk_hist_observe(&h, 31ull * 1000 * 1000 * 1000); /* past it */
+	bk_hist_load(&h, &got);
+	assert_int_equal(got.counts[0], 2);
+	assert_int_equal(got.counts[1], 1);
+	for (unsigned i = 0; i < BK_HIST_BUCKETS - 1; i++)
+		if (bk_hist_bounds_us[i] == 1000)
+			assert_int_equal(got.counts[i], 1);
+	assert_int_equal(got.counts[BK_HIST_BUCKETS - 2], 1);
+	assert_int_equal(got.counts[BK_HIST_BUCKETS - 1], 1);
+	for (unsigned i = 0; i < BK_HIST_BUCKETS; i++)
+		total += got.counts[i];
+	assert_int_equal(total, 6);
+	assert_int_equal(got.sum_us, 0 + 25 + 26 + 1000 + 30000000ull + 31000000ull);
+	for (unsigned i = 1; i < BK_HIST_BUCKETS - 1; i++) /* rising */
+		assert_true(bk_hist_bounds_us[i] > bk_hist_bounds_us[i - 1]);
+}
+
 /* ---- the loop, with a fake clock and a fixed random source ---------------------------------- */
 
 struct fake {
@@ -430,6 +462,11 @@ static void test_loop_retry_waits_for_jittered_backoff(void **state)
 	assert_int_equal(st.requests, 2);
 	assert_int_equal(st.errors, 1);
 	assert_int_equal(__atomic_load_n(&f.draws, __ATOMIC_SEQ_CST), 1);
+	/* each attempt timed on its own, on the given clock (it did not move during either), in
+	 * the histogram of what it asked: a GET without a range is a listing */
+	assert_int_equal(st.lat[BK_OP_LIST].counts[0], 2);
+	assert_int_equal(st.lat[BK_OP_LIST].sum_us, 0);
+	assert_int_equal(st.lat[BK_OP_GET].counts[0] + st.lat[BK_OP_HEAD].counts[0], 0);
 
 	io_free(io);
 	close(fd);
@@ -479,6 +516,7 @@ int main(void)
 	    cmocka_unit_test(test_range_200),
 	    cmocka_unit_test(test_range_etag),
 	    cmocka_unit_test(test_status_errno),
+	    cmocka_unit_test(test_hist_buckets),
 	    cmocka_unit_test(test_loop_timers_follow_the_given_clock),
 	    cmocka_unit_test(test_loop_retry_waits_for_jittered_backoff),
 	};

@@ -153,7 +153,7 @@ static const struct fs_metric *row_named(const char *name, size_t n)
 	return NULL;
 }
 
-/* One sample line: NAME[{tier="T"[,le="B"]}] VALUE, under the family declared last. */
+/* One sample line: NAME[{tier="T"|op="O"[,le="B"]}] VALUE, under the family declared last. */
 static void check_sample(const char *line, const struct fs_metric *fam)
 {
 	size_t n = strcspn(line, "{ ");
@@ -166,7 +166,8 @@ static void check_sample(const char *line, const struct fs_metric *fam)
 		const char *close = strchr(rest, '}');
 
 		assert_non_null(close);
-		if (strncmp(rest, "{tier=\"", 7) && strncmp(rest, "{le=\"", 5))
+		if (strncmp(rest, "{tier=\"", 7) && strncmp(rest, "{le=\"", 5) &&
+		    strncmp(rest, "{op=\"", 5))
 			fail_msg("labels: %s", line);
 		rest = close + 1;
 	}
@@ -240,6 +241,13 @@ static void test_known_values(void **state)
 	s.redis.get_lat[1] = 3;
 	s.redis.get_lat[BK_REDIS_LAT_BUCKETS - 1] = 1;
 	s.redis.get_lat_sum_us = 2500;
+	s.mount.read_lat[FS_FROM_HOT].counts[0] = 7; /* within 25 us */
+	s.mount.read_lat[FS_FROM_STORE].counts[5] = 2; /* over 500 us, within 1 ms */
+	s.mount.read_lat[FS_FROM_STORE].counts[BK_HIST_BUCKETS - 1] = 1;
+	s.mount.read_lat[FS_FROM_STORE].sum_us = 31001800;
+	s.backend.lat[BK_OP_HEAD].counts[3] = 4;
+	s.backend.lat[BK_OP_HEAD].sum_us = 800;
+	s.mount.memory_bound = 1207959552;
 	text = text_of(&s);
 
 	assert_line(text, "tierfs_cache_hits_total{tier=\"hot\"} 11");
@@ -262,6 +270,22 @@ static void test_known_values(void **state)
 	assert_line(text, "tierfs_shared_get_seconds_bucket{tier=\"shared\",le=\"+Inf\"} 6");
 	assert_line(text, "tierfs_shared_get_seconds_sum{tier=\"shared\"} 0.002500");
 	assert_line(text, "tierfs_shared_get_seconds_count{tier=\"shared\"} 6");
+	/* the read histograms: one per tier that serves reads, the store's too */
+	assert_line(text, "tierfs_read_seconds_bucket{tier=\"hot\",le=\"2.5e-05\"} 7");
+	assert_line(text, "tierfs_read_seconds_bucket{tier=\"hot\",le=\"+Inf\"} 7");
+	assert_line(text, "tierfs_read_seconds_bucket{tier=\"store\",le=\"0.0005\"} 0");
+	assert_line(text, "tierfs_read_seconds_bucket{tier=\"store\",le=\"0.001\"} 2");
+	assert_line(text, "tierfs_read_seconds_bucket{tier=\"store\",le=\"30\"} 2");
+	assert_line(text, "tierfs_read_seconds_bucket{tier=\"store\",le=\"+Inf\"} 3");
+	assert_line(text, "tierfs_read_seconds_sum{tier=\"store\"} 31.001800");
+	assert_line(text, "tierfs_read_seconds_count{tier=\"disk\"} 0");
+	assert_line(text, "tierfs_read_seconds_count{tier=\"shared\"} 0");
+	/* the store's requests by op */
+	assert_line(text, "tierfs_backend_request_seconds_bucket{op=\"head\",le=\"0.00025\"} 4");
+	assert_line(text, "tierfs_backend_request_seconds_sum{op=\"head\"} 0.000800");
+	assert_line(text, "tierfs_backend_request_seconds_count{op=\"get\"} 0");
+	assert_line(text, "tierfs_backend_request_seconds_count{op=\"list\"} 0");
+	assert_line(text, "tierfs_memory_bound_bytes 1207959552");
 	free(text);
 
 	/* an unlimited rate shows no tokens */
@@ -290,6 +314,9 @@ static void test_optional_tiers(void **state)
 	assert_line(text, "tierfs_cache_hits_total{tier=\"lagging\"} 0");
 	assert_line(text, "# TYPE tierfs_limiter_tokens gauge");
 	assert_null(strstr(text, "tierfs_limiter_tokens{"));
+	/* reads served by memory and the store, none by tiers the mount lacks */
+	assert_line(text, "tierfs_read_seconds_count{tier=\"lagging\"} 0");
+	assert_line(text, "tierfs_read_seconds_count{tier=\"store\"} 0");
 	free(text);
 
 	s.disk_on = true;

@@ -57,7 +57,7 @@ static const char *const all_options[] = {
     "shared_prefix", "shared_password_file", "shared_key",
     "shared_fill_lagging", "fleet_lagging_rate",
     "allow_write", "allow_overwrite", "allow_delete", "part_size", "write_parts", "write_buffer",
-    "fleet_lagging_ops",
+    "fleet_lagging_ops", "metrics",
 };
 #define N_ALL (sizeof(all_options) / sizeof(all_options[0]))
 
@@ -389,6 +389,48 @@ static void test_every_option(void **state)
 	expect_ok("block_size=64M,hot_size=512M,lagging_size=512M", &o);
 	assert_true(o.block_size == 64 * MIB);
 	fs_opts_done(&o);
+	/* the metrics endpoint: a port, or a host (a name, an address, [v6]) and a port */
+	static const char *const endpoints[] = {"9100", "1", "65535", "0.0.0.0:9100",
+						"localhost:9100", "[::1]:9100", "[::]:80"};
+	for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++) {
+		char opt[64];
+
+		snprintf(opt, sizeof(opt), "metrics=%s", endpoints[i]);
+		expect_ok(opt, &o);
+		assert_string_equal(o.metrics, endpoints[i]);
+		fs_opts_done(&o);
+	}
+}
+
+/* fs_parse_endpoint's host and port, and what it refuses. */
+static void test_endpoint(void **state)
+{
+	static const struct {
+		const char *in, *host;
+		unsigned port;
+	} good[] = {
+	    {"9100", "127.0.0.1", 9100},
+	    {"10.1.2.3:80", "10.1.2.3", 80},
+	    {"metrics.example:65535", "metrics.example", 65535},
+	    {"[::1]:9100", "::1", 9100},
+	};
+	static const char *const bad[] = {"", "0", "65536", "99999999999", "-1", "x", ":9100",
+					  "h:", "h:9x", "::1:9100", "[::1]9100", "[::1]",
+					  "[]:80", "h: 80"};
+	char host[64];
+	unsigned port;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		assert_int_equal(fs_parse_endpoint(good[i].in, host, sizeof(host), &port), 0);
+		assert_string_equal(host, good[i].host);
+		assert_int_equal(port, good[i].port);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (fs_parse_endpoint(bad[i], host, sizeof(host), &port) != -EINVAL)
+			fail_msg("accepted metrics=%s", bad[i]);
+	/* a host longer than the caller's buffer */
+	assert_int_equal(fs_parse_endpoint("abcdefgh:1", host, 8, &port), -EINVAL);
 }
 
 #define SIZE_MSG "not a size (use a number with an optional K, M, G or T suffix)"
@@ -565,6 +607,10 @@ static void test_errors(void **state)
 	    {"fleet_lagging_rate=1K", -EINVAL,
 	     "fleet_lagging_rate=1K: must be 0 or between 64K and 1T"},
 	    {"fleet_lagging_ops=3", -EINVAL, "fleet_lagging_ops=3: must be 0 or between 4 and 1000000"},
+	    {"metrics=0", -EINVAL, "metrics=0: use [HOST:]PORT, PORT 1-65535 ([ADDR] for IPv6)"},
+	    {"metrics=::1:9100", -EINVAL,
+	     "metrics=::1:9100: use [HOST:]PORT, PORT 1-65535 ([ADDR] for IPv6)"},
+	    {"metrics", -EINVAL, "metrics needs a value"},
 	    {"foo", -EINVAL, "unknown option 'foo'"},
 	    {"foo=bar", -EINVAL, "unknown option 'foo'"},
 	    {"Block_size=4M", -EINVAL, "unknown option 'Block_size'"},
@@ -965,6 +1011,7 @@ static void assert_same(const struct fs_opts *a, const struct fs_opts *b)
 	assert_true(a->gid == b->gid);
 	assert_true(a->file_mode == b->file_mode);
 	assert_true(a->dir_mode == b->dir_mode);
+	SAME_STR(metrics);
 #undef SAME_STR
 }
 
@@ -1083,7 +1130,7 @@ static void test_format(void **state)
 		   "shared_timeout=50,shared_prefix=f:,shared_password_file=/pw,shared_key=/k,"
 		   "shared_fill_lagging=on,fleet_lagging_rate=30M,fleet_lagging_ops=100,"
 		   "allow_write,allow_overwrite,allow_delete,part_size=16M,write_parts=8,"
-		   "write_buffer=1G",
+		   "write_buffer=1G,metrics=[::1]:9100",
 		   N_ALL);
 
 	/* with every option set, format names each exactly once, in the order of the list */
@@ -1091,7 +1138,7 @@ static void test_format(void **state)
 	expect_ok("immutable,lagging_page_cache,path_style,insecure,endpoint=https://e,"
 		  "region=r,profile=p,credentials=/c,manifest=/m,ca_file=/a,cache_dir=/d,"
 		  "shared=redis://h:1,shared_password_file=/p,shared_key=/k,allow_write,"
-		  "allow_overwrite,allow_delete",
+		  "allow_overwrite,allow_delete,metrics=9100",
 		  &o);
 	fs_opts_format(&o, buf, sizeof(buf));
 	{
@@ -1398,7 +1445,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_size),	  cmocka_unit_test(test_seconds),
-	    cmocka_unit_test(test_defaults),	  cmocka_unit_test(test_every_option),
+	    cmocka_unit_test(test_defaults),	  cmocka_unit_test(test_endpoint), cmocka_unit_test(test_every_option),
 	    cmocka_unit_test(test_errors),	  cmocka_unit_test(test_secret_not_echoed),
 	    cmocka_unit_test(test_cross_checks),  cmocka_unit_test(test_duplicates),
 	    cmocka_unit_test(test_fstab),	  cmocka_unit_test(test_fuse_passthrough),
