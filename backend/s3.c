@@ -504,6 +504,30 @@ static bool bucket_ok(const char *s)
 	return true;
 }
 
+/* The key prefix of the URL's path @p: without leading or repeated slashes, with one trailing
+ * slash ("" for none). @return it (malloc'd) or NULL. */
+static char *prefix_of(const char *p)
+{
+	char *prefix = malloc(strlen(p) + 2);
+	size_t n = 0;
+
+	if (!prefix)
+		return NULL;
+	for (const char *seg = p; *seg;) {
+		while (*seg == '/')
+			seg++;
+		size_t l = strcspn(seg, "/");
+		if (!l)
+			break;
+		memcpy(prefix + n, seg, l);
+		n += l;
+		prefix[n++] = '/';
+		seg += l;
+	}
+	prefix[n] = '\0';
+	return prefix;
+}
+
 int s3_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen)
 {
 	struct s3 *s = calloc(1, sizeof(*s));
@@ -526,27 +550,9 @@ int s3_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t 
 		e = -EINVAL;
 		goto fail;
 	}
-	/* the prefix: without leading or repeated slashes, with one trailing slash */
-	{
-		const char *p = slash ? slash : "";
-		size_t n = 0;
-
-		s->prefix = malloc(strlen(p) + 2);
-		if (!s->prefix)
-			goto fail;
-		for (const char *seg = p; *seg;) {
-			while (*seg == '/')
-				seg++;
-			size_t l = strcspn(seg, "/");
-			if (!l)
-				break;
-			memcpy(s->prefix + n, seg, l);
-			n += l;
-			s->prefix[n++] = '/';
-			seg += l;
-		}
-		s->prefix[n] = '\0';
-	}
+	s->prefix = prefix_of(slash ? slash : "");
+	if (!s->prefix)
+		goto fail;
 	s->region = strdup(cfg->region && cfg->region[0] ? cfg->region : "us-east-1");
 	if (!s->region)
 		goto fail;

@@ -45,6 +45,12 @@ struct fs_opts {
 	uint64_t max_conns;   /* default 16, >= 2 */
 	uint64_t timeout;     /* default 30 */
 	uint64_t retries;     /* default 3 */
+	bool allow_write;     /* create new objects and directories (write.c) */
+	bool allow_overwrite; /* open an existing object with O_TRUNC: replaced at close */
+	bool allow_delete;    /* unlink, and rmdir of an empty directory */
+	uint64_t part_size;   /* bytes of one upload part (S3 multipart); default 8M */
+	uint64_t write_parts; /* parts of one file in flight at once; default 4 */
+	uint64_t write_buffer; /* bytes of write buffers, the mount's files together; 64M */
 	char *cache_dir;      /* the disk tier's directory; NULL: no disk tier */
 	uint64_t disk_size;   /* bytes of the disk tier, at most; default 10G */
 	bool disk_lagging;    /* lagging blocks go to disk too; default off */

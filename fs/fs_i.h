@@ -23,6 +23,7 @@
 #include "fs.h"
 #include "log.h"
 #include "ns.h"
+#include "write.h"
 
 /* ---------------------------------------------------------------------------------------------
  * ops.c / control.c / mount.c: the mount.
@@ -109,6 +110,8 @@ struct mount {
 	struct disk *disk;        /* the disk tier, or NULL (no cache_dir, or it could not open);
 				   * set before the cache */
 	struct ns *ns;
+	struct wpool *wpool;      /* write buffers (write.c), or NULL on a read-only mount */
+	bool writable;            /* allow_write, allow_overwrite or allow_delete */
 	struct fuse_session *se;
 	struct fs_log log;        /* its lines; log.live once mounted and serving */
 	pthread_mutex_t inval_lock; /* guards invals and the handles' drop-behind ranges */
@@ -149,6 +152,8 @@ struct fh {
 	uint64_t seen_lo, seen_hi; /* drop_behind: range read and not yet dropped; m->inval_lock */
 	char *text;               /* control file contents, snapshot at open */
 	size_t text_len;
+	struct wfile *w;          /* a file opened for writing (write.c), else NULL; its ino is
+				   * the wfile's (no ns_open was counted) */
 };
 
 /* Inodes of the control surface: far above anything ns.c hands out. */
@@ -295,5 +300,33 @@ void fs_ops_quiesce(struct mount *m);
 /* After fs_ops_quiesce and the unmount: free the watches and the handles the kernel never
  * released. Before cache_free. */
 void fs_ops_drain(struct mount *m);
+
+/* What change.c shares with ops.c: open handles, the kernel's timeouts, replies' errnos. */
+struct fh *fs_fh_new(void);
+void fs_fh_track(struct mount *m, struct fh *fh);
+void fs_fh_free(struct mount *m, struct fh *fh);
+double fs_ttl(struct mount *m);
+int fs_reply_errno(int r);
+
+/* ---------------------------------------------------------------------------------------------
+ * change.c: the FUSE operations that change the store (allow_write, allow_overwrite,
+ * allow_delete). ops.c's table points at them.
+ * ------------------------------------------------------------------------------------------ */
+
+void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		  struct fuse_file_info *fi);
+/* open for writing (O_WRONLY, O_RDWR, O_TRUNC, O_APPEND): ops.c's op_open hands them over. */
+void fs_op_open_write(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		 struct fuse_file_info *fi);
+void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
+void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		   struct fuse_file_info *fi);
+void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		  const char *newname, unsigned int flags);
 
 #endif

@@ -77,6 +77,7 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 #define MOUNT(f)   case FS_AT_MOUNT: return whole(ret, s->mount.f);
 #define CACHE(f)   case FS_AT_MOUNT: return whole(ret, s->cache.f);
 #define BACKEND(f) case FS_AT_MOUNT: return whole(ret, s->backend.f);
+#define WRITES(f)  case FS_AT_MOUNT: return whole(ret, s->writes.f);
 #define TIER(f)    case FS_AT_TIER: return whole(ret, TS.f);
 #define TIER_NS(f) case FS_AT_TIER: return nanoseconds(ret, TS.f);
 #define LIMITER(f) case FS_AT_TIER: return TS.limited ? whole(ret, TS.f) : FS_GOT_SKIP;
@@ -105,8 +106,8 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
  * One row per family:  X(name without "tierfs_", COUNTER | GAUGE | HISTOGRAM, sources, help)
  *
  *   sources               series (label)                  value
- *   MOUNT(f) CACHE(f)     one, no label                   snap.mount.f, .cache.f, .backend.f
- *     BACKEND(f)
+ *   MOUNT(f) CACHE(f)     one, no label                   snap.mount.f, .cache.f, .backend.f,
+ *     BACKEND(f) WRITES(f)                                .writes.f
  *   TIER(f)               tier="hot", tier="lagging"      snap.cache.tier[t].f
  *   TIER_NS(f)            the same                        .f nanoseconds, printed as seconds
  *   LIMITER(f)            the memory tiers that have a    snap.cache.tier[t].f
@@ -223,8 +224,8 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	X(interrupted_reads_watched, GAUGE, MOUNT(watched),                                        \
 	  "Interrupted reads still waiting, watched until answered or their reader dies.")         \
 	X(memory_bound_bytes, GAUGE, MOUNT(memory_bound),                                          \
-	  "What the process should stay under: hot_size + lagging_size + 64 MiB (compare "         \
-	  "process_resident_memory_bytes on the metrics endpoint).")                               \
+	  "What the process should stay under: hot_size + lagging_size + 64 MiB, + write_buffer "  \
+	  "on a writable mount (compare process_resident_memory_bytes on the metrics endpoint).")  \
 	X(trace_records_total, COUNTER, MOUNT(trace_records),                                      \
 	  "Reads recorded in the read trace (trace=; 0 without).")                                 \
 	X(trace_dropped_total, COUNTER, MOUNT(trace_dropped),                                      \
@@ -248,9 +249,37 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "503 SlowDown and 429 answers: each halves the request window.")                         \
 	X(backend_request_window, GAUGE, BACKEND(window),                                          \
 	  "Requests allowed at once now (AIMD; max_conns when the store is happy).")               \
+	X(write_objects_total, COUNTER, WRITES(completed),                                         \
+	  "Files written through the mount that the store took whole.")                            \
+	X(write_failures_total, COUNTER, WRITES(failed),                                           \
+	  "Files written through the mount that the store did not take: nothing left.")           \
+	X(write_buffer_waits_total, COUNTER, WRITES(write_waits),                                  \
+	  "Times a file's writes waited for a write buffer (write_buffer full).")                 \
+	X(write_buffer_bytes, GAUGE, WRITES(buffer_bytes),                                         \
+	  "Write buffer bytes taken now, all files together.")                                     \
+	X(write_buffer_limit_bytes, GAUGE, WRITES(buffer_limit),                                   \
+	  "Write buffer bytes allowed (write_buffer; 0 on a read-only mount).")                    \
+	X(backend_uploads_started_total, COUNTER, BACKEND(uploads_started),                        \
+	  "Uploads of new objects begun.")                                                         \
+	X(backend_uploads_completed_total, COUNTER, BACKEND(uploads_completed),                    \
+	  "Uploads the store acknowledged: the object is there.")                                  \
+	X(backend_uploads_failed_total, COUNTER, BACKEND(uploads_failed),                          \
+	  "Uploads that ended in an error: the object is not there.")                              \
+	X(backend_uploads_aborted_total, COUNTER, BACKEND(uploads_aborted),                        \
+	  "Uploads undone (S3: AbortMultipartUpload answered; file: the temporary file gone).")    \
+	X(backend_upload_abort_errors_total, COUNTER, BACKEND(abort_errors),                       \
+	  "S3 aborts refused or unanswered: parts left for the bucket's lifecycle rule.")          \
+	X(backend_upload_parts_total, COUNTER, BACKEND(parts),                                     \
+	  "Parts the store acknowledged (a PutObject counts one).")                                \
+	X(backend_uploaded_bytes_total, COUNTER, BACKEND(bytes_up),                                \
+	  "Body bytes of the parts the store acknowledged.")                                       \
+	X(backend_upload_retries_total, COUNTER, BACKEND(upload_retries),                          \
+	  "Write requests sent again (parts, PutObject, Complete...).")                            \
+	X(backend_tmp_files_removed_total, COUNTER, BACKEND(tmp_removed),                          \
+	  "file://: temporary files left by a killed mount, removed at start.")                    \
 	X(backend_request_seconds, HISTOGRAM, BACKEND_HIST(lat),                                   \
 	  "Time from a request sent to the store to its answer, each attempt on its own, by what " \
-	  "it asks: get (a range), head, list (file://: a read).")                                 \
+	  "it asks: get (a range), head, list (file://: a read), put, post, delete (writes).")     \
 	X(shared_hits_total, COUNTER, FLEET(hits),                                                 \
 	  "Blocks served from the shared tier, their value checked.")                              \
 	X(shared_served_bytes_total, COUNTER, FLEET(hit_bytes),                                    \
@@ -355,10 +384,12 @@ void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
 	ret->mount.read_errors = __atomic_load_n(&m->read_errors, __ATOMIC_RELAXED);
 	ret->mount.read_bytes = __atomic_load_n(&m->read_bytes, __ATOMIC_RELAXED);
 	ret->mount.watched = __atomic_load_n(&m->nwatch, __ATOMIC_RELAXED);
+	if (m->wpool)
+		wpool_get_stats(m->wpool, &ret->writes);
 	for (int i = 0; i < FS_FROM_N; i++)
 		bk_hist_load(&m->read_lat[i], &ret->mount.read_lat[i]);
 	ret->mount.memory_bound = m->o->hot_size + (m->o->lagging ? m->o->lagging_size : 0) +
-				  FS_MEMORY_SLACK;
+				  (m->wpool ? m->o->write_buffer : 0) + FS_MEMORY_SLACK;
 	fs_trace_stats(m, &ret->mount.trace_records, &ret->mount.trace_dropped);
 	if (m->disk) {
 		ret->disk_on = true;

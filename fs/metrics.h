@@ -29,7 +29,8 @@ struct fs_mount_stats {
 	uint64_t watched;	 /* interrupted reads watched now */
 	/* reads answered with data, by the tier of their slowest block (enum fs_read_from) */
 	struct bk_hist read_lat[FS_FROM_N];
-	uint64_t memory_bound; /* hot_size + lagging_size + 64 MiB: what RSS should stay under */
+	uint64_t memory_bound; /* hot_size + lagging_size (+ write_buffer when writable) + 64 MiB:
+				 * what RSS should stay under */
 	uint64_t trace_records;	 /* reads recorded in the trace (trace=) */
 	uint64_t trace_dropped;	 /* reads the trace dropped (its ring full, or writing failed) */
 };
@@ -40,6 +41,7 @@ struct fs_metrics_snap {
 	struct cache_stats cache; /* cache_get_stats: the memory tiers */
 	struct bk_stats backend;  /* backend_get_stats */
 	struct fs_mount_stats mount;
+	struct wpool_stats writes; /* wpool_get_stats; zero on a read-only mount */
 	bool disk_on;		     /* the mount has a disk tier, and disk holds its stats */
 	struct disk_stats disk;	     /* disk_get_stats */
 	bool shared_on;		     /* shared= is set, and fleet and redis hold its stats */

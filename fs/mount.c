@@ -188,7 +188,8 @@ struct session {
 
 static void mount_init(struct mount *m, struct fs_opts *o)
 {
-	*m = (struct mount){.o = o};
+	*m = (struct mount){.o = o,
+			    .writable = o->allow_write || o->allow_overwrite || o->allow_delete};
 	fs_log_init(&m->log);
 	pthread_mutex_init(&m->inval_lock, NULL);
 	pthread_mutex_init(&m->opts_lock, NULL);
@@ -245,6 +246,7 @@ static int open_backend(struct mount *m)
 		.max_conns = (unsigned)o->max_conns,
 		.timeout_s = (unsigned)o->timeout,
 		.retries = (unsigned)o->retries,
+		.writable = m->writable,
 		.log = fs_backend_log,
 		.log_arg = &m->log,
 	};
@@ -253,6 +255,8 @@ static int open_backend(struct mount *m)
 
 	if (r < 0)
 		return setup_failed(r, err);
+	if (m->writable && (r = wpool_new(o, &m->wpool)) < 0)
+		return setup_failed(r, "out of memory");
 	if (o->shared) {
 		r = fs_fleet_new(m, o, &m->fleet, err, sizeof(err));
 		if (r < 0)
@@ -336,7 +340,8 @@ static int open_session(struct mount *m, struct session *se)
 	se->realmp = realpath(o->mountpoint, NULL);
 	if (!se->fsname || fuse_opt_add_arg(a, "tierfs") < 0 || fuse_opt_add_arg(a, "-o") < 0 ||
 	    fuse_opt_add_arg(a, se->fsname) < 0 || fuse_opt_add_arg(a, "-o") < 0 ||
-	    fuse_opt_add_arg(a, "default_permissions") < 0 ||
+	    fuse_opt_add_arg(a, m->writable ? "default_permissions"
+					    : "default_permissions,ro") < 0 ||
 	    (o->fuse_opts &&
 	     (fuse_opt_add_arg(a, "-o") < 0 || fuse_opt_add_arg(a, o->fuse_opts) < 0)) ||
 	    (o->debug && fuse_opt_add_arg(a, "-d") < 0)) {
@@ -455,6 +460,7 @@ static void teardown(struct mount *m, struct session *se)
 	cache_free(m->c);
 	disk_close(m->disk); /* after the cache: no put can come; the queue is written */
 	ns_free(m->ns);
+	wpool_free(m->wpool); /* after the handles: their buffers are back */
 	fs_fleet_free(m->fleet);
 	backend_free(m->b);
 	if (m->se)

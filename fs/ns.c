@@ -162,6 +162,24 @@ struct negs {
 
 struct lfetch;
 
+/*
+ * A change made through the mount (write.c) to one name of a directory: an object written, a
+ * directory made, a name removed. A listing that started before it may not show it, so each
+ * listing published is corrected by the overlays younger than its start (ov_apply); an
+ * overlay goes once a listing started after it is published, which shows it (the store had
+ * it when the change was made), but a directory made on a store without directories (S3)
+ * stays until something is written under it or it is removed.
+ */
+struct ov {
+	struct ov *next;
+	uint64_t time_ns;    /* when the change was made */
+	bool gone;           /* the name was removed; else it is there: */
+	bool is_dir;         /* a directory made (m unused), or a file written (m) */
+	bool sticky;         /* a directory no listing of this store will ever show */
+	struct bk_meta m;
+	char name[];
+};
+
 /* What only a directory has (ns->lock). */
 struct dirst {
 	struct ns_listing *list; /* the last good listing (one ref), NULL until one arrived */
@@ -170,6 +188,7 @@ struct dirst {
 	uint32_t lazy;           /* file nodes in it whose version is the listing's (fstate) */
 	uint32_t kids;           /* nodes whose up is this one: it is freed after them */
 	struct negs *negs;       /* names found missing, NULL if none */
+	struct ov *ov;           /* changes made through the mount a listing may not show yet */
 };
 
 /*
@@ -190,6 +209,11 @@ struct fstate {
 			      * with files open): the next open waits for the store */
 	bool attr_changed;   /* cur changed in place behind the kernel, which still has the old
 			      * attributes: the next open has it drop them */
+	bool writing;        /* being written through the mount (write.c): cur is a stand-in,
+			      * wsize and wmtime what stat shows, and it cannot be opened for
+			      * reading until the store has it */
+	uint64_t wsize;      /* writing: bytes written so far */
+	int64_t wmtime;      /* writing: when the last were */
 };
 
 /*
@@ -751,6 +775,12 @@ static void node_free(struct node *n)
 		/* a listing in flight finds the node gone and frees itself */
 		listing_put(n->dir->list);
 		negs_free(n->dir->negs);
+		while (n->dir->ov) {
+			struct ov *o = n->dir->ov;
+
+			n->dir->ov = o->next;
+			free(o);
+		}
 		free(n->dir);
 	} else if (!n->is_dir && n->f) {
 		fobj_put(n->f->cur);
@@ -1220,7 +1250,10 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 	int64_t mtime = INT64_MIN;
 	uint32_t mtime_ns = 0;
 
-	if (!n->is_dir && n->f) {
+	if (!n->is_dir && n->f && n->f->writing) {
+		size = n->f->wsize;
+		mtime = n->f->wmtime;
+	} else if (!n->is_dir && n->f) {
 		size = n->f->cur->size;
 		mtime = n->f->cur->mtime;
 		mtime_ns = n->f->cur->mtime_ns;
@@ -1636,6 +1669,8 @@ static int on_entry(void *arg, const char *name, bool is_dir, const struct bk_me
 	return e;
 }
 
+static void ov_apply(struct dirst *d);
+
 /* Reverse a list of waiters (newest first) into the order they came in. */
 static struct nsop *first_come(struct nsop *w)
 {
@@ -1678,6 +1713,7 @@ static void list_done(void *arg, int err)
 			listing_put(n->dir->list); /* open handles keep theirs */
 			n->dir->list = l;
 			l = NULL;
+			ov_apply(n->dir);
 			n->dir->fail_logged = false;
 		} else if (!n->dir->fail_logged) {
 			n->dir->fail_logged = true;
@@ -1973,6 +2009,14 @@ static int step_lookup(struct ns *ns, struct nsop *op, struct sub *sub)
 		return -ENOENT;
 	if (!p->is_dir)
 		return -ENOTDIR;
+	/* a file being written through the mount is in no listing yet: its node answers */
+	n = find_name(ns, p, op->name);
+	if (n && !n->is_dir && n->f && n->f->writing) {
+		if (n->nlookup < UINT32_MAX)
+			n->nlookup++;
+		fill_stat(ns, n, &op->st);
+		return 0;
+	}
 	if (op->stat == STAT_ASK && op->have_stat) {
 		op->stat = STAT_NONE;
 		op->have_stat = false;
@@ -2057,6 +2101,8 @@ static int step_open(struct ns *ns, struct nsop *op, struct sub *sub)
 	if (is_lazy(n) && (e = materialize(ns, n)) < 0)
 		return e == -ENOENT ? -ESTALE : e;
 	f = n->f;
+	if (f->writing)
+		return -EBUSY; /* whole once it is closed (ops.c checks first; this closes the race) */
 	if (op->reval_done) {
 		/* the store's answer is applied (reval_apply); a failed or late one leaves the
 		 * version held, served unless known wrong */
@@ -2610,4 +2656,402 @@ void ns_mem(struct ns *ns, uint64_t *ret_bytes, uint64_t *ret_keys)
 	pthread_mutex_unlock(&ns->lock);
 	*ret_bytes = bytes;
 	*ret_keys = keys;
+}
+
+/* ---- changes made through the mount (write.c) ----------------------------------------------- */
+
+/* Take @name out of @d's listing, if it is there (lock held). */
+static void listing_remove(struct dirst *d, const char *name)
+{
+	struct ns_listing *l = d->list;
+	size_t pos;
+
+	if (!l || !find_pos(l, name, &pos) || !(l = listing_own(d)) || !find_pos(l, name, &pos))
+		return;
+	memmove(&l->e[pos], &l->e[pos + 1], (l->n - pos - 1) * sizeof(l->e[0]));
+	l->n--;
+}
+
+/* Make @d's listing show overlay @o (lock held). Out of memory: the listing is marked stale,
+ * and the next use lists again. */
+static void ov_show(struct dirst *d, const struct ov *o)
+{
+	struct lent *e;
+
+	if (!d->list)
+		return;
+	e = find_entry(d->list, o->name);
+	/* a directory's entry stays as it is; a file's is replaced by what was written */
+	if (e && !o->gone && o->is_dir && (e->flags & LE_DIR))
+		return;
+	if (e)
+		listing_remove(d, o->name);
+	if (!o->gone && !listing_insert(d, o->name, o->is_dir, o->is_dir ? NULL : &o->m))
+		d->list->stale = true;
+}
+
+/* A listing was just published in @d: the changes made since it started are put in it, and
+ * the ones it shows by itself go (lock held). */
+static void ov_apply(struct dirst *d)
+{
+	struct ov **pp = &d->ov;
+
+	while (*pp) {
+		struct ov *o = *pp;
+
+		if (o->time_ns < d->list->time_ns && !o->sticky) {
+			*pp = o->next; /* the store had it when this listing started */
+			free(o);
+			continue;
+		}
+		ov_show(d, o);
+		pp = &o->next;
+	}
+}
+
+/* Record change @o in @d (lock held): the listing shows it now, and so will any listing in
+ * flight. An older overlay of the name is replaced. @return 0 or -ENOMEM. */
+static int ov_add(struct ns *ns, struct dirst *d, const char *name, bool gone, bool is_dir,
+		  bool sticky, const struct bk_meta *m)
+{
+	struct ov *o = calloc(1, sizeof(*o) + strlen(name) + 1), **pp;
+
+	if (!o)
+		return -ENOMEM;
+	for (pp = &d->ov; *pp; pp = &(*pp)->next) {
+		if (strcmp((*pp)->name, name) == 0) {
+			struct ov *old = *pp;
+
+			*pp = old->next;
+			free(old);
+			break;
+		}
+	}
+	o->time_ns = clock_ns(ns);
+	o->gone = gone;
+	o->is_dir = is_dir;
+	o->sticky = sticky;
+	if (m)
+		o->m = *m;
+	strcpy(o->name, name);
+	o->next = d->ov;
+	d->ov = o;
+	ov_show(d, o);
+	if (!gone)
+		neg_del(d, name);
+	return 0;
+}
+
+/* Directory @parent, for a change to @name in it (lock held). @return it or NULL with
+ * *ret_err. */
+static struct node *change_dir(struct ns *ns, uint64_t parent, const char *name, int *ret_err)
+{
+	struct node *p = find_ino(ns, parent);
+
+	*ret_err = !p ? -ENOENT : !p->is_dir ? -ENOTDIR : 0;
+	if (!*ret_err && (!name[0] || strchr(name, '/') || strlen(name) > 255 ||
+			  strcmp(name, ".") == 0 || strcmp(name, "..") == 0))
+		*ret_err = -EINVAL;
+	return *ret_err ? NULL : p;
+}
+
+int ns_create(struct ns *ns, uint64_t parent, const char *name, struct stat *ret_st)
+{
+	struct bk_meta m = {.mtime = time(NULL)};
+	struct node *p, *n;
+	int r;
+
+	pthread_mutex_lock(&ns->lock);
+	p = change_dir(ns, parent, name, &r);
+	if (p && (find_name(ns, p, name) || (p->dir->list && find_entry(p->dir->list, name))))
+		r = -EEXIST;
+	if (r == 0 && !(n = node_new(ns, p, name, false)))
+		r = -ENOMEM;
+	if (r == 0 && (r = set_version(ns, n, &m, false, 0)) < 0)
+		drop_unused(ns, n);
+	if (r == 0) {
+		n->f->writing = true;
+		n->f->wmtime = m.mtime;
+		n->nlookup++;
+		neg_del(p->dir, name);
+		fill_stat(ns, n, ret_st);
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return r;
+}
+
+int ns_truncate(struct ns *ns, uint64_t ino)
+{
+	struct node *n;
+	int r = 0;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (!n || n->unlinked)
+		r = -ENOENT;
+	else if (n->is_dir)
+		r = -EISDIR;
+	else if (nopen(n) || (n->f && n->f->writing))
+		r = -EBUSY; /* read, or written, through another handle */
+	else if (!n->f)
+		r = materialize(ns, n);
+	if (r == 0) {
+		n->f->writing = true;
+		n->f->wsize = 0;
+		n->f->wmtime = time(NULL);
+		n->f->reval = NULL; /* what the store says of the old version no longer applies */
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return r;
+}
+
+void ns_set_size(struct ns *ns, uint64_t ino, uint64_t size)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (n && !n->is_dir && n->f && n->f->writing) {
+		n->f->wsize = size;
+		n->f->wmtime = time(NULL);
+	}
+	pthread_mutex_unlock(&ns->lock);
+}
+
+bool ns_writing(struct ns *ns, uint64_t ino)
+{
+	struct node *n;
+	bool w;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	w = n && !n->is_dir && n->f && n->f->writing;
+	pthread_mutex_unlock(&ns->lock);
+	return w;
+}
+
+int ns_written(struct ns *ns, uint64_t ino, const struct bk_meta *meta, struct cache_oid *ret_id)
+{
+	struct node *n, *p;
+	int r;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (!n || n->is_dir || !n->f) {
+		pthread_mutex_unlock(&ns->lock);
+		return -ENOENT; /* forgotten while written: the store has it all the same */
+	}
+	n->f->writing = false;
+	n->f->reval = NULL; /* an answer sent before the commit would undo it */
+	r = set_version(ns, n, meta, true, clock_ns(ns));
+	if (r == 0) {
+		*ret_id = n->f->cur->id;
+		n->f->opened = false; /* the next open drops the pages of the writes */
+	}
+	p = parent_of(n);
+	if (r == 0 && p && !n->unlinked)
+		r = ov_add(ns, p->dir, n->name, false, false, false, meta);
+	/* a directory made on S3 has something under it now: its name stays without help */
+	for (struct node *d = p; r == 0 && d && parent_of(d); d = parent_of(d))
+		for (struct ov *o = parent_of(d)->dir->ov; o; o = o->next)
+			if (o->sticky && strcmp(o->name, d->name) == 0)
+				o->sticky = false;
+	pthread_mutex_unlock(&ns->lock);
+	return r;
+}
+
+void ns_write_failed(struct ns *ns, uint64_t ino)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	if (n && !n->is_dir && n->f) {
+		n->f->writing = false;
+		/* the name leads to the store again: what it has (nothing, or the old object) */
+		n->f->stale = true;
+		if (n->f->wsize || !n->f->cur->etag[0])
+			unlink_name(ns, n);
+		if (parent_of(n) && parent_of(n)->dir->list)
+			parent_of(n)->dir->list->stale = true;
+	}
+	pthread_mutex_unlock(&ns->lock);
+}
+
+int ns_removed(struct ns *ns, uint64_t parent, const char *name, struct cache_oid *ret_id)
+{
+	struct node *p, *n;
+	int r;
+
+	pthread_mutex_lock(&ns->lock);
+	p = change_dir(ns, parent, name, &r);
+	n = p ? find_name(ns, p, name) : NULL;
+	if (r == 0 && ret_id)
+		*ret_id = n && !n->is_dir && n->f ? n->f->cur->id : (struct cache_oid){0, 0};
+	if (n)
+		unlink_name(ns, n); /* open files keep their inode and version */
+	if (r == 0)
+		r = ov_add(ns, p->dir, name, true, false, false, NULL);
+	pthread_mutex_unlock(&ns->lock);
+	return r;
+}
+
+int ns_mkdir(struct ns *ns, uint64_t parent, const char *name, bool sticky, struct stat *ret_st)
+{
+	struct node *p, *n = NULL;
+	int r;
+
+	pthread_mutex_lock(&ns->lock);
+	p = change_dir(ns, parent, name, &r);
+	if (p && (find_name(ns, p, name) || (p->dir->list && find_entry(p->dir->list, name))))
+		r = -EEXIST;
+	if (r == 0 && !(n = node_new(ns, p, name, true)))
+		r = -ENOMEM;
+	if (r == 0 && !n->dir->list && (n->dir->list = listing_new()))
+		n->dir->list->time_ns = clock_ns(ns); /* empty, and known so: no listing needed */
+	if (r == 0)
+		r = ov_add(ns, p->dir, name, false, true, sticky, NULL);
+	if (r == 0) {
+		n->nlookup++;
+		fill_stat(ns, n, ret_st);
+	} else if (n) {
+		drop_unused(ns, n);
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return r;
+}
+
+int ns_dir_empty(struct ns *ns, uint64_t ino)
+{
+	struct node *n;
+	int r;
+
+	pthread_mutex_lock(&ns->lock);
+	n = find_ino(ns, ino);
+	r = !n ? -ENOENT : !n->is_dir ? -ENOTDIR : !n->dir->list ? -EAGAIN
+	    : n->dir->list->n ? -ENOTEMPTY : 0;
+	for (struct ov *o = n && n->is_dir ? n->dir->ov : NULL; r == 0 && o; o = o->next)
+		if (!o->gone)
+			r = -ENOTEMPTY;
+	pthread_mutex_unlock(&ns->lock);
+	return r;
+}
+
+/* Is @a, or a directory it is in, @d? */
+static bool below(const struct node *a, const struct node *d)
+{
+	for (; a; a = a->up)
+		if (a == d)
+			return true;
+	return false;
+}
+
+/*
+ * Node @n takes the name @name in directory @np, keeping its inode (lock held): the kernel keeps
+ * the inode of a renamed file under its new name. A node is one allocation with its name, so a
+ * new one is made and the old one's state moved into it. A file's version is made anew for its
+ * new path (a new oid); files and directories below a directory moved ask the store again at
+ * their next open. @return the node, or NULL (out of memory: the old name is only unlinked).
+ */
+static struct node *node_rename(struct ns *ns, struct node *n, struct node *np, const char *name)
+{
+	struct node *m = calloc(1, node_size(strlen(name)));
+	struct node *op = n->up;
+
+	unlink_name(ns, n);
+	if (!m || (!n->is_dir && !n->f && materialize(ns, n) < 0)) {
+		free(m);
+		return NULL;
+	}
+	*m = *n;
+	strcpy(m->name, name);
+	m->up = np;
+	m->unlinked = false;
+	unlink_ino(ns, n);
+	link_node(ns, m);
+	np->dir->kids++;
+	if (m->is_dir) {
+		for (size_t i = 0; i < ns->nbuckets; i++)
+			for (struct node *c = ns->by_ino[i]; c; c = c->next_ino) {
+				if (c->up == n)
+					c->up = m;
+				if (!c->is_dir && c->f && below(c, m))
+					c->f->stale = true;
+			}
+	} else {
+		struct bk_meta meta = {.size = m->f->cur->size, .mtime = m->f->cur->mtime};
+		struct fobj *o;
+
+		snprintf(meta.etag, sizeof(meta.etag), "%s", m->f->cur->etag);
+		if ((o = fobj_new(ns, m, &meta))) {
+			fobj_put(m->f->cur);
+			m->f->cur = o;
+		}
+	}
+	free(n); /* its state is m's now */
+	if (op && !--op->dir->kids && op->gone)
+		node_release(op);
+	return m;
+}
+
+int ns_renamed(struct ns *ns, uint64_t parent, const char *name, uint64_t newparent,
+	       const char *newname, struct cache_oid *ret_id)
+{
+	struct node *p, *np = NULL, *n, *old, *m = NULL;
+	struct bk_meta meta = {0};
+	int r;
+
+	pthread_mutex_lock(&ns->lock);
+	p = change_dir(ns, parent, name, &r);
+	if (p)
+		np = change_dir(ns, newparent, newname, &r);
+	n = np ? find_name(ns, p, name) : NULL;
+	*ret_id = n && !n->is_dir && n->f ? n->f->cur->id : (struct cache_oid){0, 0};
+	if (np && (old = find_name(ns, np, newname)) && old != n)
+		unlink_name(ns, old); /* replaced: its open files keep it */
+	if (n)
+		m = node_rename(ns, n, np, newname);
+	if (r == 0)
+		r = ov_add(ns, p->dir, name, true, false, false, NULL);
+	if (r == 0 && m && !m->is_dir) {
+		meta.size = m->f->cur->size;
+		meta.mtime = m->f->cur->mtime;
+		snprintf(meta.etag, sizeof(meta.etag), "%s", m->f->cur->etag);
+	}
+	if (r == 0 && m)
+		r = ov_add(ns, np->dir, newname, false, m->is_dir, false, m->is_dir ? NULL : &meta);
+	if (r == 0 && !m) {
+		listing_remove(np->dir, newname); /* unknown here: asked of the store */
+		neg_del(np->dir, newname);
+	}
+	pthread_mutex_unlock(&ns->lock);
+	return r;
+}
+
+void ns_changed(struct ns *ns, uint64_t parent, const char *name)
+{
+	struct node *p, *n;
+	struct ov **pp;
+	int r;
+
+	pthread_mutex_lock(&ns->lock);
+	p = change_dir(ns, parent, name, &r);
+	if (p) {
+		if ((n = find_name(ns, p, name)))
+			unlink_name(ns, n);
+		for (pp = &p->dir->ov; *pp; pp = &(*pp)->next) {
+			if (strcmp((*pp)->name, name) == 0) {
+				struct ov *o = *pp;
+
+				*pp = o->next;
+				free(o);
+				break;
+			}
+		}
+		listing_remove(p->dir, name);
+		neg_del(p->dir, name);
+		if (p->dir->list)
+			p->dir->list->stale = true;
+	}
+	pthread_mutex_unlock(&ns->lock);
 }

@@ -192,4 +192,62 @@ void ns_stale(struct ns *ns, uint64_t ino, struct cache_oid id);
  * or -errno. */
 int ns_peek(struct ns *ns, uint64_t ino, struct fobj **ret);
 
+/* ---- changes made through the mount (write.c) ----------------------------------------------
+ *
+ * The store learns of a change when write.c's request to it ends; these tell the namespace,
+ * so that this mount shows it at once, and a listing that started before it (in flight, or
+ * from another mount's point of view) does not undo it (an overlay per directory, applied to
+ * every listing published until one started after the change shows it by itself).
+ */
+
+/* A file @name being created in @parent: a node of its own (lookup count raised by one) that
+ * stat shows with the bytes written so far, and that cannot be opened for reading until the
+ * store has it. @return 0 and *ret_st; -EEXIST (the name is known), -ENOENT, -ENOTDIR,
+ * -EINVAL (not a name), -ENOMEM. */
+int ns_create(struct ns *ns, uint64_t parent, const char *name, struct stat *ret_st);
+
+/* File @ino, opened with O_TRUNC, is being written anew. @return 0; -EBUSY (files are open on
+ * it, or it is being written); -ENOENT, -EISDIR, -ENOMEM. */
+int ns_truncate(struct ns *ns, uint64_t ino);
+
+/* File @ino being written has @size bytes now (stat shows them, and now as its mtime). */
+void ns_set_size(struct ns *ns, uint64_t ino, uint64_t size);
+
+/* Is file @ino being written? */
+bool ns_writing(struct ns *ns, uint64_t ino);
+
+/* The store has file @ino's object: @meta its size, mtime and version. The node takes that
+ * version (the cache oid of its blocks: *ret_id) and its directory's listing the entry.
+ * @return 0 and *ret_id; -ENOENT (the kernel forgot the node meanwhile); -ENOMEM. */
+int ns_written(struct ns *ns, uint64_t ino, const struct bk_meta *meta, struct cache_oid *ret_id);
+
+/* The store did not take file @ino's object: its name leads to what the store has again. */
+void ns_write_failed(struct ns *ns, uint64_t ino);
+
+/* @name in @parent was removed from the store (unlink, rmdir, rename away): gone from the
+ * listing and the name's node (files open on it keep it). *ret_id (may be NULL): the oid of
+ * the version the node held, zero if none. @return 0, -ENOENT, -ENOTDIR, -ENOMEM. */
+int ns_removed(struct ns *ns, uint64_t parent, const char *name, struct cache_oid *ret_id);
+
+/* @name in @parent was renamed to @newname in @newparent in the store: the old name is gone
+ * (*ret_id: the oid of its version, zero if none), the new one shows what it showed (a new
+ * node: open files keep the old inode). @return 0, -ENOENT, -ENOTDIR, -ENOMEM. */
+int ns_renamed(struct ns *ns, uint64_t parent, const char *name, uint64_t newparent,
+	       const char *newname, struct cache_oid *ret_id);
+
+/* @name in @parent changed in the store in a way the mount cannot tell: forgotten, the next
+ * lookup asks the store, the next listing is fetched anew. */
+void ns_changed(struct ns *ns, uint64_t parent, const char *name);
+
+/* Directory @name made in @parent (the store has it, or, @sticky, the store has no
+ * directories and it lives in the mount until something is written under it): a node (lookup
+ * count raised by one) with an empty listing. @return 0 and *ret_st; -EEXIST, -ENOENT,
+ * -ENOTDIR, -EINVAL, -ENOMEM. */
+int ns_mkdir(struct ns *ns, uint64_t parent, const char *name, bool sticky,
+	     struct stat *ret_st);
+
+/* Is directory @ino empty, by its listing held? @return 0; -ENOTEMPTY; -EAGAIN (no listing
+ * held: open it first); -ENOENT, -ENOTDIR. */
+int ns_dir_empty(struct ns *ns, uint64_t ino);
+
 #endif

@@ -7,8 +7,10 @@
  *   kernel ─► fuse worker ─► op_lookup / op_open / op_opendir ─► ns_*_async ──held──► reply
  *                                          └─needs the store─► parked; the I/O thread replies
  *
- * The filesystem is read-only: every call that would change something answers EROFS. The
- * mount itself is read-write so that setxattr on the control surface can reach us.
+ * Changing the store (create, write, unlink, mkdir, rmdir, rename) is change.c's and write.c's:
+ * a mount without allow_write, allow_overwrite and allow_delete is read-only in the kernel,
+ * and the operator steers it through the control socket (ctlsock.c). mknod, symlink, link
+ * and removexattr answer EROFS (EPERM on a writable mount): objects have none of them.
  *
  * Page cache: a file opened as hot keeps the kernel's page cache across opens while its
  * version is unchanged (keep_cache). A file opened as lagging goes through the page cache too
@@ -158,7 +160,7 @@ static void log_read_error(struct mount *m, const struct fobj *o, int err)
 /* The errno a FUSE reply carries for @r (< 0). Requests still waiting when the mount ends are
  * answered -ESHUTDOWN by the stopping I/O thread (backend_stop) while the device is still
  * open: they get what the kernel gives requests of a connection that goes away. */
-static int reply_errno(int r)
+int fs_reply_errno(int r)
 {
 	return r == -ESHUTDOWN ? ECONNABORTED : -r;
 }
@@ -194,7 +196,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 }
 
-static double ttl(struct mount *m)
+double fs_ttl(struct mount *m)
 {
 	return (double)m->o->metadata_ttl;
 }
@@ -217,13 +219,13 @@ static void reply_entry(void *arg, int r, const struct stat *st, bool stale)
 		return;
 	}
 	if (r < 0) {
-		fuse_reply_err(req, reply_errno(r));
+		fuse_reply_err(req, fs_reply_errno(r));
 		return;
 	}
 	e.attr = *st;
 	e.ino = e.attr.st_ino;
-	e.attr_timeout = stale ? 0 : ttl(m);
-	e.entry_timeout = stale ? 0 : ttl(m);
+	e.attr_timeout = stale ? 0 : fs_ttl(m);
+	e.entry_timeout = stale ? 0 : fs_ttl(m);
 	fuse_reply_entry(req, &e);
 }
 
@@ -327,9 +329,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int r = ctl_is(ino) ? ctl_getattr(M(req), ino, &st) : ns_getattr(M(req)->ns, ino, &st);
 
 	if (r < 0)
-		fuse_reply_err(req, reply_errno(r));
+		fuse_reply_err(req, fs_reply_errno(r));
 	else
-		fuse_reply_attr(req, &st, ttl(M(req)));
+		fuse_reply_attr(req, &st, fs_ttl(M(req)));
 }
 
 /* Open handles are listed so that those still open when the session ends (libfuse sends no
@@ -360,7 +362,7 @@ static void hlink_del(struct mount *m, struct hlink **head, struct hlink *l)
 _Static_assert(offsetof(struct fh, link) == 0 && offsetof(struct ns_dir, link) == 0,
 	       "fs_main casts a list link back to its handle");
 
-static void track_fh(struct mount *m, struct fh *fh)
+void fs_fh_track(struct mount *m, struct fh *fh)
 {
 	hlink_add(m, &m->fhs, &fh->link);
 }
@@ -375,15 +377,17 @@ static void fh_free_untracked(struct fh *fh)
 	free(fh);
 }
 
-static void fh_free(struct mount *m, struct fh *fh)
+void fs_fh_free(struct mount *m, struct fh *fh)
 {
 	hlink_del(m, &m->fhs, &fh->link);
 	if (fh->ino)
 		ns_release(m->ns, fh->ino);
+	if (fh->w)
+		wfile_release(fh->w); /* a handle the kernel never released (teardown) */
 	fh_free_untracked(fh);
 }
 
-static struct fh *fh_new(void)
+struct fh *fs_fh_new(void)
 {
 	struct fh *fh = calloc(1, sizeof(*fh));
 
@@ -408,7 +412,7 @@ static void dir_free(struct mount *m, struct ns_dir *d)
 /* A control file: its text is taken now and served from memory, bypassing the page cache. */
 static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fh *fh = fh_new();
+	struct fh *fh = fs_fh_new();
 	int r;
 
 	if (!fh) {
@@ -418,14 +422,14 @@ static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	r = ctl_read_all(M(req), ino, &fh->text, &fh->text_len);
 	if (r < 0) {
 		fh_free_untracked(fh);
-		fuse_reply_err(req, reply_errno(r));
+		fuse_reply_err(req, fs_reply_errno(r));
 		return;
 	}
 	fi->direct_io = 1;
 	fi->fh = (uint64_t)(uintptr_t)fh;
-	track_fh(M(req), fh);
+	fs_fh_track(M(req), fh);
 	if (fuse_reply_open(req, fi) == -ENOENT)
-		fh_free(M(req), fh);
+		fs_fh_free(M(req), fh);
 }
 
 /* An open waiting for ns_open_async: the request and a copy of its file info. */
@@ -441,12 +445,16 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct open_req *orq;
 
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		fuse_reply_err(req, EROFS);
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & (O_TRUNC | O_APPEND))) {
+		fs_op_open_write(req, ino, fi); /* change.c: EROFS on a read-only mount */
 		return;
 	}
 	if (ctl_is(ino)) {
 		open_control(req, ino, fi);
+		return;
+	}
+	if (ns_writing(M(req)->ns, ino)) {
+		fuse_reply_err(req, EBUSY); /* being written here: whole once it is closed */
 		return;
 	}
 	orq = malloc(sizeof(*orq));
@@ -470,7 +478,7 @@ static void open_done(void *arg, int r, struct fobj *o, bool same, bool changed)
 	struct fh *fh;
 
 	if (r < 0) {
-		fuse_reply_err(req, reply_errno(r));
+		fuse_reply_err(req, fs_reply_errno(r));
 		free(orq);
 		return;
 	}
@@ -478,7 +486,7 @@ static void open_done(void *arg, int r, struct fobj *o, bool same, bool changed)
 	 * it ask again. Attributes only (offset -1): no page is locked here, nothing to wait on. */
 	if (changed)
 		fuse_lowlevel_notify_inval_inode(m->se, ino, -1, 0);
-	fh = fh_new();
+	fh = fs_fh_new();
 	if (!fh) {
 		fobj_put(o);
 		ns_release(m->ns, ino);
@@ -496,9 +504,9 @@ static void open_done(void *arg, int r, struct fobj *o, bool same, bool changed)
 	fh->movable = !fi->keep_cache;
 	fh->serves0 = __atomic_load_n(&o->serves, __ATOMIC_ACQUIRE);
 	fi->fh = (uint64_t)(uintptr_t)fh;
-	track_fh(m, fh);
+	fs_fh_track(m, fh);
 	if (fuse_reply_open(req, fi) == -ENOENT)
-		fh_free(m, fh); /* the opener was interrupted: no release will come */
+		fs_fh_free(m, fh); /* the opener was interrupted: no release will come */
 	free(orq);
 }
 
@@ -509,7 +517,7 @@ static void reply_read(void *arg, const struct cache_iov *iov, int n, int err)
 
 	if (err || n == 0 || !v) {
 		if (err || !v)
-			fuse_reply_err(req, err ? reply_errno(err) : ENOMEM);
+			fuse_reply_err(req, err ? fs_reply_errno(err) : ENOMEM);
 		else
 			fuse_reply_buf(req, NULL, 0);
 		return;
@@ -651,7 +659,7 @@ static void fail_read(struct read_req *rr, int err)
 	log_read_error(rr->m, rr->o, err);
 	if (err == -ESTALE)
 		object_changed(rr->m, rr->ino, rr->o);
-	fuse_reply_err(rr->req, reply_errno(err));
+	fuse_reply_err(rr->req, fs_reply_errno(err));
 	fobj_put(rr->o);
 	free(rr);
 }
@@ -979,7 +987,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		if (hi > lo)
 			inval_pages(m, ino, (off_t)lo, (off_t)(hi - lo));
 	}
-	fh_free(m, fh);
+	fs_fh_free(m, fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -1003,7 +1011,7 @@ static void reply_opendir(void *arg, int r, struct ns_dir *d)
 	struct fuse_file_info *fi = &orq->fi;
 
 	if (r < 0) {
-		fuse_reply_err(req, reply_errno(r));
+		fuse_reply_err(req, fs_reply_errno(r));
 		free(orq);
 		return;
 	}
@@ -1091,8 +1099,8 @@ static void dir_page(fuse_req_t req, size_t size, off_t off, struct fuse_file_in
 			break;
 		if (i >= 2 && ns_dir_lookup(m->ns, d, i - 2, &e.attr) == 0) {
 			e.ino = e.attr.st_ino;
-			e.attr_timeout = ttl(m);
-			e.entry_timeout = ttl(m);
+			e.attr_timeout = fs_ttl(m);
+			e.entry_timeout = fs_ttl(m);
 		}
 		used += fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
 					       (off_t)(i + 1));
@@ -1129,7 +1137,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	sv.f_blocks = (m->o->hot_size + (m->o->lagging ? m->o->lagging_size : 0)) /
 		      m->o->block_size;
 	sv.f_namemax = 255;
-	sv.f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
+	sv.f_flag = (m->writable ? 0 : ST_RDONLY) | ST_NOSUID | ST_NODEV;
 	fuse_reply_statfs(req, &sv);
 }
 
@@ -1144,7 +1152,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	r = ctl_getxattr(M(req), ino, name, buf, size);
 	if (r < 0)
-		fuse_reply_err(req, reply_errno(r));
+		fuse_reply_err(req, fs_reply_errno(r));
 	else if (size == 0)
 		fuse_reply_xattr(req, (size_t)r);
 	else
@@ -1161,54 +1169,19 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_buf(req, NULL, 0);
 }
 
-/* Everything that would change the store. */
-static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
-		       struct fuse_file_info *fi)
-{
-	fuse_reply_err(req, EROFS);
-}
-
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	fuse_reply_err(req, EROFS);
-}
-
-static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
-{
-	fuse_reply_err(req, EROFS);
-}
-
-static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-	fuse_reply_err(req, EROFS);
+	fuse_reply_err(req, M(req)->writable ? EPERM : EROFS);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, EROFS);
-}
-
-static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-		      const char *newname, unsigned int flags)
-{
-	fuse_reply_err(req, EROFS);
+	fuse_reply_err(req, M(req)->writable ? EPERM : EROFS);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-	fuse_reply_err(req, EROFS);
-}
-
-static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		      struct fuse_file_info *fi)
-{
-	fuse_reply_err(req, EROFS);
-}
-
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		     struct fuse_file_info *fi)
-{
-	fuse_reply_err(req, EROFS);
+	fuse_reply_err(req, M(req)->writable ? EPERM : EROFS);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
@@ -1221,7 +1194,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	fuse_reply_err(req, EROFS);
+	fuse_reply_err(req, M(req)->writable ? EPERM : EROFS);
 }
 
 const struct fuse_lowlevel_ops fs_ops = {
@@ -1230,17 +1203,19 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.forget = op_forget,
 	.forget_multi = op_forget_multi,
 	.getattr = op_getattr,
-	.setattr = op_setattr,
+	.setattr = fs_op_setattr,
 	.mknod = op_mknod,
-	.mkdir = op_mkdir,
-	.unlink = op_unlink,
-	.rmdir = op_unlink,
+	.mkdir = fs_op_mkdir,
+	.unlink = fs_op_unlink,
+	.rmdir = fs_op_rmdir,
 	.symlink = op_symlink,
-	.rename = op_rename,
+	.rename = fs_op_rename,
 	.link = op_link,
 	.open = op_open,
 	.read = op_read,
-	.write = op_write,
+	.write = fs_op_write,
+	.flush = fs_op_flush,
+	.fsync = fs_op_fsync,
 	.release = op_release,
 	.opendir = op_opendir,
 	.readdir = op_readdir,
@@ -1251,7 +1226,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.getxattr = op_getxattr,
 	.listxattr = op_listxattr,
 	.removexattr = op_removexattr,
-	.create = op_create,
+	.create = fs_op_create,
 };
 
 /* ---- what is left when the session ends -------------------------------------------------------- */
@@ -1276,7 +1251,7 @@ void fs_ops_drain(struct mount *m)
 	}
 	/* the link is the first member of both */
 	while (m->fhs)
-		fh_free(m, (struct fh *)m->fhs);
+		fs_fh_free(m, (struct fh *)m->fhs);
 	while (m->dirs)
 		dir_free(m, (struct ns_dir *)m->dirs);
 }

@@ -123,7 +123,15 @@ enum opt_kind {
 	OPT_MODE,    /* permission bits in octal, 0..0777: 0644, 644, 0 */
 };
 
-enum opt_group { GROUP_CACHE, GROUP_LAGGING, GROUP_SHARED, GROUP_STORE, GROUP_MOUNT, N_GROUPS };
+enum opt_group {
+	GROUP_CACHE,
+	GROUP_LAGGING,
+	GROUP_SHARED,
+	GROUP_WRITE,
+	GROUP_STORE,
+	GROUP_MOUNT,
+	N_GROUPS
+};
 
 enum opt_check {
 	CHECK_NONE,
@@ -273,6 +281,24 @@ static const struct opt opt_table[] = {
 	 .off = OFF(fleet_lagging_ops), .min = OPS_MIN, .max = 1000000, .zero_ok = true,
 	 .def = 0, .help = "fleet's lagging fetches/s (0 or >= 4)"},
 
+	/* writing (write.c): a mount is read-only without one of the three allow_ flags */
+	{.name = "allow_write", .kind = OPT_FLAG, .group = GROUP_WRITE, .off = OFF(allow_write),
+	 .help = "create new files and directories"},
+	{.name = "allow_overwrite", .kind = OPT_FLAG, .group = GROUP_WRITE,
+	 .off = OFF(allow_overwrite),
+	 .help = "O_TRUNC replaces an object, at close"},
+	{.name = "allow_delete", .kind = OPT_FLAG, .group = GROUP_WRITE, .off = OFF(allow_delete),
+	 .help = "unlink files, rmdir empty directories"},
+	{.name = "part_size", .kind = OPT_SIZE, .group = GROUP_WRITE, .off = OFF(part_size),
+	 .min = 5 * MIB, .max = 5 * GIB, .def = 8 * MIB,
+	 .help = "upload part, 5M..5G (whole blocks)"},
+	{.name = "write_parts", .kind = OPT_COUNT, .group = GROUP_WRITE, .off = OFF(write_parts),
+	 .min = 2, .max = 64, .def = 4,
+	 .help = "parts of one file in flight, 2..64"},
+	{.name = "write_buffer", .kind = OPT_SIZE, .group = GROUP_WRITE, .off = OFF(write_buffer),
+	 .min = 5 * MIB, .max = UINT64_MAX, .def = 64 * MIB,
+	 .help = "write buffers, all files together"},
+
 	/* the object store */
 	{.name = "endpoint", .kind = OPT_STRING, .group = GROUP_STORE, .off = OFF(endpoint),
 	 .check = CHECK_HTTP_URL, .meta = "URL", .help = "S3 endpoint, http:// or https://"},
@@ -344,6 +370,7 @@ static const char *const group_title[N_GROUPS] = {
     [GROUP_CACHE] = "cache:",
     [GROUP_LAGGING] = "lagging tier (reads of objects older than hot_ttl):",
     [GROUP_SHARED] = "shared tier (Redis) and fleet budget:",
+    [GROUP_WRITE] = "writing (without allow_write, allow_overwrite or allow_delete: read-only):",
     [GROUP_STORE] = "store:",
     [GROUP_MOUNT] = "FUSE and mount:",
 };
@@ -1332,6 +1359,15 @@ static int check_cross(const struct parse *p, char *err, size_t errlen)
 	if (p->allow_other && p->allow_root)
 		return fail(err, errlen, -EINVAL,
 			    "allow_other and allow_root cannot be used together");
+	if ((o->allow_write || o->allow_overwrite || o->allow_delete) &&
+	    strncmp(o->url, "http", 4) == 0)
+		return fail(err, errlen, -EROFS,
+			    "%s: an http(s):// store is read-only: no allow_write, allow_overwrite "
+			    "or allow_delete", o->allow_write ? "allow_write" : o->allow_overwrite ?
+			    "allow_overwrite" : "allow_delete");
+	if (o->write_buffer < o->part_size)
+		return fail(err, errlen, -EINVAL, "write_buffer=%s: must hold one part, part_size=%s",
+			    human(o->write_buffer, a, sizeof(a)), human(o->part_size, b, sizeof(b)));
 	return 0;
 }
 
@@ -1513,6 +1549,7 @@ static void help_build(char *buf, size_t len)
 
 	out_printf(&w, "%s [-f] [-d] [-s]\n", USAGE);
 	out_printf(&w, "       tierfs status [-w] [-n SECS] MOUNTPOINT\n");
+	out_printf(&w, "       tierfs set MOUNTPOINT NAME=VALUE...\n");
 	out_printf(&w, "       tierfs -h | -V\n\n");
 	for (size_t i = 0; i < N_OF(intro_lines); i++)
 		out_printf(&w, "%s\n", intro_lines[i]);
@@ -1580,8 +1617,9 @@ static void roff_item(struct out *w, const char *left, const char *text)
 /* Man-page prose: one line per entry, roff fills them into paragraphs; "" starts a new one. */
 static const char *const man_description[] = {
     "tierfs mounts the objects of an object store (an S3-compatible bucket, plain HTTP(S) "
-    "URLs with a JSON directory index or a manifest, or a local directory) as a read-only "
-    "filesystem, for message brokers that keep log segments in object storage.",
+    "URLs with a JSON directory index or a manifest, or a local directory) as a filesystem, "
+    "for message brokers that keep log segments in object storage. It is read-only unless "
+    "allow_write, allow_overwrite or allow_delete is given (see WRITING).",
     "",
     "Every read goes through caches of aligned blocks of block_size bytes, in two tiers in "
     "memory. The hot tier serves objects modified within the last hot_ttl seconds (tail "
@@ -1624,7 +1662,38 @@ static const char *const man_tail[] = {
     "labelled by tier; MOUNTPOINT/.tierfs/config the effective settings. The extended "
     "attributes user.tierfs.tier, user.tierfs.etag and user.tierfs.cached describe a file; "
     "setfattr -n user.tierfs.lagging_rate -v 100M MOUNTPOINT changes a limit live (also "
-    "lagging_burst, lagging_ops, hot_ttl).",
+    "lagging_burst, lagging_ops, hot_ttl) on a writable mount; tierfs set MOUNTPOINT "
+    "lagging_rate=100M does the same on any mount, through the mount's control socket, for "
+    "its owner only.",
+    ".SH WRITING",
+    "allow_write lets files and directories be created; allow_overwrite lets open(O_TRUNC) "
+    "replace an existing object; allow_delete allows unlink, rmdir of an empty directory and "
+    "(with allow_write) rename. Without any of them the kernel holds the mount read-only and "
+    "every change is EROFS; http(s):// stores are always read-only.",
+    ".PP",
+    "A file is written sequentially from offset 0 (a write elsewhere is EINVAL). It becomes an "
+    "object when it is closed or fsynced, whole: close() and fsync() return after the store "
+    "acknowledged all of it, and a failure (EIO, ENOSPC, EEXIST) leaves nothing under the name. "
+    "A flush before the first byte commits nothing. A write after the commit is EINVAL. While "
+    "it is written, this mount lists the name with the bytes written so far and answers EBUSY "
+    "to an open for reading; other mounts see nothing new until the commit, then see it as any "
+    "new object (within negative_ttl). Objects are never changed in place: a write open without "
+    "O_TRUNC, chmod, chown, links and special files are EPERM. On S3, rename is EXDEV and a "
+    "directory made by mkdir lives in the mount until something is written under it; on "
+    "file://, rename works beneath the root.",
+    ".PP",
+    "S3 objects up to part_size go up as one PutObject, larger ones as a multipart upload "
+    "(write_parts parts in flight per file), each part checked by its signed SHA-256 and "
+    "Content-MD5 and retried; a failed upload is aborted. Give the bucket a lifecycle rule "
+    "(AbortIncompleteMultipartUpload) for the uploads of a killed process. file:// objects "
+    "are written to a hidden temporary file, fsynced and renamed into place; leftovers are "
+    "removed at the next writing mount.",
+    ".PP",
+    "Written blocks enter the hot tier as they are written, and the disk and shared tiers once "
+    "the store has the object: reading it back fetches nothing from the store, here or on a "
+    "mount sharing Redis. Parts are buffered in write_buffer bytes for all files; when it is "
+    "full, write() waits. Who may write is decided by the kernel from uid, gid, file_mode and "
+    "dir_mode: with the defaults only the mount's owner changes anything.",
     ".SH OPERATING",
     "metrics=[HOST:]PORT serves the same counters, and the process_* metrics, at "
     "http://HOST:PORT/metrics for Prometheus (HOST defaults to 127.0.0.1; a port that cannot "
@@ -1653,8 +1722,16 @@ static const char *const man_tail[] = {
     "Let a replay go faster for a while, then back:",
     ".PP",
     ".nf",
-    "setfattr -n user.tierfs.lagging_rate -v 200M /mnt/segments",
-    "setfattr -n user.tierfs.lagging_rate -v 50M /mnt/segments",
+    "tierfs set /mnt/segments lagging_rate=200M",
+    "tierfs set /mnt/segments lagging_rate=50M",
+    ".fi",
+    ".PP",
+    "Let a Kafka broker keep its remote tier on the bucket (Files.copy, range reads, "
+    "deleteIfExists):",
+    ".PP",
+    ".nf",
+    "tierfs s3://segments/tiered /mnt/tiered-storage \\",
+    "    -o endpoint=http://10.0.0.5:9000,path_style,allow_write,allow_overwrite,allow_delete",
     ".fi",
     ".PP",
     "Run it under systemd (the store and options in /etc/tierfs/mnt-segments.env):",
@@ -1739,13 +1816,14 @@ size_t fs_opts_man(char *buf, size_t len)
 	out_printf(&w, ".TH TIERFS 8 \"\" \"tierfs %s\" \"System Administration\"\n",
 		   TIERFS_VERSION);
 	out_printf(&w, ".nh\n.ad l\n"); /* no hyphenation: option names stay whole */
-	out_printf(&w, ".SH NAME\ntierfs, mount.tierfs \\- mount an object store read-only "
-		       "through tiered block caches\n");
+	out_printf(&w, ".SH NAME\ntierfs, mount.tierfs \\- mount an object store through tiered "
+		       "block caches\n");
 	out_printf(&w, ".SH SYNOPSIS\n.B tierfs\n.I URL MOUNTPOINT\n"
 		       "[\\fB\\-o\\fR \\fIoptions\\fR] [\\fB\\-f\\fR] [\\fB\\-d\\fR] "
 		       "[\\fB\\-s\\fR]\n.br\n"
 		       ".B tierfs status\\fR [\\fB\\-w\\fR] [\\fB\\-n\\fR \\fISECS\\fR] "
 		       "\\fIMOUNTPOINT\\fR\n.br\n"
+		       ".B tierfs set\\fR \\fIMOUNTPOINT NAME\\fR=\\fIVALUE\\fR...\n.br\n"
 		       ".B tierfs \\-h\\fR | \\fB\\-V\n.br\n"
 		       ".B mount \\-t tierfs\n.I URL MOUNTPOINT\n[\\fB\\-o\\fR \\fIoptions\\fR]\n");
 	out_printf(&w, ".SH DESCRIPTION\n");

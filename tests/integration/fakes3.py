@@ -9,7 +9,8 @@ and faults injected into single requests.
     fake.stop()
 
 It speaks path-style S3 and just enough of it: PutObject, CreateMultipartUpload, UploadPart,
-CompleteMultipartUpload, AbortMultipartUpload, DeleteObject, GET (Range, If-Match) and HEAD.
+CompleteMultipartUpload, AbortMultipartUpload, DeleteObject, GET (Range, If-Match), HEAD, and
+ListObjectsV2 in one page (so that a tierfs mount can stand on it: "bucket" in add_rule).
 Every request must be signed with SigV4 by FakeS3.KEY / FakeS3.SECRET, and the signature is
 checked here (s3rver checks none): the canonical request is rebuilt from what arrived, the
 x-amz-content-sha256 it signs must be the SHA-256 of the body that arrived, and Content-MD5,
@@ -290,6 +291,36 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _op_unknown(self, key, q, h, body, fault):
         self._error(501, "NotImplemented")
+
+    def _op_bucket(self, key, q, h, body, fault):
+        """ListObjectsV2 (list-type=2, prefix, delimiter; one page): enough for a mount to
+        stand on the fake (backend_check lists the root; directories are listed)."""
+        if self.command != "GET" or q.get("list-type") != "2":
+            return self._op_unknown(key, q, h, body, fault)
+        pre, delim = q.get("prefix", ""), q.get("delimiter", "")
+        with self.s3.lock:
+            objs = sorted((k, o) for k, o in self.s3.objects.items() if k.startswith(pre))
+        keys, prefixes = [], []
+        for k, o in objs:
+            rest = k[len(pre):]
+            if delim and delim in rest:
+                cp = pre + rest.split(delim, 1)[0] + delim
+                if cp not in prefixes:
+                    prefixes.append(cp)
+            else:
+                keys.append((k, o))
+        esc = lambda t: t.replace("&", "&amp;").replace("<", "&lt;").replace('"', "&quot;")
+        doc = (f'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult xmlns="{S3NS}">'
+               f"<Name>{self.s3.BUCKET}</Name><Prefix>{esc(pre)}</Prefix>"
+               f"<KeyCount>{len(keys) + len(prefixes)}</KeyCount><IsTruncated>false"
+               "</IsTruncated>" +
+               "".join(f"<Contents><Key>{esc(k)}</Key><LastModified>"
+                       f"{time.strftime('%Y-%m-%dT%H:%M:%S.000Z', time.gmtime(o.mtime))}"
+                       f"</LastModified><ETag>{esc(o.etag)}</ETag><Size>{len(o.data)}</Size>"
+                       "</Contents>" for k, o in keys) +
+               "".join(f"<CommonPrefixes><Prefix>{esc(c)}</Prefix></CommonPrefixes>"
+                       for c in prefixes) + "</ListBucketResult>").encode()
+        self._send_or_lose(fault, 200, doc, [("Content-Type", "application/xml")])
 
     def _exists_refused(self, key, h):
         if h.get("if-none-match") == "*" and key in self.s3.objects:

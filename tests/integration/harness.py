@@ -42,6 +42,39 @@ def clean_env(extra=None):
     return env
 
 
+def ctl_address(mnt):
+    """A mount's control socket (fs/ctlsock.c): abstract, named by FNV-1a of its real path."""
+    h = 0xcbf29ce484222325
+    for b in os.path.realpath(mnt).encode():
+        h = ((h ^ b) * 0x100000001b3) & (2**64 - 1)
+    return b"\0tierfs-ctl:%016x" % h
+
+
+def live_set(mnt, name, value):
+    """Change live option @name to @value on the mount at @mnt, as `tierfs set` does, through
+    its control socket (a mount without allow_* flags is read-only in the kernel: setxattr
+    never reaches it). Raises OSError with the errno the mount answered."""
+    import socket
+    v = value.decode() if isinstance(value, bytes) else str(value)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(ctl_address(mnt))
+        s.sendall(f"set {name} {v}\n".encode())
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = s.recv(512)
+            if not chunk:
+                break
+            reply += chunk
+    reply = reply.decode().strip()
+    if reply == "ok":
+        return
+    parts = reply.split(" ", 2)
+    if len(parts) < 2 or parts[0] != "error":
+        raise OSError(errno.EPROTO, f"control socket: {reply!r}")
+    raise OSError(int(parts[1]), parts[2] if len(parts) > 2 else "")
+
+
 def wait_until(pred, timeout, what, interval=0.02):
     """Poll @pred until it returns a true value (returned) or @timeout seconds pass (raises)."""
     deadline = time.monotonic() + timeout

@@ -384,7 +384,7 @@ def test_throttled_replay_does_not_stall_the_tail(mount, store, record_property)
     finally:
         # Unthrottle, so the replay's parked reads are answered and it ends by itself (a
         # killed reader would stay in the kernel until its queued reads are answered).
-        os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"0")
+        harness.live_set(m.mnt, "lagging_rate", b"0")
         t_free = time.monotonic()
         try:
             out, err = proc.communicate(timeout=60)
@@ -487,7 +487,7 @@ def test_killed_reader_is_released_while_throttled(mount, store, record_property
         except subprocess.TimeoutExpired:
             pass
     finally:
-        os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"0")  # release it anyway
+        harness.live_set(m.mnt, "lagging_rate", b"0")  # release it anyway
         proc.kill()
         proc.wait(timeout=60)
     report(record_property, killed_reader_gone_after_s=gone_after if gone_after else -1.0)
@@ -526,7 +526,7 @@ def test_signals_do_not_interrupt_a_waiting_read(mount, store):
             "the reader's read to wait for the limiter")
         for sig in (signal.SIGSTOP, signal.SIGCONT, signal.SIGUSR1, signal.SIGUSR1):
             proc.send_signal(sig)
-        os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"0")  # let it finish fast
+        harness.live_set(m.mnt, "lagging_rate", b"0")  # let it finish fast
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -583,16 +583,16 @@ def test_live_lagging_rate_raises_fetch_rate(mount, store, record_property):
         harness.wait_until(lambda: lu.stats(m.mnt).v("throttle_waits_total", "lagging") > 0,
                            20, "the limiter to throttle the replay")
         before, _, s_b = _window_rate(m, 2.5)
-        os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"40M")
+        harness.live_set(m.mnt, "lagging_rate", b"40M")
         assert lu.xattr(m.mnt, "lagging_rate") == "40M"
         assert lu.stats(m.mnt).v("limiter_rate_bytes", "lagging") == 40 * MIB
         after, _, s_a = _window_rate(m, 2.5)
-        os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"10M")
+        harness.live_set(m.mnt, "lagging_rate", b"10M")
         lowered, _, _ = _window_rate(m, 2.5)
         replay_alive = all(t.is_alive() for t in ts)
     finally:
         stop.set()
-        os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"0")  # let parked reads finish
+        harness.live_set(m.mnt, "lagging_rate", b"0")  # let parked reads finish
         for t in ts:
             t.join(timeout=60)
     assert not errors, errors
@@ -624,7 +624,7 @@ def test_live_setting_refuses_bad_values(mount, store, name):
     bad = []
     for v in BAD_VALUES + ([b"0"] if name == "hot_ttl" else []):
         try:
-            os.setxattr(m.mnt, "user.tierfs." + name, v)
+            harness.live_set(m.mnt, name, v)
             bad.append((v, "accepted"))
         except OSError as e:
             if e.errno != errno.EINVAL:
@@ -652,7 +652,7 @@ def test_live_settings_take_effect(mount, store):
                                      # as echo would send it
                                      ("lagging_rate", b"7M\n", "7M", 7 * MIB),
                                      ("lagging_rate", b"0", "0", 0)]:
-        os.setxattr(m.mnt, "user.tierfs." + name, value)
+        harness.live_set(m.mnt, name, value)
         assert lu.xattr(m.mnt, name) == shown, (name, value)
         assert lu.config(m.mnt)[name] == str(want), (name, value)
     assert lu.stats(m.mnt).v("limiter_rate_bytes", "lagging") == 0
@@ -670,7 +670,7 @@ def test_live_hot_ttl_moves_objects_between_tiers(mount, store):
     assert lu.sha256_read(a) == store.sha["ttl/a.bin"]
     assert lu.xattr(a, "cached") == "hot=0-1"
 
-    os.setxattr(m.mnt, "user.tierfs.hot_ttl", b"60")
+    harness.live_set(m.mnt, "hot_ttl", b"60")
     assert lu.xattr(m.mnt, "hot_ttl") == "60"
     assert lu.config(m.mnt)["hot_ttl"] == "60"
     assert (lu.xattr(a, "tier"), lu.xattr(b, "tier")) == ("lagging", "lagging")
@@ -688,7 +688,7 @@ def test_live_hot_ttl_moves_objects_between_tiers(mount, store):
     assert s2.d(s1, "cache_fetched_bytes_total", "hot") == 0
     assert (lu.xattr(a, "cached"), lu.xattr(b, "cached")) == ("hot=0-1", "lagging=0-1")
 
-    os.setxattr(m.mnt, "user.tierfs.hot_ttl", b"3600")
+    harness.live_set(m.mnt, "hot_ttl", b"3600")
     assert lu.xattr(m.mnt, "hot_ttl") == "3600"
     assert (lu.xattr(a, "tier"), lu.xattr(b, "tier")) == ("hot", "hot")
     assert lu.xattr(m.path(store.old[0]), "tier") == "lagging"

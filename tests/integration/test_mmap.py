@@ -128,7 +128,7 @@ def test_mmap_shared_s3(mount, tmp_path, store):
         mp, fd = _check_map(m.path("hot.bin"), data["hot.bin"], "hot")
         mp.close()
         os.close(fd)
-        os.setxattr(m.mnt, "user.tierfs.hot_ttl", b"1")
+        harness.live_set(m.mnt, "hot_ttl", b"1")
         harness.wait_until(lambda: _xattr(m.path("old.bin"), "tier") == "lagging", 10,
                            "old.bin to turn lagging under hot_ttl=1")
         mp, fd = _check_map(m.path("old.bin"), data["old.bin"], "lagging")

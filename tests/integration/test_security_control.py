@@ -32,6 +32,9 @@ from harness import B64K
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 OPTS = ["block_size=64K", "allow_other", "hot_size=32M", "lagging_size=8M"]
+# setxattr reaches tierfs only on a writable mount: a read-only one (no allow_* flag) is
+# refused by the kernel (EROFS) for everyone, and steered through the control socket
+RW = OPTS + ["allow_write"]
 LIVE = ["lagging_rate", "lagging_burst", "lagging_ops", "hot_ttl"]
 MIB = 1 << 20
 
@@ -139,8 +142,8 @@ def test_only_the_operator_changes_settings(pub, mount, dir_mode, uid, refusal):
     do, through dir_mode or uid= (not the uid tierfs runs as, no CAP_SYS_ADMIN: EPERM). On
     the control directory (0555) the kernel refuses nobody in every case."""
     put(pub.store, "obj.bin", os.urandom(B64K))
-    m = mount(pub.url, OPTS + ["lagging_rate=20M", "lagging_burst=4M", "lagging_ops=40",
-                               "hot_ttl=600", f"dir_mode={dir_mode}"] +
+    m = mount(pub.url, RW + ["lagging_rate=20M", "lagging_burst=4M", "lagging_ops=40",
+                             "hot_ttl=600", f"dir_mode={dir_mode}"] +
               ([f"uid={uid}"] if uid else []), name=pub.mnt)
     before = config(m.mnt)
 
@@ -253,7 +256,7 @@ def test_out_of_range_values_are_refused_live_and_at_mount(pub, mount, mountpoin
     and lagging_ops=1 were accepted. Now the option table's bounds hold for setxattr and -o
     alike: 0 (no limit) or lagging_rate/lagging_burst >= 64K, lagging_ops >= 4, and hot_ttl
     <= 10 years. The edges themselves are accepted."""
-    m = mount(pub.url, OPTS + ["lagging_rate=20M", "lagging_burst=4M", "lagging_ops=40"],
+    m = mount(pub.url, RW + ["lagging_rate=20M", "lagging_burst=4M", "lagging_ops=40"],
               name=pub.mnt)
     before = config(m.mnt)
     wrong = [(n, v, e) for n, v in BAD_LIVE
@@ -299,7 +302,7 @@ def test_refusals_are_logged_at_a_bounded_rate(pub, mount):
     ASCII and short; the rest are counted in tierfs_log_suppressed_total. dir_mode=0777 lets
     nobody's requests past the kernel's default_permissions check (which would answer
     EACCES itself), so tierfs's own refusal and its logging are what is tested."""
-    m = mount(pub.url, OPTS + ["dir_mode=0777"], name=pub.mnt, foreground=True)
+    m = mount(pub.url, RW + ["dir_mode=0777"], name=pub.mnt, foreground=True)
     counts = run_as_nobody(FLOOD, str(m.mnt), "1000")
     rows = []
     for i in range(300):

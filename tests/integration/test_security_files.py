@@ -478,10 +478,12 @@ def test_bad_values_refused_with_one_line(fuse, tmp_path, opt, msg):
 
 def test_default_permissions_keeps_others_from_steering(shared_mount, tmp_path):
     """default_permissions is always on: the kernel asks for write permission on the root
-    before a user.* setxattr, and dir_mode 0755 gives it to the owner only."""
+    before a user.* setxattr, and dir_mode 0755 gives it to the owner only. (A mount without
+    allow_write is read-only to the kernel, which refuses every setxattr with EROFS before
+    asking; `tierfs set` steers those.)"""
     store = tmp_path / "store"
     store.mkdir()
-    m = shared_mount(store)
+    m = shared_mount(store, ["allow_write"])
     before = os.getxattr(m.path(), "user.tierfs.lagging_rate")
     rc, _, err = as_nobody("setfattr", "-n", "user.tierfs.lagging_rate", "-v", "0", m.path())
     assert rc != 0 and "Permission denied" in err, err

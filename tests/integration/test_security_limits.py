@@ -115,7 +115,7 @@ def reaped_within(proc, seconds):
 def release(m, proc):
     """Let a stuck reader finish (unlimited rate), then reap it."""
     try:
-        os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"0")
+        harness.live_set(m.mnt, "lagging_rate", b"0")
     except OSError:
         pass
     if proc.returncode is None:
@@ -181,7 +181,7 @@ def test_caught_signal_alone_keeps_the_read(mount, old_store):
                                "tierfs to watch the interrupted read")
         assert proc.poll() is None, "the reader's read did not wait on"
 
-        os.setxattr(m.mnt, "user.tierfs.lagging_rate", b"0")
+        harness.live_set(m.mnt, "lagging_rate", b"0")
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.returncode is None:

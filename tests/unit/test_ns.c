@@ -1455,6 +1455,53 @@ static void test_open_revalidation(void **state)
 	ns_free(ns);
 }
 
+/* A file overwritten through the mount while a revalidation of its old version is out: the
+ * store's answer about the old version, arriving after the commit, must not undo it, and an
+ * open for reading while it is written is EBUSY even once that answer wakes it. */
+static void test_reval_does_not_undo_a_write(void **state)
+{
+	struct ns *ns = mk_cfg(10, 1, true);
+	struct bk_meta w = {.size = 5, .mtime = 1000, .etag = "\"w1\""};
+	struct cache_oid id;
+	struct fobj *o;
+	bool same, changed;
+
+	(void)state;
+	memset(&A, 0, sizeof(A));
+	put("a", 1, "\"a1\"");
+	uint64_t a = lookup_ok(ns, 1, "a", NULL);
+	/* old: the open's HEAD is held, and the open goes on without it */
+	S.now += 11 * SEC;
+	S.hold = true;
+	ns_open_async(ns, a, on_open_answer, NULL);
+	S.now += SEC / 10;
+	fire_due();
+	assert_int_equal(A.opens, 1);
+	assert_int_equal(A.open[0].err, 0);
+	fobj_put(A.open[0].o);
+	ns_release(ns, a);
+	assert_int_equal(S.nheld, 1);
+	/* overwritten and committed while that HEAD is out */
+	assert_int_equal(ns_truncate(ns, a), 0);
+	ns_open_async(ns, a, on_open_answer, NULL);
+	assert_int_equal(A.opens, 2);
+	assert_int_equal(A.open[1].err, -EBUSY);
+	ns_set_size(ns, a, 5);
+	assert_int_equal(ns_written(ns, a, &w, &id), 0);
+	/* the answer about a1 comes in late */
+	release();
+	S.hold = false;
+	assert_int_equal(ns_open(ns, a, &o, &same, &changed), 0);
+	assert_int_equal(o->size, 5);
+	assert_string_equal(o->etag, "\"w1\"");
+	assert_true(cache_oid_eq(o->id, id));
+	fobj_put(o);
+	ns_release(ns, a);
+	S.now += SEC;
+	fire_due();
+	ns_free(ns);
+}
+
 /* With lookups of unknown names parked on a store that does not answer, and no sign of life
  * from it for REVAL_WAIT_NS, an open of an old version takes it at once (its HEAD goes out
  * behind); a version never confirmed with an ETag still waits for the store. */
@@ -1666,6 +1713,7 @@ int main(void)
 	    cmocka_unit_test(test_lookup_stale_while_revalidate),
 	    cmocka_unit_test(test_failed_refresh_behind_lookups),
 	    cmocka_unit_test(test_open_revalidation),
+	    cmocka_unit_test(test_reval_does_not_undo_a_write),
 	    cmocka_unit_test(test_open_when_store_stalled),
 	    cmocka_unit_test(test_manifest_version_while_revalidated),
 	    cmocka_unit_test(test_memory_per_key),

@@ -56,6 +56,7 @@ static const char *const all_options[] = {
     "shared",	    "shared_timeout",
     "shared_prefix", "shared_password_file", "shared_key",
     "shared_fill_lagging", "fleet_lagging_rate",
+    "allow_write", "allow_overwrite", "allow_delete", "part_size", "write_parts", "write_buffer",
     "fleet_lagging_ops", "metrics", "trace",
     "trace_size",   "trace_files",
     "trace_salt",
@@ -1095,6 +1096,9 @@ static void test_format(void **state)
 		 "shared_fill_lagging=off\n"
 		 "fleet_lagging_rate=0\n"
 		 "fleet_lagging_ops=0\n"
+		 "part_size=8388608\n"
+		 "write_parts=4\n"
+		 "write_buffer=67108864\n"
 		 "max_conns=16\n"
 		 "timeout=30\n"
 		 "retries=3\n"
@@ -1114,10 +1118,10 @@ static void test_format(void **state)
 	assert_int_equal(fs_opts_format(&o, NULL, 0), need);
 	fs_opts_done(&o);
 
-	round_trip("", 30);
+	round_trip("", 33);
 	/* a mode round-trips as octal, whatever its digits */
-	round_trip("file_mode=0,dir_mode=7", 30);
-	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 30);
+	round_trip("file_mode=0,dir_mode=7", 33);
+	round_trip("file_mode=0640,dir_mode=0750,uid=0,gid=4294967294", 33);
 	/* every option set to something other than its default */
 	round_trip("block_size=64K,hot_size=512K,hot_ttl=1,lagging=off,lagging_size=0,"
 		   "lagging_ttl=100000,lagging_rate=0,lagging_burst=1T,lagging_ops=7,"
@@ -1129,15 +1133,17 @@ static void test_format(void **state)
 		   "gid=5678,file_mode=0400,dir_mode=0500,shared=redis://h:1\\,g:2,"
 		   "shared_timeout=50,shared_prefix=f:,shared_password_file=/pw,shared_key=/k,"
 		   "shared_fill_lagging=on,fleet_lagging_rate=30M,fleet_lagging_ops=100,"
-		   "metrics=[::1]:9100,trace=/t,trace_size=1G,trace_files=0,trace_salt=/s",
+		   "allow_write,allow_overwrite,allow_delete,part_size=16M,write_parts=8,"
+		   "write_buffer=1G,metrics=[::1]:9100,trace=/t,trace_size=1G,trace_files=0,"
+		   "trace_salt=/s",
 		   N_ALL);
 
 	/* with every option set, format names each exactly once, in the order of the list */
 	assert_non_null(getcwd(cwd, sizeof(cwd)));
 	expect_ok("immutable,lagging_page_cache,path_style,insecure,endpoint=https://e,"
 		  "region=r,profile=p,credentials=/c,manifest=/m,ca_file=/a,cache_dir=/d,"
-		  "shared=redis://h:1,shared_password_file=/p,shared_key=/k,metrics=9100,trace=/t,"
-		  "trace_salt=/s",
+		  "shared=redis://h:1,shared_password_file=/p,shared_key=/k,allow_write,"
+		  "allow_overwrite,allow_delete,metrics=9100,trace=/t,trace_salt=/s",
 		  &o);
 	fs_opts_format(&o, buf, sizeof(buf));
 	{
