@@ -801,34 +801,35 @@ static void set_method(CURL *e, const struct io_req *r)
 	curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
 }
 
-static int start_attempt(struct io *io, struct io_req *r)
+/* The attempt's headers: the request's, then its signature's (r->sign). @return 0 or -errno. */
+static int attempt_headers(struct io_req *r)
 {
-	CURL *e = io->npool ? io->pool[--io->npool] : curl_easy_init();
 	struct curl_slist *l = NULL;
-	char range[64];
 	int err;
 
-	if (!e)
-		return -ENOMEM;
-	reset_attempt(r);
-	r->xfer->fill = r->xfer->parts;
-	for (struct io_req *p = r->xfer->parts; p; p = p->xfer->next)
-		reset_attempt(p);
 	slist_free_wiped(r->xfer->att_headers);
 	r->xfer->att_headers = NULL;
 	for (struct curl_slist *h = r->headers; h; h = h->next) {
 		struct curl_slist *n = curl_slist_append(l, h->data);
 
-		if (!n)
-			goto nomem;
+		if (!n) {
+			slist_free_wiped(l);
+			return -ENOMEM;
+		}
 		l = n;
 	}
 	if (r->sign && (err = r->sign(r, &l, r->sign_arg)) < 0) {
 		slist_free_wiped(l);
-		io->pool[io->npool++] = e;
 		return err;
 	}
 	r->xfer->att_headers = l;
+	return 0;
+}
+
+/* Everything curl needs for one attempt of @r on handle @e. */
+static void attempt_setopts(struct io *io, CURL *e, struct io_req *r)
+{
+	char range[64];
 
 	curl_easy_setopt(e, CURLOPT_URL, r->url);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->xfer->att_headers);
@@ -836,7 +837,7 @@ static int start_attempt(struct io *io, struct io_req *r)
 	if (r->len) {
 		snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)r->off,
 			 (unsigned long long)(r->off + r->len - 1));
-		curl_easy_setopt(e, CURLOPT_RANGE, range);
+		curl_easy_setopt(e, CURLOPT_RANGE, range); /* curl copies it */
 	} else {
 		curl_easy_setopt(e, CURLOPT_RANGE, NULL);
 	}
@@ -860,6 +861,24 @@ static int start_attempt(struct io *io, struct io_req *r)
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
 		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
 	}
+}
+
+static int start_attempt(struct io *io, struct io_req *r)
+{
+	CURL *e = io->npool ? io->pool[--io->npool] : curl_easy_init();
+	int err;
+
+	if (!e)
+		return -ENOMEM;
+	reset_attempt(r);
+	r->xfer->fill = r->xfer->parts;
+	for (struct io_req *p = r->xfer->parts; p; p = p->xfer->next)
+		reset_attempt(p);
+	if ((err = attempt_headers(r)) < 0) {
+		io->pool[io->npool++] = e;
+		return err;
+	}
+	attempt_setopts(io, e, r);
 	r->xfer->easy = e;
 	r->attempts = r->xfer->attempt + 1;
 	if (curl_multi_add_handle(io->multi, e) != CURLM_OK) {
@@ -876,10 +895,6 @@ static int start_attempt(struct io *io, struct io_req *r)
 	STAT_ADD(io, active, 1);
 	r->xfer->sent_ns = now_ns(io);
 	return 0;
-nomem:
-	slist_free_wiped(l);
-	io->pool[io->npool++] = e;
-	return -ENOMEM;
 }
 
 static void window_set(struct io_window *win, double w)
@@ -979,25 +994,11 @@ static void fail_queued(struct io *io, const char *why)
 	}
 }
 
-static void transfer_done(struct io *io, CURL *e, CURLcode code)
+/* The outcome of @r's attempt that ended with @code: r->err (0, or -errno with r->errmsg), and
+ * whether the error may pass (@return true: retry). */
+static bool attempt_outcome(struct io_req *r, CURLcode code)
 {
-	struct io_req *r = NULL;
 	bool retry = false;
-
-	curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&r);
-	bk_hist_observe(&io->st.lat[op_of(r)], now_ns(io) - r->xfer->sent_ns);
-	running_unlink(io, r);
-	curl_multi_remove_handle(io->multi, e);
-	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
-	if (io->npool < POOL_MAX)
-		io->pool[io->npool++] = e;
-	else
-		curl_easy_cleanup(e);
-	r->xfer->easy = NULL;
-	io->active--;
-	if (r->prio == BK_BACKGROUND)
-		io->active_bg--;
-	STAT_SUB(io, active, 1);
 
 	if (r->xfer->complete) {
 		r->err = 0; /* a 200 answer cut short on purpose */
@@ -1019,6 +1020,45 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 	}
 	if (code == CURLE_OK && r->check && !r->xfer->complete)
 		r->check(r, &retry);
+	return retry;
+}
+
+/* Send @r again after its backoff. @return false if no timer could be had (it ends now). */
+static bool retry_later(struct io *io, struct io_req *r)
+{
+	struct timer *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return false;
+	r->xfer->attempt++;
+	STAT_ADD(io, retries, 1);
+	t->due = now_ns(io) + io_backoff_ns(r->xfer->attempt - 1, io->cfg.random(io->cfg.env_arg));
+	t->retry = r;
+	timer_insert(io, t);
+	return true;
+}
+
+static void transfer_done(struct io *io, CURL *e, CURLcode code)
+{
+	struct io_req *r = NULL;
+	bool retry, unreachable = code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST;
+
+	curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&r);
+	bk_hist_observe(&io->st.lat[op_of(r)], now_ns(io) - r->xfer->sent_ns);
+	running_unlink(io, r);
+	curl_multi_remove_handle(io->multi, e);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
+	if (io->npool < POOL_MAX)
+		io->pool[io->npool++] = e;
+	else
+		curl_easy_cleanup(e);
+	r->xfer->easy = NULL;
+	io->active--;
+	if (r->prio == BK_BACKGROUND)
+		io->active_bg--;
+	STAT_SUB(io, active, 1);
+
+	retry = attempt_outcome(r, code);
 	if (r->len && !r->err && !r->xfer->carrier)
 		STAT_ADD(io, bytes, r->len); /* a carrier's reads count their own */
 	if (r->status)
@@ -1028,30 +1068,14 @@ static void transfer_done(struct io *io, CURL *e, CURLcode code)
 		if (r->err && !retry)
 			failed(io, r);
 		carrier_end(io, r, retry);
-		if (code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST)
-			fail_queued(io, "store unreachable: an earlier request could not connect");
-		return;
+	} else if (r->err && retry && r->xfer->attempt < io->cfg.retries && retry_later(io, r)) {
+		return; /* it goes again: the queue waits for its next attempt */
+	} else {
+		if (r->err == -EAGAIN)
+			r->err = -EIO; /* the store kept asking us to slow down */
+		finish(io, r);
 	}
-
-	if (r->err && retry && r->xfer->attempt < io->cfg.retries) {
-		struct timer *t = calloc(1, sizeof(*t));
-
-		if (t) {
-			uint64_t now = now_ns(io);
-
-			r->xfer->attempt++;
-			STAT_ADD(io, retries, 1);
-			t->due = now + io_backoff_ns(r->xfer->attempt - 1,
-						     io->cfg.random(io->cfg.env_arg));
-			t->retry = r;
-			timer_insert(io, t);
-			return;
-		}
-	}
-	if (r->err == -EAGAIN)
-		r->err = -EIO; /* the store kept asking us to slow down */
-	finish(io, r);
-	if (code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST)
+	if (unreachable)
 		fail_queued(io, "store unreachable: an earlier request could not connect");
 }
 
