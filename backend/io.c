@@ -49,8 +49,8 @@
  * byte is in, not when the whole request ends: a reader waiting for the first block waits
  * for that block only. If the request fails, the reads not yet complete fail or are retried
  * each on its own, as if each had gone out alone. Fewer, larger requests cost a store that
- * pays per request (s3rver: 4 MiB ranges at 249 MB/s, 16 MiB at 402, one GET at 418, through
- * the bench's proxy) less, and cost S3 fewer GET charges.
+ * pays a price per request less (README's performance section has the figures), and cost S3
+ * fewer GET charges.
  *
  * A store that refuses connections (a request could not connect even after its retries)
  * fails the requests queued behind it at once, rather than each going through its own

@@ -27,11 +27,11 @@
  *
  * Each server gets two connections: one for GETs and EVALs (a reader or a grant waits on
  * them), one for SETs (nobody waits). On one connection Redis answers in order, and a GET
- * written after a SET of a 4 MiB block waits for the whole SET to cross the socket and be read:
- * measured on this 2-core VM (bench/shared_latency.py, 4 MiB blocks, rounds interleaved), a
- * GET took 2.9 ms (p50) alone, 16 ms behind one SET and 67 ms behind four on its connection,
- * but 8 ms on its own connection while another one wrote SETs without pause. Redis is one
- * thread, so SETs still cost a GET their turns of its loop, but no longer their bytes.
+ * written after a SET of a 4 MiB block waits for the whole SET to cross the socket and be read
+ * (bench/shared_latency.py measures it: several times a GET alone behind one SET, far more
+ * behind four; README's performance section has the figures). On its own connection a GET
+ * waits only for Redis's loop: Redis is one thread, so SETs still cost a GET their turns of
+ * its loop, but no longer their bytes.
  *
  * A request is answered exactly once: by its reply, or by its timer when the reply is late
  * (then the reply, if it ever comes, is dropped). It is freed when all have let go of it
