@@ -1492,7 +1492,7 @@ static const struct {
     {"-o auto_unmount", "unmount when tierfs exits"},
     {"-o fsname=NAME", "source name shown in /proc/mounts"},
     {"-o subtype=NAME", "type shown as fuse.NAME"},
-    {"-o ro", "accepted: tierfs is always read-only"},
+    {"-o ro", "a read-only mount, whatever allow_* says"},
     {NULL, "max_read is not an option: tierfs sets it itself (1 MiB)."},
     {NULL, "From /etc/fstab, these are accepted and ignored: rw, defaults, auto,"},
     {NULL, "noauto, user, users, nouser, owner, group, _netdev, nofail, [no]atime,"},

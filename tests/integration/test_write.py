@@ -380,6 +380,26 @@ def test_a_failed_write_is_the_closers_errno_and_leaves_nothing(mount, tmp_path)
         subprocess.run(["umount", str(small)], check=False)
 
 
+@pytest.mark.parametrize("what", ["upload-pwrite", "upload-fsync"])
+def test_a_disk_error_is_eio_at_close_and_leaves_nothing(mount, store, tmp_path, what):
+    """file:// on a failing disk (eioshim.so fails pwrite or fsync of the temporary file):
+    close() (or a write) gets EIO, nothing is left under the name nor as a temporary file,
+    and the next file is written once the disk is well."""
+    ctl = tmp_path / "eio-ctl"
+    ctl.write_text(what + "\n")
+    shim = Path(harness.tierfs_bin()).parent / "tests" / "eioshim.so"
+    m = fmount(mount, store, W + ["part_size=5M"],
+               env={"LD_PRELOAD": str(shim), "TIERFS_EIO_CTL": str(ctl)})
+    with pytest.raises(OSError) as e:
+        write_file(m.path("bad.bin"), data("e", 6 * MIB))
+    assert e.value.errno == errno.EIO
+    assert os.listdir(store) == [] and not os.path.exists(m.path("bad.bin"))
+    assert lu.stats(m.mnt).v("write_failures_total") == 1
+    ctl.write_text("")
+    write_file(m.path("good.bin"), b"good")
+    assert (store / "good.bin").read_bytes() == b"good"
+
+
 @pytest.mark.watchdog(120)
 def test_kill_9_mid_write_leaves_the_name_absent_or_whole(mount, store, tmp_path, fuse):
     """tierfs killed while a file is written: the name is absent (or, had the commit finished,
