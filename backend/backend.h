@@ -177,7 +177,7 @@ struct bk_stats {
 				     * backend_upload_abort, or a failed commit (S3's
 				     * AbortMultipartUpload answered, file://'s temp removed) */
 	uint64_t abort_errors;	    /* S3 aborts the store refused or never answered (parts left
-				     * for the bucket's lifecycle rule, README) */
+				     * for the bucket's lifecycle rule, docs/semantics.md) */
 	uint64_t parts;		    /* parts the store acknowledged (a PutObject counts one) */
 	uint64_t bytes_up;	    /* body bytes of those parts */
 	uint64_t upload_retries;    /* write requests sent again (parts, PutObject, Complete...) */

@@ -49,7 +49,7 @@
  * byte is in, not when the whole request ends: a reader waiting for the first block waits
  * for that block only. If the request fails, the reads not yet complete fail or are retried
  * each on its own, as if each had gone out alone. Fewer, larger requests cost a store that
- * pays a price per request less (README's performance section has the figures), and cost S3
+ * pays a price per request less (docs/performance.md has the figures), and cost S3
  * fewer GET charges.
  *
  * A store that refuses connections (a request could not connect even after its retries)

@@ -10,7 +10,7 @@
  * Why not HMAC-SHA256 over the value: it is the obvious MAC, but it runs at the speed of
  * SHA-256, and a shared hit checks every byte of a block on the I/O thread, which also parses
  * every value; GMAC runs at the speed of carry-less multiplication, several times faster on a
- * CPU with both in hardware (the figures are in the README's performance section).
+ * CPU with both in hardware (the figures are in docs/performance.md).
  *
  * Why GMAC is a MAC here: GMAC (GCM with all of the message as associated data) is a secure
  * MAC as long as one key and IV never authenticate two different messages. Its weakness is

@@ -29,7 +29,7 @@
  * them), one for SETs (nobody waits). On one connection Redis answers in order, and a GET
  * written after a SET of a 4 MiB block waits for the whole SET to cross the socket and be read
  * (bench/shared_latency.py measures it: several times a GET alone behind one SET, far more
- * behind four; README's performance section has the figures). On its own connection a GET
+ * behind four; docs/performance.md has the figures). On its own connection a GET
  * waits only for Redis's loop: Redis is one thread, so SETs still cost a GET their turns of
  * its loop, but no longer their bytes.
  *

@@ -31,7 +31,8 @@
  * multipart object the MD5 of the parts' MD5s, "-N"), which is also the case when another
  * writer put exactly these bytes there first.
  * CreateMultipartUpload retried after a lost answer can leave an unused upload behind, which
- * the bucket's lifecycle rule (README) removes, as it does the parts of a killed process.
+ * the bucket's lifecycle rule (docs/semantics.md) removes, as it does the parts of a killed
+ * process.
  *
  * Locking: u->lock guards the s3up fields marked so; the I/O thread alone runs advance(), the
  * request completions and every done. Requests are submitted with no lock held, from the

@@ -1307,8 +1307,8 @@ class Bench:
                    interval=0.2)
 
     def redis_start(self, name, fill=True):
-        """A redis-server as README says a fleet runs it (no persistence, allkeys-lru), on a
-        free port, filled past its maxmemory unless not @fill; @return (process, port)."""
+        """A redis-server as docs/caching.md says a fleet runs it (no persistence, allkeys-lru),
+        on a free port, filled past its maxmemory unless not @fill; @return (process, port)."""
         d = self.run_dir / name
         d.mkdir(parents=True, exist_ok=True)
         for _ in range(3):

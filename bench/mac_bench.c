@@ -3,7 +3,7 @@
  * block's size in cache, against backend/mac.c's (GMAC under a per-value key, what a shared
  * hit checks with shared_key). Prints MB/s of each, and the per-value cost of bk_mac_tag on an
  * empty message (the key derivation and set-up). How the shared tier's MAC was chosen: see
- * backend/mac.c; the figures are in the README.
+ * backend/mac.c; the figures are in docs/performance.md.
  *
  *     build/bench/mac-bench [KiB]     (default 4096: a 4 MiB block; each for about a second)
  */

@@ -3,8 +3,8 @@
 measurement behind shared_timeout's default (fs/opts.c) and the second Redis connection per
 server for SETs (backend/redis.c).
 
-Starts its own redis-server on a free port (no persistence, allkeys-lru, as README says a
-fleet runs it), writes a value of one block plus the 80-byte header, and measures the time
+Starts its own redis-server on a free port (no persistence, allkeys-lru, as docs/caching.md
+says a fleet runs it), writes a value of one block plus the 80-byte header, and measures the time
 from sending a GET to having its whole reply:
 
   alone          one connection, nothing else in flight

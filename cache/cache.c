@@ -1142,7 +1142,7 @@ struct rq {
  * *ret_to], empty when from > to), forget the window on a seek. @return true when the read
  * should fetch parts of blocks (a random read of a lagging object, or of a hot one larger than
  * cfg.hot_parts_above: whole blocks of it would evict each other before they are read again;
- * README, "Random reads").
+ * docs/caching.md, "Random reads").
  */
 static bool stream_step(struct cache *c, struct cache_stream *s, const struct rq *q,
 			uint64_t *ret_from, uint64_t *ret_to)

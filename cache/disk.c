@@ -1387,7 +1387,8 @@ static bool tier_has(void *self, struct cache_key key)
 	return disk_has(self, key);
 }
 
-/* Hot and written blocks are kept; lagging ones only with cfg.lagging (README, "Disk tier"). */
+/* Hot and written blocks are kept; lagging ones only with cfg.lagging (docs/caching.md,
+ * "Disk tier"). */
 static void tier_put(void *self, const struct tier_io *io, int err)
 {
 	struct disk *d = self;

@@ -14,7 +14,7 @@
  *   rename ─► backend_rename_async (file://; S3 answers EXDEV: mv and Files.move copy and
  *             delete by themselves) ─► ns_removed(old), ns_removed+stale(new)
  *
- * What may be done, and the errno otherwise (README, "Writing"):
+ * What may be done, and the errno otherwise (docs/semantics.md, "Writing through the mount"):
  *   - without the flag an operation needs: EPERM (rename needs allow_write and allow_delete,
  *     and allow_overwrite to replace a name); a read-only mount answers EROFS;
  *   - a write open of an existing object without O_TRUNC (changing an object in place), or

@@ -734,9 +734,9 @@ def test_page_cache_dropped_for_new_version(mount, proxy, store):
 
 @pytest.mark.parametrize("how", ["412", "nginx-rewrite"])
 def test_reopen_after_estale_with_default_metadata_ttl(mount, proxy, store, how):
-    """README: "the open file gets ESTALE ... Reopen it to read the new version." With the
-    default metadata_ttl=60, the ESTALE marks the object stale, so the reopen asks the store
-    (HEAD) again and reads the whole new version."""
+    """docs/faults.md, "An object that changes while it is open": the open file gets ESTALE; a
+    new open reads the new version. With the default metadata_ttl=60, the ESTALE marks the
+    object stale, so the reopen asks the store (HEAD) again and reads the whole new version."""
     rel = "old/obj.bin"
     m = mount_http(mount, proxy)
     _check_change(m, rel, how, store, proxy, is_direct(rel))

@@ -158,7 +158,8 @@ def test_versions_never_mix_in_page_cache(mount, store):
         assert os.pread(fa, 256 * 1024, 0) == b"A" * (256 * 1024)
         if s.kind == "http":
             # nginx's ETag is the mtime in seconds and the size: a replacement of the same
-            # size within the same second is the same version to any HTTP client (README)
+            # size within the same second is the same version to any HTTP client
+            # (docs/semantics.md, "Versions and freshness")
             a_sec = int(os.stat(s.root / "obj").st_mtime)
             harness.wait_until(lambda: int(time.time()) > a_sec, 3, "the next second",
                                interval=0.01)

@@ -136,11 +136,12 @@ print(json.dumps(out))
 def test_only_the_operator_changes_settings(pub, mount, dir_mode, uid, refusal):
     """nobody's setxattr on the root is refused for every name and value, also as root of its
     own user namespace, and the settings stay as they were; nobody still reads them. Root, the
-    mount's owner, still changes them. Two layers refuse, and the errno says which (README,
-    docs/security.md): the kernel when the modes shown give nobody no write permission on the
-    root (default_permissions: EACCES, the default dir_mode's case), tierfs itself when they
-    do, through dir_mode or uid= (not the uid tierfs runs as, no CAP_SYS_ADMIN: EPERM). On
-    the control directory (0555) the kernel refuses nobody in every case."""
+    mount's owner, still changes them. Two layers refuse, and the errno says which
+    (docs/operating.md, "Looking in and steering"; docs/security.md): the kernel when the modes
+    shown give nobody no write permission on the root (default_permissions: EACCES, the default
+    dir_mode's case), tierfs itself when they do, through dir_mode or uid= (not the uid tierfs
+    runs as, no CAP_SYS_ADMIN: EPERM). On the control directory (0555) the kernel refuses nobody
+    in every case."""
     put(pub.store, "obj.bin", os.urandom(B64K))
     m = mount(pub.url, RW + ["lagging_rate=20M", "lagging_burst=4M", "lagging_ops=40",
                              "hot_ttl=600", f"dir_mode={dir_mode}"] +

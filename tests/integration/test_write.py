@@ -1,5 +1,6 @@
-"""Writing through the mount (issue 29; README, "Writing"): new objects, whole or not at all,
-their blocks in the tiers on the way; deletes and overwrites by option.
+"""Writing through the mount (issue 29; docs/semantics.md, "Writing through the mount"): new
+objects, whole or not at all, their blocks in the tiers on the way; deletes and overwrites by
+option.
 
 Stores: file:// directories (the test's own), s3rver, and the tests' fake S3 (fakes3.py: every
 request seen, AbortMultipartUpload, faults). Reads of what was written are checked at the
