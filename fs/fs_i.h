@@ -6,6 +6,7 @@
 #ifndef TIERFS_FS_I_H
 #define TIERFS_FS_I_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -273,7 +274,7 @@ int fs_trace_open(struct mount *m);
 /* Start its writer's thread (after daemonizing). Nothing without trace=. @return 0 or -errno. */
 int fs_trace_start(struct mount *m);
 /* Record the read of [@off, @off + @len) of @o through handle @fh that came at @t0
- * (fs_metrics_now_ns; @first: the handle's first) and is answered now (@err: its error). Only
+ * (fs_now_ns; @first: the handle's first) and is answered now (@err: its error). Only
  * inside the cache's reply callback, and only with m->trace set. */
 void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64_t off,
 		   size_t len, uint64_t t0, bool first, int err);
@@ -288,9 +289,11 @@ void fs_trace_close(struct mount *m);
 
 extern const struct fuse_lowlevel_ops fs_ops;
 
-/* What the cache is given (cache_new) besides its chain: the clocks, the I/O loop's timers and
- * plug, references on the fobjs. */
+/* env.c: what the cache is given (cache_new) besides its chain: the clocks, the I/O loop's
+ * timers and plug, references on the fobjs. */
 struct cache_env fs_cache_env(struct mount *m);
+/* env.c: CLOCK_MONOTONIC in ns, the one clock of fs/'s timings (read latencies, the trace). */
+uint64_t fs_now_ns(void);
 
 /* After the session loop and the I/O thread stopped, before fuse_session_unmount: wait for
  * the helper threads, the last writers of the FUSE device besides them. Unmounting closes the
@@ -302,11 +305,29 @@ void fs_ops_quiesce(struct mount *m);
 void fs_ops_drain(struct mount *m);
 
 /* What change.c shares with ops.c: open handles, the kernel's timeouts, replies' errnos. */
+/* handles.c: a new file handle (not listed yet); list it in @m (open); unlist it, drop its
+ * version, its namespace reference and its write, and free it; or free one never listed. The
+ * same for directories. */
 struct fh *fs_fh_new(void);
 void fs_fh_track(struct mount *m, struct fh *fh);
 void fs_fh_free(struct mount *m, struct fh *fh);
-double fs_ttl(struct mount *m);
-int fs_reply_errno(int r);
+void fs_fh_free_untracked(struct fh *fh);
+void fs_dir_track(struct mount *m, struct ns_dir *d);
+void fs_dir_free(struct mount *m, struct ns_dir *d);
+
+/* How long the kernel may keep attributes and names: metadata_ttl. */
+static inline double fs_ttl(const struct mount *m)
+{
+	return (double)m->o->metadata_ttl;
+}
+
+/* The errno a FUSE reply carries for @r (< 0). Requests still waiting when the mount ends are
+ * answered -ESHUTDOWN by the stopping I/O thread (backend_stop) while the device is still
+ * open: they get what the kernel gives requests of a connection that goes away. */
+static inline int fs_reply_errno(int r)
+{
+	return r == -ESHUTDOWN ? ECONNABORTED : -r;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * change.c: the FUSE operations that change the store (allow_write, allow_overwrite,

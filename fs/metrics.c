@@ -403,14 +403,6 @@ void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
 
 /* ---- the mount's own histograms --------------------------------------------------------------- */
 
-uint64_t fs_metrics_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The chain's tiers by name (tier_ops.name), as the read histograms' places. */
 static const struct {
 	const char *name;
@@ -441,7 +433,7 @@ void fs_metrics_read(struct mount *m, const struct cache_iov *iov, int n, uint64
 	for (int i = 0; i < n; i++)
 		if (iov[i].from > from)
 			from = iov[i].from;
-	bk_hist_observe(&m->read_lat[read_from(m, from)], fs_metrics_now_ns() - start_ns);
+	bk_hist_observe(&m->read_lat[read_from(m, from)], fs_now_ns() - start_ns);
 }
 
 /* ---- the writer ----------------------------------------------------------------------------- */

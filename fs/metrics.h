@@ -53,8 +53,6 @@ struct fs_metrics_snap {
  * and no lock of the mount's own (opts_lock, handles_lock...). */
 void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret);
 
-/* CLOCK_MONOTONIC now, in ns: when a read came (fs_metrics_read's @start_ns). */
-uint64_t fs_metrics_now_ns(void);
 
 /* Count a read of @m answered with data (@iov, @n > 0 pieces, cache_reply_fn's) that came at
  * @start_ns: its latency, in the histogram of where its slowest piece came from. */

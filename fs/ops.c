@@ -83,63 +83,9 @@ static struct mount *M(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-/* ---- the cache's environment --------------------------------------------------------------- */
-
-static uint64_t env_mono(void *arg)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static int64_t env_wall(void *arg)
-{
-	return (int64_t)time(NULL);
-}
-
-static int env_defer(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg)
-{
-	return backend_defer(((struct mount *)arg)->b, delay_ns, cb, cb_arg);
-}
-
-static void env_plug(void *arg)
-{
-	backend_plug(((struct mount *)arg)->b);
-}
-
-static void env_unplug(void *arg)
-{
-	backend_unplug(((struct mount *)arg)->b);
-}
-
-static void env_hold(void *ctx)
-{
-	fobj_get(ctx);
-}
-
-static void env_release(void *ctx)
-{
-	fobj_put(ctx);
-}
-
 static struct cache_obj cobj(const struct fobj *o)
 {
 	return (struct cache_obj){.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
-}
-
-struct cache_env fs_cache_env(struct mount *m)
-{
-	return (struct cache_env){
-		.arg = m,
-		.mono_ns = env_mono,
-		.wall_s = env_wall,
-		.defer = env_defer,
-		.hold = env_hold,
-		.release = env_release,
-		.plug = env_plug,
-		.unplug = env_unplug,
-	};
 }
 
 /*
@@ -155,14 +101,6 @@ static void log_read_error(struct mount *m, const struct fobj *o, int err)
 		return;
 	fs_log_once(&m->log, FUSE_LOG_ERR, o->path, strerror(-err), "read %s: %s", o->path,
 		    strerror(-err));
-}
-
-/* The errno a FUSE reply carries for @r (< 0). Requests still waiting when the mount ends are
- * answered -ESHUTDOWN by the stopping I/O thread (backend_stop) while the device is still
- * open: they get what the kernel gives requests of a connection that goes away. */
-int fs_reply_errno(int r)
-{
-	return r == -ESHUTDOWN ? ECONNABORTED : -r;
 }
 
 /* ---- operations ------------------------------------------------------------------------------ */
@@ -194,11 +132,6 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * drops the flag from its reply: device.c adds it. */
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-}
-
-double fs_ttl(struct mount *m)
-{
-	return (double)m->o->metadata_ttl;
 }
 
 /* The answer to a lookup, in the worker or later on the I/O thread. One from metadata past
@@ -334,80 +267,6 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_attr(req, &st, fs_ttl(M(req)));
 }
 
-/* Open handles are listed so that those still open when the session ends (libfuse sends no
- * release for them) are freed too. */
-static void hlink_add(struct mount *m, struct hlink **head, struct hlink *l)
-{
-	pthread_mutex_lock(&m->handles_lock);
-	l->prev = NULL;
-	l->next = *head;
-	if (*head)
-		(*head)->prev = l;
-	*head = l;
-	pthread_mutex_unlock(&m->handles_lock);
-}
-
-static void hlink_del(struct mount *m, struct hlink **head, struct hlink *l)
-{
-	pthread_mutex_lock(&m->handles_lock);
-	if (l->prev)
-		l->prev->next = l->next;
-	else
-		*head = l->next;
-	if (l->next)
-		l->next->prev = l->prev;
-	pthread_mutex_unlock(&m->handles_lock);
-}
-
-_Static_assert(offsetof(struct fh, link) == 0 && offsetof(struct ns_dir, link) == 0,
-	       "fs_main casts a list link back to its handle");
-
-void fs_fh_track(struct mount *m, struct fh *fh)
-{
-	hlink_add(m, &m->fhs, &fh->link);
-}
-
-/* Free a handle that is not (or no longer) in the mount's list. */
-static void fh_free_untracked(struct fh *fh)
-{
-	fobj_put(fh->obj);
-	free(fh->text);
-	pthread_mutex_destroy(&fh->lock);
-	pthread_cond_destroy(&fh->moved);
-	free(fh);
-}
-
-void fs_fh_free(struct mount *m, struct fh *fh)
-{
-	hlink_del(m, &m->fhs, &fh->link);
-	if (fh->ino)
-		ns_release(m->ns, fh->ino);
-	if (fh->w)
-		wfile_release(fh->w); /* a handle the kernel never released (teardown) */
-	fh_free_untracked(fh);
-}
-
-struct fh *fs_fh_new(void)
-{
-	struct fh *fh = calloc(1, sizeof(*fh));
-
-	if (fh) {
-		pthread_mutex_init(&fh->lock, NULL);
-		pthread_cond_init(&fh->moved, NULL);
-	}
-	return fh;
-}
-
-static void track_dir(struct mount *m, struct ns_dir *d)
-{
-	hlink_add(m, &m->dirs, &d->link);
-}
-
-static void dir_free(struct mount *m, struct ns_dir *d)
-{
-	hlink_del(m, &m->dirs, &d->link);
-	ns_dir_put(d);
-}
 
 /* A control file: its text is taken now and served from memory, bypassing the page cache. */
 static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -421,7 +280,7 @@ static void open_control(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	}
 	r = ctl_read_all(M(req), ino, &fh->text, &fh->text_len);
 	if (r < 0) {
-		fh_free_untracked(fh);
+		fs_fh_free_untracked(fh);
 		fuse_reply_err(req, fs_reply_errno(r));
 		return;
 	}
@@ -943,7 +802,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rr->fh = fh;
 	rr->off = (uint64_t)off;
 	rr->size = size;
-	rr->start_ns = fs_metrics_now_ns();
+	rr->start_ns = fs_now_ns();
 	rr->first = m->trace && __atomic_load_n(&fh->s.next_off, __ATOMIC_RELAXED) == 0;
 	pthread_mutex_lock(&fh->lock);
 	rr->o = fh->obj; /* a move may change it: take the version under the lock */
@@ -1017,9 +876,9 @@ static void reply_opendir(void *arg, int r, struct ns_dir *d)
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
 	fi->cache_readdir = 0;
-	track_dir(M(req), d);
+	fs_dir_track(M(req), d);
 	if (fuse_reply_open(req, fi) == -ENOENT)
-		dir_free(M(req), d);
+		fs_dir_free(M(req), d);
 	free(orq);
 }
 
@@ -1123,7 +982,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	dir_free(M(req), (struct ns_dir *)(uintptr_t)fi->fh);
+	fs_dir_free(M(req), (struct ns_dir *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -1253,5 +1112,5 @@ void fs_ops_drain(struct mount *m)
 	while (m->fhs)
 		fs_fh_free(m, (struct fh *)m->fhs);
 	while (m->dirs)
-		dir_free(m, (struct ns_dir *)m->dirs);
+		fs_dir_free(m, (struct ns_dir *)m->dirs);
 }

@@ -32,7 +32,6 @@
 #include <unistd.h>
 
 #include "fs_i.h"
-#include "metrics.h"
 #include "trace.h"
 
 struct fs_trace {
@@ -83,7 +82,7 @@ int fs_trace_open(struct mount *m)
 	if (o->trace_salt && (r = read_salt(o->trace_salt, salt)) < 0)
 		goto fail;
 	wc.salt = o->trace_salt ? salt : NULL;
-	t->start_mono = fs_metrics_now_ns();
+	t->start_mono = fs_now_ns();
 	r = trace_writer_open(&wc, &t->w);
 	if (r < 0) {
 		fprintf(stderr, "tierfs: trace=%s: %s\n", o->trace,
@@ -114,7 +113,7 @@ void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64
 {
 	struct fs_trace *t = m->trace;
 	const struct cache_served *sv = cache_reply_served();
-	uint64_t now = fs_metrics_now_ns(), lat = (now - t0) / 1000;
+	uint64_t now = fs_now_ns(), lat = (now - t0) / 1000;
 	struct trace_read r = {
 	    .t_ns = t0 - t->start_mono,
 	    .obj = trace_hash(t->salt, o->path, strlen(o->path)),
