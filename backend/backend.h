@@ -332,6 +332,11 @@ int backend_upload_commit(struct bk_upload *u, bk_commit_fn done, void *arg);
  * again. NULL is allowed; after a commit that returned 0, nothing happens.
  */
 void backend_upload_abort(struct bk_upload *u);
+/* backend_upload_abort, and @done(@arg, 0) once the undoing is over (then nothing of the upload
+ * is left: no temporary file, no multipart upload but one whose abort the store refused,
+ * counted in abort_errors). @done may run before this returns (nothing was sent yet), so call
+ * it without a lock @done takes. With NULL @u, @done runs at once. */
+void backend_upload_abort_then(struct bk_upload *u, bk_done_fn done, void *arg);
 
 /*
  * Remove the object (s3: DeleteObject, which S3 answers 204 whether or not it was there;

@@ -227,15 +227,27 @@ int backend_upload_commit(struct bk_upload *u, bk_commit_fn done, void *arg)
 
 void backend_upload_abort(struct bk_upload *u)
 {
+	backend_upload_abort_then(u, NULL, NULL);
+}
+
+void backend_upload_abort_then(struct bk_upload *u, bk_done_fn done, void *arg)
+{
 	int e;
 
-	if (!u)
+	if (!u) {
+		if (done)
+			done(arg, 0);
 		return;
+	}
 	pthread_mutex_lock(&u->lock);
 	e = upload_plan_abort(&u->plan);
+	if (e == 0) {
+		u->abort_done = done;
+		u->abort_arg = arg;
+	}
 	pthread_mutex_unlock(&u->lock);
 	if (e < 0)
-		return; /* committed already: the upload is the backend's */
+		return; /* committed already: the upload is the backend's, its commit's done runs */
 	u->b->ops->upload_abort(u);
 }
 
@@ -259,8 +271,13 @@ void upload_part_end(struct bk_part *p, int err)
 void upload_end(struct bk_upload *u, int err, const struct bk_meta *meta)
 {
 	if (!u->commit_done) { /* aborted */
+		bk_done_fn done = u->abort_done;
+		void *arg = u->abort_arg;
+
 		WSTAT_ADD(u->b, aborted, 1);
 		upload_free(u);
+		if (done)
+			done(arg, 0);
 		return;
 	}
 	if (err) {

@@ -84,6 +84,9 @@ struct bk_upload {
 	bk_commit_fn commit_done; /* lock: set by backend_upload_commit, before the scheme
 				   * hears; NULL: an abort (or not ended yet) */
 	void *commit_arg;
+	bk_done_fn abort_done;	  /* lock: set by backend_upload_abort_then before the scheme
+				   * hears; run by upload_end once the abort is over */
+	void *abort_arg;
 	void *priv; /* the scheme's state (its own rules say what lock guards
 		     * what; u->lock by default) */
 };

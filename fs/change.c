@@ -247,6 +247,34 @@ static void change_fail(struct change *c, int r)
 	free(c);
 }
 
+/* A change of @name in @parent that the option @allowed permits, with its path: NULL when it
+ * was refused (answered: EROFS on a read-only mount, EPERM without the option or on the
+ * control directory's name, which @control_err answers for mkdir), else the change. */
+static struct change *change_start(fuse_req_t req, fuse_ino_t parent, const char *name,
+				   bool allowed, int control_err)
+{
+	struct mount *m = M(req);
+	struct change *c;
+	int r;
+
+	if (!allowed) {
+		fuse_reply_err(req, m->writable ? EPERM : EROFS);
+		return NULL;
+	}
+	if (is_control(m, parent, name)) {
+		fuse_reply_err(req, control_err);
+		return NULL;
+	}
+	if (!(c = change_new(req, parent, name)))
+		return NULL;
+	r = child(m, parent, name, c->path, sizeof(c->path));
+	if (r < 0) {
+		change_fail(c, r);
+		return NULL;
+	}
+	return c;
+}
+
 static void unlinked(void *arg, int err)
 {
 	struct change *c = arg;
@@ -263,23 +291,10 @@ static void unlinked(void *arg, int err)
 void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct mount *m = M(req);
-	struct change *c;
+	struct change *c = change_start(req, parent, name, m->o->allow_delete, EPERM);
 	int r;
 
-	if (!m->o->allow_delete) {
-		fuse_reply_err(req, m->writable ? EPERM : EROFS);
-		return;
-	}
-	if (is_control(m, parent, name)) {
-		fuse_reply_err(req, EPERM);
-		return;
-	}
-	if (!(c = change_new(req, parent, name)))
-		return;
-	r = child(m, parent, name, c->path, sizeof(c->path));
-	if (r == 0)
-		r = backend_unlink_async(m->b, c->path, unlinked, c);
-	if (r < 0)
+	if (c && (r = backend_unlink_async(m->b, c->path, unlinked, c)) < 0)
 		change_fail(c, r);
 }
 
@@ -307,22 +322,12 @@ static void made_dir(void *arg, int err)
 void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct mount *m = M(req);
-	struct change *c;
+	struct change *c = change_start(req, parent, name, m->o->allow_write, EEXIST);
 	int r;
 
-	if (!m->o->allow_write) {
-		fuse_reply_err(req, m->writable ? EPERM : EROFS);
-		return;
-	}
-	if (is_control(m, parent, name)) {
-		fuse_reply_err(req, EEXIST);
-		return;
-	}
-	if (!(c = change_new(req, parent, name)))
+	if (!c)
 		return;
 	r = ns_listed(m->ns, parent, name) == 1 ? -EEXIST : 0;
-	if (r == 0)
-		r = child(m, parent, name, c->path, sizeof(c->path));
 	if (r == 0)
 		r = backend_mkdir_async(m->b, c->path, made_dir, c);
 	if (r < 0)
@@ -377,25 +382,10 @@ static void rmdir_found(void *arg, int err, const struct stat *st, bool stale)
 void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct mount *m = M(req);
-	struct change *c;
-	int r;
+	struct change *c = change_start(req, parent, name, m->o->allow_delete, EPERM);
 
-	if (!m->o->allow_delete) {
-		fuse_reply_err(req, m->writable ? EPERM : EROFS);
-		return;
-	}
-	if (is_control(m, parent, name)) {
-		fuse_reply_err(req, EPERM);
-		return;
-	}
-	if (!(c = change_new(req, parent, name)))
-		return;
-	r = child(m, parent, name, c->path, sizeof(c->path));
-	if (r < 0) {
-		change_fail(c, r);
-		return;
-	}
-	ns_lookup_async(m->ns, parent, name, rmdir_found, c);
+	if (c)
+		ns_lookup_async(m->ns, parent, name, rmdir_found, c);
 }
 
 static void renamed(void *arg, int err)

@@ -311,23 +311,14 @@ static void send_full(struct wfile *w)
 	}
 }
 
-/* Ask the store to make the object (w->lock held; every part handed over). A file that
- * failed already is abandoned instead: nothing appears. @return false if the commit could not
- * be asked for (@w is done: *ret_err set). */
-static bool commit_send(struct wfile *w, int *ret_err)
-{
-	int r = w->err;
+struct replies;
 
-	if (r == 0) {
-		r = backend_upload_commit(w->u, commit_done, w);
-		if (r == 0)
-			return true;
-	}
-	backend_upload_abort(w->u);
-	w->u = NULL;
-	*ret_err = r;
-	return false;
-}
+/* Ask the store to make the object (w->lock held; every part handed over). A file that
+ * failed already, or whose commit the backend refused, is undone instead: nothing appears,
+ * and the file ends with its error once the undoing is over (aborted), so that close()
+ * returns when nothing of it is left, temporary file included. The abort itself is asked
+ * for once w->lock is dropped (replies_send): it may end at once, and aborted takes the lock. */
+static void commit_send(struct wfile *w, struct replies *rs);
 
 /* The part being filled is full, or the file ends: it goes on the list to hand over. */
 static void part_close(struct wfile *w)
@@ -398,7 +389,11 @@ struct replies {
 	int werr;                /* errno for the writes, 0: taken */
 	struct waiter *waiters;  /* each answered with cerr */
 	int cerr;
+	struct wfile *abort;     /* a file whose upload is to be undone (commit_send) */
+	struct bk_upload *abort_u; /* ... that upload */
 };
+
+static void aborted(void *arg, int err);
 
 static void replies_send(struct replies *rs)
 {
@@ -419,6 +414,24 @@ static void replies_send(struct replies *rs)
 		fuse_reply_err(q->req, rs->cerr);
 		free(q);
 	}
+	if (rs->abort) {
+		struct wfile *w = rs->abort;
+
+		rs->abort = NULL;
+		backend_upload_abort_then(rs->abort_u, aborted, w);
+	}
+}
+
+static void commit_send(struct wfile *w, struct replies *rs)
+{
+	int r = w->err;
+
+	if (r == 0 && (r = backend_upload_commit(w->u, commit_done, w)) == 0)
+		return;
+	w->err = r;
+	rs->abort = w;
+	rs->abort_u = w->u;
+	w->u = NULL;
 }
 
 static void commit_locked(struct wfile *w, struct replies *rs);
@@ -521,8 +534,6 @@ static void wake_hungry(struct wpool *p)
  * waiting for it is answered by commit_done, or here when there is nothing to commit. */
 static void commit_locked(struct wfile *w, struct replies *rs)
 {
-	int err;
-
 	w->state = W_COMMITTING;
 	if (w->cur) {
 		size_t cached = w->cur->len / cache_block_size(w->m->c) *
@@ -535,10 +546,7 @@ static void commit_locked(struct wfile *w, struct replies *rs)
 	if (w->full || w->commit_sent)
 		return; /* part_done sends the rest, then commits */
 	w->commit_sent = true;
-	if (!commit_send(w, &err)) {
-		finish_locked(w, err, NULL, rs);
-		w->refs--; /* the upload's: the caller holds the handle's */
-	}
+	commit_send(w, rs);
 }
 
 static void commit_done(void *arg, int err, const struct bk_meta *meta)
@@ -548,6 +556,20 @@ static void commit_done(void *arg, int err, const struct bk_meta *meta)
 
 	pthread_mutex_lock(&w->lock);
 	finish_locked(w, err, meta, &rs);
+	pthread_mutex_unlock(&w->lock);
+	replies_send(&rs);
+	wfile_put(w); /* the upload's */
+}
+
+/* The upload of a file that failed is undone (commit_send): it ends with its error. */
+static void aborted(void *arg, int err)
+{
+	struct wfile *w = arg;
+	struct replies rs = {0};
+
+	(void)err; /* the abort's own outcome: nothing is left either way (abort_errors) */
+	pthread_mutex_lock(&w->lock);
+	finish_locked(w, w->err, NULL, &rs);
 	pthread_mutex_unlock(&w->lock);
 	replies_send(&rs);
 	wfile_put(w); /* the upload's */
@@ -570,13 +592,8 @@ static void part_done(void *arg, int err)
 	if (w->u)
 		send_full(w);
 	if (w->state == W_COMMITTING && !w->full && !w->commit_sent) {
-		int e;
-
 		w->commit_sent = true;
-		if (!commit_send(w, &e)) {
-			finish_locked(w, e, NULL, &rs);
-			w->refs--; /* the upload's; part_done's own keeps it alive */
-		}
+		commit_send(w, &rs);
 	}
 	pthread_mutex_unlock(&w->lock);
 	replies_send(&rs);
