@@ -341,8 +341,11 @@ static bool sweep_values(const char *name, const char *value, struct sweep *sw)
 /* Find a sweep among the items of @opts (split on commas not escaped by a backslash). */
 static void find_sweep(const char *opts, struct sweep *sw)
 {
-	size_t n = opts ? strlen(opts) : 0;
+	size_t n;
 
+	if (!opts)
+		return;
+	n = strlen(opts);
 	for (size_t i = 0, start = 0; i <= n; i++) {
 		if (i < n && (opts[i] != ',' || (i && opts[i - 1] == '\\')))
 			continue;
