@@ -54,7 +54,8 @@ static char *fsname_opt(const char *url)
 {
 	const char *at = strchr(url, '@'), *sch = strstr(url, "://");
 	size_t n = strlen(url);
-	char *out = malloc(2 * n + 16), *w;
+	/* every character may gain a backslash */
+	char *out = malloc(sizeof("fsname=") + 2 * n + sizeof(",subtype=tierfs")), *w;
 
 	if (!out)
 		return NULL;
