@@ -109,7 +109,8 @@ void redisProcessCallbacks(redisAsyncContext *ac);
 #define READ_BURST (8u << 20)          /* bytes read from one connection per poll, at most */
 #define READ_CHUNK (1u << 20)          /* bytes read at a time (see read_all) */
 #define PUT_SLICE  (256u << 10)        /* a SET goes to hiredis's output buffer this at a time */
-#define WRITE_BURST (8u << 20)         /* bytes feed() writes to one connection per call */
+#define WRITE_BURST (8u << 20)         /* bytes feed() writes to one connection per call
+					* ($TIERFS_REDIS_WRITE_BURST lowers it, for tests) */
 #define HOLD_MAX_PX 60                 /* a fetch lock is renewed for this many PX at most */
 #define MAX_EXTENDS 3                  /* timeouts a streaming server may have a call wait */
 #define GET_DEPTH  2                   /* GETs in flight on a server's GET connection (getq) */
@@ -278,6 +279,7 @@ struct bk_redis {
 	char *password;
 	char token[33];          /* this mount's fetch locks' value: who holds a lock */
 	uint64_t timeout_ns, put_limit;
+	size_t write_burst;      /* WRITE_BURST, or less: see there */
 	uint64_t max_value;      /* longest bulk string a server may send (resp.h) */
 	redisReplyObjectFunctions fns; /* hiredis's, but for createString (see into_string) and
 					* createArray (bk_resp_functions) */
@@ -1129,7 +1131,7 @@ static void feed(struct srv *v)
 	redisAsyncContext *ac;
 	size_t burst = 0;
 
-	while ((ac = c->ac) && burst < WRITE_BURST) {
+	while ((ac = c->ac) && burst < v->s->write_burst) {
 		size_t before;
 
 		if (sdslen(ac->c.obuf) < PUT_SLICE && v->feeding) {
@@ -1162,6 +1164,12 @@ static void feed(struct srv *v)
 			return; /* the connection went, or the socket is full: poll says when */
 		burst += before;
 	}
+	/* The burst is over with a SET half sent or more waiting: go on when poll next says the
+	 * socket is writable (at once, after the loop's other work). Without asking, nothing
+	 * would: the output buffer is empty, so hiredis asks for nothing, and a SET cut here
+	 * stalled until some other request came. */
+	if (c->ac && (v->feeding || v->putq.head))
+		ev_add_write(c);
 }
 
 /* On the I/O thread: send @q to its server. */
@@ -1372,6 +1380,13 @@ static char *format_cmd(const char *const *argv, int n, const void *hdr, size_t 
 	}
 	*len = off;
 	return buf;
+}
+
+uint64_t bk_redis_put_room(const struct bk_redis *s)
+{
+	uint64_t q = __atomic_load_n(&s->st.put_queued, __ATOMIC_RELAXED);
+
+	return q < s->put_limit ? s->put_limit - q : 0;
 }
 
 int bk_redis_put(struct bk_redis *s, const char *key, const void *hdr, size_t hlen,
@@ -1709,7 +1724,7 @@ int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_re
 		  char *err, size_t errlen)
 {
 	struct bk_redis *s;
-	const char *names[MAX_SERVERS];
+	const char *names[MAX_SERVERS], *wb;
 	int e = -ENOMEM;
 
 	if (!b->io) {
@@ -1724,6 +1739,10 @@ int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_re
 	s->timeout_ns = cfg->timeout_ns;
 	s->put_limit = cfg->put_limit;
 	s->max_value = cfg->max_value;
+	s->write_burst = WRITE_BURST;
+	wb = getenv("TIERFS_REDIS_WRITE_BURST");
+	if (wb && strtoull(wb, NULL, 10) > 0 && strtoull(wb, NULL, 10) < WRITE_BURST)
+		s->write_burst = (size_t)strtoull(wb, NULL, 10);
 	if (bk_resp_functions(&s->fns) < 0)
 		goto fail;
 	s->dflt_string = s->fns.createString;

@@ -132,6 +132,10 @@ int bk_redis_get_lock(struct bk_redis *s, const char *key, const char *lock,
  * must unlock it. @return 0 queued or -errno. */
 int bk_redis_unlock(struct bk_redis *s, const char *key, const char *lock, bool after_put);
 
+/* Bytes of SETs bk_redis_put would take now without dropping them (put_limit less what is
+ * in flight). */
+uint64_t bk_redis_put_room(const struct bk_redis *s);
+
 /* SET @key to @hdr followed by @data (both copied before returning), in the background,
  * nobody waiting. @return 0 queued, -ENOBUFS dropped (put_limit), -ENOMEM. */
 int bk_redis_put(struct bk_redis *s, const char *key, const void *hdr, size_t hlen,

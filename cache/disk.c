@@ -1397,11 +1397,26 @@ static void tier_put(void *self, const struct tier_io *io, int err)
 		disk_put(d, io->key, io->dst, io->len);
 }
 
+/* What the write queue can take now (a written object's blocks are offered at this pace,
+ * cache_publish); a tier that writes nothing keeps nothing, so it never holds them back. */
+static uint64_t tier_room(void *self)
+{
+	struct disk *d = self;
+	uint64_t room = UINT64_MAX;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->writable && !d->stop)
+		room = d->qbytes < d->cfg.queue_bytes ? d->cfg.queue_bytes - d->qbytes : 0;
+	pthread_mutex_unlock(&d->lock);
+	return room;
+}
+
 static const struct tier_ops disk_ops = {
 	.name = "disk",
 	.get = tier_get,
 	.has = tier_has,
 	.put = tier_put,
+	.room = tier_room,
 };
 
 struct tier disk_tier(struct disk *d)

@@ -562,10 +562,21 @@ static void fleet_put(void *self, const struct tier_io *io, int err)
 	free(f);
 }
 
+/* Block bytes the SETs in flight leave room for (put_limit, less a value's header): a written
+ * object's blocks are offered at this pace (cache_publish), not dropped past the limit. */
+static uint64_t fleet_room(void *self)
+{
+	struct fs_fleet *sh = self;
+	uint64_t room = bk_redis_put_room(sh->bs);
+
+	return room > FV_HDR_LEN ? room - FV_HDR_LEN : 0;
+}
+
 static const struct tier_ops fleet_ops = {
 	.name = "shared",
 	.get = fleet_get,
 	.put = fleet_put,
+	.room = fleet_room,
 };
 
 struct tier fs_fleet_tier(struct fs_fleet *sh)

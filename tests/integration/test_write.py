@@ -204,35 +204,55 @@ def redis(tmp_path):
         r.stop()
 
 
-def test_written_blocks_fill_the_disk_and_shared_tiers(mount, store, tmp_path, redis):
+@pytest.mark.parametrize("block_mib,n", [(1, 97), (16, 2)])
+def test_written_blocks_fill_the_disk_and_shared_tiers(mount, store, tmp_path, redis, block_mib,
+                                                       n):
     """What is written goes down the chain on the way: a second mount sharing Redis reads the
     object back (page cache dropped) without a byte from the store, every block from Redis;
     and this mount, remounted on its cache_dir without Redis, from its disk tier. None of it
-    is charged to the lagging limiter."""
+    is charged to the lagging limiter. 97 blocks of 1 MiB are more than the shared tier's and
+    the disk tier's write queues take (64 MiB each): blocks are offered as the tiers have room
+    (tier_ops.room), none dropped (past 64 MiB all were, before). A 16 MiB block is a SET
+    longer than one write burst to Redis (8 MiB): the rest is sent at the next chance (it
+    stalled half sent until another request came, before)."""
     shared = [f"shared={redis.url()}", "shared_timeout=200", "readahead=0"]
     cache = tmp_path / "cache"
-    a = fmount(mount, store, W + shared + [f"cache_dir={cache}", "lagging_rate=1M"], name="a")
-    payload = data("wt", 6 * MIB + 5)
+    bs = f"block_size={block_mib}M"
+    # a write burst of 64 KiB makes a cut SET certain, where 8 MiB leaves it to timing
+    a = fmount(mount, store, W + shared + [bs, f"cache_dir={cache}", "disk_size=512M",
+                                           "lagging_rate=16M", "part_size=16M"], name="a",
+               env={"TIERFS_REDIS_WRITE_BURST": "65536"})
+    payload = data("wt", (n - 1) * block_mib * MIB + 5)
     write_file(a.path("seg.log"), payload)
-    harness.wait_until(lambda: lu.stats(a.mnt).v("shared_puts_total", "shared") >= 7 and
-                       lu.stats(a.mnt).v("shared_put_queued_bytes", "shared") == 0,
-                       20, "the 7 written blocks in Redis")
-    assert lu.stats(a.mnt).v("cache_fetched_bytes_total", "lagging") == 0
-    b = fmount(mount, store, shared, name="b")
+
+    def published():
+        st = lu.stats(a.mnt)
+        return (st.v("cache_published_blocks_total", "hot") >= n and
+                st.v("shared_puts_total", "shared") >= n and
+                st.v("shared_put_queued_bytes", "shared") == 0 and
+                st.v("disk_queued_bytes", "disk") == 0)
+
+    harness.wait_until(published, 60, f"the {n} written blocks in Redis and on disk")
+    st = lu.stats(a.mnt)
+    assert st.v("shared_put_drops_total", "shared") == 0
+    assert st.v("disk_write_drops_total", "disk") == 0
+    assert st.v("cache_fetched_bytes_total", "lagging") == 0
+    b = fmount(mount, store, shared + [bs, "hot_size=256M"], name="b")
     drop_caches()
     s0 = lu.stats(b.mnt)
     assert open(b.path("seg.log"), "rb").read() == payload
     s1 = lu.stats(b.mnt)
     assert s1.d(s0, "backend_received_bytes_total") == 0
-    assert s1.d(s0, "shared_hits_total", "shared") == 7
+    assert s1.d(s0, "shared_hits_total", "shared") == n
     a.unmount()
-    a2 = fmount(mount, store, [f"cache_dir={cache}", "readahead=0"], name="a2")
+    a2 = fmount(mount, store, [bs, f"cache_dir={cache}", "disk_size=512M", "readahead=0"],
+                name="a2")
     drop_caches()
     s0 = lu.stats(a2.mnt)
     assert open(a2.path("seg.log"), "rb").read() == payload
     s1 = lu.stats(a2.mnt)
     assert s1.d(s0, "backend_received_bytes_total") == 0
-    assert s1.d(s0, "cache_hits_total", "disk") == 7
+    assert s1.d(s0, "cache_hits_total", "disk") == n
 
 
 def test_other_mounts_see_a_new_object_within_negative_ttl(mount, store):
