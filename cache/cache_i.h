@@ -139,7 +139,12 @@ struct rl {
 	uint64_t ops;      /* requests per second; 0 = unlimited */
 	double op_tokens;  /* request tokens, capacity max(1, ops) */
 	uint64_t last_ns;  /* time tokens were last refilled */
+	uint64_t due_ns;   /* when the oldest refused charge could pass; 0 = none owed */
 };
+
+/* How late past a refused charge's due time a caller may come back and still be credited
+ * for the wait (ratelimit.c, "Late timers"): an I/O loop's timer lateness, not a stall. */
+#define RL_LATE_NS 100000000ull
 
 /* Start full. @burst 0 means 2 x @rate. */
 void rl_init(struct rl *r, uint64_t rate, uint64_t burst, uint64_t ops, uint64_t now_ns);

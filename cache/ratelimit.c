@@ -25,6 +25,17 @@
  * rate 0 or ops 0 switches that bucket off (unlimited); the other one still applies. A bucket
  * switched back on by rl_set() starts full, as in rl_init().
  *
+ * Late timers: a refused caller comes back when its timer fires, which on a busy I/O loop is
+ * a little after the wait it was given. By then a small bucket (one block, say) is full, and
+ * the cap would throw the late part away: each wait would lose its lateness and the rate fall
+ * by late / (wait + late). So the due time of the oldest refused charge is kept (due_ns), and
+ * until a charge passes the caps are raised by what the time past it is worth (at most one
+ * more bucket): the late caller finds exactly what it would have found on time, plus the
+ * lateness, which the next charge then waits less for. Only lateness up to RL_LATE_NS counts:
+ * past it, nobody came back (a waiter gone, a stalled loop) and the bucket is a plain one
+ * again, so an idle limiter never holds more than its burst. Tokens are still only made by
+ * time: granted + tokens <= burst + rate * elapsed holds as before.
+ *
  * Arithmetic: tokens are doubles so fractional refills are kept (exact to well under a byte for
  * any sane burst). The product rate * elapsed is done in double, so hours of idle time or a
  * rate near UINT64_MAX cannot overflow, and waits beyond 2^64 ns saturate to UINT64_MAX. A
@@ -60,18 +71,31 @@ uint64_t rl_burst(uint64_t rate, uint64_t burst)
 	return rate > UINT64_MAX / 2 ? UINT64_MAX : 2 * rate;
 }
 
+/* @cap raised by what @late ns are worth at @rate, by at most one more @cap ("Late timers"). */
+static double late_cap(double cap, uint64_t rate, uint64_t late)
+{
+	double more = gain(rate, late);
+
+	return cap + (more < cap ? more : cap);
+}
+
 static void refill(struct rl *r, uint64_t now_ns)
 {
-	uint64_t ns;
+	uint64_t ns, late = 0;
 
 	if (now_ns <= r->last_ns)
 		return; /* same instant, or the clock went backwards */
 	ns = now_ns - r->last_ns;
 	r->last_ns = now_ns;
+	if (r->due_ns && now_ns > r->due_ns) {
+		late = now_ns - r->due_ns;
+		if (late > RL_LATE_NS) /* nobody came back in time: a stall or a waiter gone */
+			late = r->due_ns = 0;
+	}
 	if (r->rate)
-		r->tokens = refill_one(r->tokens, r->rate, ns, (double)r->burst);
+		r->tokens = refill_one(r->tokens, r->rate, ns, late_cap((double)r->burst, r->rate, late));
 	if (r->ops)
-		r->op_tokens = refill_one(r->op_tokens, r->ops, ns, op_cap(r));
+		r->op_tokens = refill_one(r->op_tokens, r->ops, ns, late_cap(op_cap(r), r->ops, late));
 }
 
 /*
@@ -107,6 +131,7 @@ void rl_init(struct rl *r, uint64_t rate, uint64_t burst, uint64_t ops, uint64_t
 	r->ops = ops;
 	r->op_tokens = op_cap(r);
 	r->last_ns = now_ns;
+	r->due_ns = 0;
 }
 
 void rl_set(struct rl *r, uint64_t rate, uint64_t burst, uint64_t ops, uint64_t now_ns)
@@ -121,6 +146,7 @@ void rl_set(struct rl *r, uint64_t rate, uint64_t burst, uint64_t ops, uint64_t 
 		r->tokens = (double)r->burst; /* a debt (< 0) is kept */
 	if (ops_were_off || r->op_tokens > op_cap(r))
 		r->op_tokens = op_cap(r);
+	r->due_ns = 0; /* a waiter asks again under the new settings */
 }
 
 uint64_t rl_take(struct rl *r, uint64_t bytes, uint64_t now_ns)
@@ -135,6 +161,8 @@ uint64_t rl_take(struct rl *r, uint64_t bytes, uint64_t now_ns)
 		op_wait = wait_ns(r->op_tokens, 1.0, r->ops);
 	if (wait || op_wait) {
 		wait = wait > op_wait ? wait : op_wait;
+		if (!r->due_ns) /* the oldest refusal's due time: lateness counts from there */
+			r->due_ns = r->last_ns > UINT64_MAX - wait ? UINT64_MAX : r->last_ns + wait;
 		/* a clock behind last_ns waits for last_ns first, so the wait is never short */
 		if (now_ns < r->last_ns)
 			wait = r->last_ns - now_ns > UINT64_MAX - wait
@@ -146,6 +174,7 @@ uint64_t rl_take(struct rl *r, uint64_t bytes, uint64_t now_ns)
 		r->tokens -= (double)bytes;
 	if (r->ops)
 		r->op_tokens -= 1.0;
+	r->due_ns = 0;
 	return 0;
 }
 
