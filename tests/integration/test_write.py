@@ -293,32 +293,41 @@ def vm_hwm(pid):
     raise AssertionError("no VmHWM")
 
 
-@pytest.mark.watchdog(300)
+@pytest.mark.watchdog(400)
 def test_four_concurrent_writes_stay_within_the_memory_bound(mount, store):
-    """4 files of 256 MiB written at once with 1 MiB writes: the writers wait for buffers
-    (write_buffer is full), and the process's peak RSS stays within the caches + 64 MiB + the
-    write buffers. Every object is whole."""
+    """3 rounds of 4 files of 256 MiB written at once with 1 MiB writes: the writers wait for
+    buffers (write_buffer is full), and the process's peak RSS stays within the caches + 64 MiB
+    + the write buffers. Every object is whole."""
     hot, lag, wb = 64 * MIB, 16 * MIB, 32 * MIB
     m = fmount(mount, store, W + [f"hot_size={hot // MIB}M", f"lagging_size={lag // MIB}M",
                                   f"write_buffer={wb // MIB}M", "part_size=8M"])
     size = 256 * MIB
     errs = []
 
-    def writer(i):
+    def writer(name):
         try:
-            with open(m.path(f"w{i}.bin"), "wb") as f:
-                chunk = data(f"w{i}", MIB)
+            with open(m.path(name), "wb") as f:
+                chunk = data(name, MIB)
                 for _ in range(size // MIB):
                     f.write(chunk)
         except OSError as e:
             errs.append(e)
 
-    ts = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(240)
-    assert not errs and not any(t.is_alive() for t in ts), errs
+    for rnd in range(3):
+        names = [f"w{rnd}-{i}.bin" for i in range(4)]
+        ts = [threading.Thread(target=writer, args=(n,)) for n in names]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(240)
+        assert not errs and not any(t.is_alive() for t in ts), errs
+        for n in names:
+            chunk = data(n, MIB)
+            assert (store / n).stat().st_size == size
+            with open(store / n, "rb") as f:
+                while b := f.read(MIB):
+                    assert b == chunk
+            (store / n).unlink()  # from the store's side: the next round needs no disk space
     st = lu.stats(m.mnt)
     peak = vm_hwm(m.pids[0])
     print(f"peak RSS {peak / MIB:.0f} MiB, bound {(hot + lag + 64 * MIB + wb) / MIB:.0f} MiB, "
@@ -330,14 +339,10 @@ def test_four_concurrent_writes_stay_within_the_memory_bound(mount, store):
     if san:  # a sanitizer's shadow memory and quarantine are its own (as test_security_limits)
         bound = {"asan": 4, "tsan": 8}[san] * bound
     assert peak <= bound
-    for i in range(4):
-        h = hashlib.sha256()
-        chunk = data(f"w{i}", MIB)
-        with open(store / f"w{i}.bin", "rb") as f:
-            while b := f.read(MIB):
-                assert b == chunk
-                h.update(b)
-        assert (store / f"w{i}.bin").stat().st_size == size
+    # Writes never touch the lagging tier, so even without its bytes the peak stays under. On
+    # the old pool, malloc kept part buffers freed on the I/O thread in each FUSE thread's
+    # arena: peaks of 206-214 MiB here (3 runs of 3 over the bound), 134-137 MiB since.
+    assert peak <= bound - (0 if san else lag)
 
 
 def test_overwrite_delete_and_rename(mount, store):
