@@ -277,13 +277,17 @@ def _replay(m, store_root, lagging_page_cache_expected):
 @pytest.mark.watchdog(600)
 def test_replay_keeps_the_tail_resident(mount, replay_store):
     """3 GiB of lagging objects replayed through the page cache in a cgroup limited to 256 MiB:
-    the tail's 64 MiB stay resident (at least 90% at every sample), and the readers' page cache
-    never exceeds the tail plus 64 MiB (each lagging file keeps at most ~12 MiB)."""
+    the tail's 64 MiB stay resident (at least 85% at every sample), and the readers' page cache
+    never exceeds the tail plus 64 MiB (each lagging file keeps at most ~12 MiB).
+
+    The kernel's reclaim still takes a few tail pages now and then: 61-64 MiB stayed in most
+    runs, 57.4 MiB (89.7%) once in a CI run, hence 85%. What tells a replay that keeps its pages
+    is the peak: with lagging_page_cache the readers' cache fills the cgroup (251 MiB)."""
     m = mount("file://" + str(replay_store), ["hot_size=128M", "lagging_size=64M",
                                                "lagging_rate=0", "hot_ttl=3600"])
     before, during, after, peak = _replay(m, replay_store, False)
     tail = N_TAIL * TAIL_SIZE
-    assert during >= 0.9 * tail and after >= 0.9 * tail, (
+    assert during >= 0.85 * tail and after >= 0.85 * tail, (
         f"the replay evicted the tail's pages: {before}, lowest {during}, after {after}")
     if peak is not None:
         assert peak <= tail + 64 * MIB, (
