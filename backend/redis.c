@@ -1739,10 +1739,10 @@ int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_re
 	s->timeout_ns = cfg->timeout_ns;
 	s->put_limit = cfg->put_limit;
 	s->max_value = cfg->max_value;
-	s->write_burst = WRITE_BURST;
 	wb = getenv("TIERFS_REDIS_WRITE_BURST");
-	if (wb && strtoull(wb, NULL, 10) > 0 && strtoull(wb, NULL, 10) < WRITE_BURST)
-		s->write_burst = (size_t)strtoull(wb, NULL, 10);
+	s->write_burst = wb ? (size_t)strtoull(wb, NULL, 10) : 0;
+	if (s->write_burst == 0 || s->write_burst > WRITE_BURST)
+		s->write_burst = WRITE_BURST;
 	if (bk_resp_functions(&s->fns) < 0)
 		goto fail;
 	s->dflt_string = s->fns.createString;
