@@ -329,6 +329,8 @@ static bool sweep_values(const char *name, const char *value, struct sweep *sw)
 			  : fs_parse_size(step + 1, &s) < 0 || !s)
 		usage_error("-o %s=%s: the step must be x(more than 1) or +(more than 0)", name,
 			    value);
+	if (sw->geometric && a == 0) /* 0 times anything stays 0 */
+		usage_error("-o %s=%s: a sweep by xF starts above 0", name, value);
 	for (double v = (double)a; v <= (double)b * (1 + 1e-9);
 	     v = sw->geometric ? v * f : v + (double)s) {
 		if (sw->n == MAX_ROWS)

@@ -735,6 +735,8 @@ static int replay_apart(struct world *w, const struct fs_opts *o, struct sim_run
 			collect_mount(w, i, ret);
 		cache_free(m->c);
 		m->c = NULL;
+		if (ret->overloaded) /* the mounts after it were never replayed: not reported */
+			ret->nmounts = i + 1;
 	}
 	return r;
 }

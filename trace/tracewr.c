@@ -168,16 +168,19 @@ static void obj_clear(struct objtab *t)
 
 /* ---- the file ------------------------------------------------------------------------------- */
 
-/* Does @path hold a trace (its first bytes are the magic)? Links are not followed. */
+/* Does @path hold a trace (a regular file whose first bytes are the magic)? Links are not
+ * followed, and a FIFO put there does not block the open. */
 static bool is_trace(const char *path)
 {
 	char magic[8];
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
 	bool yes;
 
 	if (fd < 0)
 		return false;
-	yes = read(fd, magic, sizeof(magic)) == (ssize_t)sizeof(magic) &&
+	yes = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+	      read(fd, magic, sizeof(magic)) == (ssize_t)sizeof(magic) &&
 	      memcmp(magic, TRACE_MAGIC, sizeof(magic)) == 0;
 	close(fd);
 	return yes;
@@ -374,7 +377,7 @@ static void *drainer(void *arg)
 		struct timespec ts;
 
 		trace_writer_flush(w);
-		clock_gettime(CLOCK_REALTIME, &ts);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_nsec += (long)w->cfg.flush_ms * 1000000L;
 		ts.tv_sec += ts.tv_nsec / 1000000000L;
 		ts.tv_nsec %= 1000000000L;
@@ -429,7 +432,14 @@ int trace_writer_open(const struct trace_wcfg *cfg, struct trace_writer **ret)
 	w->mask = w->cfg.ring - 1;
 	pthread_mutex_init(&w->drain_lock, NULL);
 	pthread_mutex_init(&w->lock, NULL);
-	pthread_cond_init(&w->cond, NULL);
+	{
+		pthread_condattr_t ca; /* the drainer's naps: a wall clock stepped back is no delay */
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&w->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	w->path = strdup(cfg->path);
 	w->cells = calloc(w->cfg.ring, sizeof(*w->cells));
 	w->buf = malloc(BUF_LEN);

@@ -111,12 +111,11 @@ def test_trace_records_reads(mount, nginx_factory, tmp_path):
     assert trace.stat().st_mode & 0o777 == 0o600
 
 
-def test_trace_refusals(fuse, tmp_path, nginx_factory):
+def test_trace_refusals(fuse, tmp_path, nginx_factory, mountpoint):
     root = tmp_path / "root"
     make(root, "x.bin", 4096)
     srv = nginx_factory(root)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
+    mnt = mountpoint  # a mount that should have been refused is unmounted at teardown
     precious = tmp_path / "precious"
     precious.write_text("not a trace\n")
     salt = tmp_path / "salt"

@@ -58,6 +58,10 @@ def main():
         bad("plot without sweep", ["--plot=p.png", "x"])
         bad("generate and replay", [f"--generate={prefix}", "x"])
         bad("generate zero", [f"--generate={prefix}", "--mounts=0"])
+        bad("a sweep by xF from 0", ["-o", "hot_size=0:1G:x2", junk])
+        p = run("-o", "hot_size=0:1G:x2", junk)
+        check("a sweep by xF from 0 says why (it said: more than 64 values)",
+              "starts above 0" in p.stderr, p.stderr)
         bad("not a trace", [junk], status=1)
         bad("missing", [os.path.join(work, "nonesuch")], status=1)
 
@@ -80,6 +84,16 @@ def main():
             ok, p.stderr = False, f"{e}: {p.stdout[:300]} {p.stderr}"
         check("--json parses, with tiers.<name>.hit_ratio, store.gets, store.bytes", ok,
               p.stderr)
+
+        # mounts replayed apart (no shared=): an overload in the first stops the run, and the
+        # report names only the mounts replayed (the others' names were NULL: a crash in JSON)
+        p = run("--json", "--max-queued=1", "-o", "hot_ttl=600", *traces)
+        try:
+            j = json.loads(p.stdout)
+            ok = j["overloaded"] is True and len(j["mounts"]) == 1
+        except (ValueError, KeyError, TypeError) as e:
+            ok, p.stderr = False, f"{e}: {p.returncode} {p.stdout[:300]} {p.stderr}"
+        check("an overload replaying apart reports the mounts replayed", ok, p.stderr)
 
         p = run("-o", "hot_ttl=600", *traces)
         check("text report", p.returncode == 0 and "fleet:" in p.stdout

@@ -362,6 +362,10 @@ static void test_refusals(void **state)
 	assert_int_equal(trace_writer_open(&wc, &w), -EEXIST);
 	assert_int_equal(access(other, F_OK), -1);
 	unlink(path);
+	/* a FIFO (anyone's, in a shared directory) is refused, not waited on for a writer */
+	assert_int_equal(mkfifo(path, 0666), 0);
+	assert_int_equal(trace_writer_open(&wc, &w), -EEXIST);
+	unlink(path);
 	wc.max_size = 100; /* smaller than a header and a few records */
 	assert_int_equal(trace_writer_open(&wc, &w), -EINVAL);
 	wc.max_size = 1 << 20;
