@@ -244,10 +244,13 @@ struct fs_notify {
 	const char *mountpoint; /* what the ready thread stats (the mount's fs_opts) */
 	struct backend *b;      /* the I/O loop that pings */
 	uint64_t watchdog_ns;   /* $WATCHDOG_USEC, ns; 0: no watchdog (or not this process's) */
-	char status[512];       /* STATUS= sent with READY=1 */
+	char ready_msg[640];    /* READY=1 [MAINPID=] STATUS=, made before the ready thread */
 	pthread_t ready;        /* waits for the mount to answer, then says READY=1 */
 	bool ready_started;
-	bool stopping;          /* STOPPING=1 sent: the pings stop; relaxed atomic */
+	pthread_mutex_t lock;   /* guards stopping's changes, for wake */
+	pthread_cond_t wake;    /* signalled (CLOCK_MONOTONIC) when stopping is set */
+	bool stopping;          /* STOPPING=1 sent: the pings stop, the ready thread stops
+				   trying; set under lock, read as a relaxed atomic */
 };
 
 /* Nothing sent yet, no socket. */
@@ -258,7 +261,7 @@ void fs_notify_init(struct fs_notify *n, const char *mountpoint);
  * I/O loop every half of it. @return 0 or -errno (nothing will be sent). */
 int fs_notify_serving(struct fs_notify *n, struct backend *b, const struct fs_opts *o,
 		      const char *metrics);
-/* STOPPING=1 (once), and the pings stop. */
+/* STOPPING=1 (once), and the pings and the ready thread's tries stop. */
 void fs_notify_stopping(struct fs_notify *n);
 /* After the unmount (the ready thread may wait on the mount until then): join, close. */
 void fs_notify_done(struct fs_notify *n);

@@ -9,13 +9,20 @@
  *   $TIERFS_HOLD_CTL   while this file exists, the FUSE session loop does not start
  *                      (fuse_session_loop_mt / fuse_session_loop wait before libfuse's): the
  *                      mount exists but does not answer. READY=1 must not come before.
+ *   $TIERFS_EARLY_CTL  while this file exists, stat() of $TIERFS_EARLY_PATH (the mountpoint)
+ *                      answers with its parent's attributes: what a stat made before the
+ *                      mount was in place sees. READY=1 must wait, not give up.
  *
  * Only the loop named stops; the other threads run on. Signals cannot do this: SIGSTOP to one
  * thread stops the whole process. Not for production: an access() per call.
  */
 #include <curl/curl.h>
 #include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void hold(const char *env)
@@ -57,4 +64,22 @@ int fuse_session_loop(void *se)
 
 	hold("TIERFS_HOLD_CTL");
 	return real(se);
+}
+
+/* tierfs is built with _FILE_OFFSET_BITS=64: its stat() is glibc's stat64. */
+int stat64(const char *path, struct stat64 *st);
+int stat64(const char *path, struct stat64 *st)
+{
+	static int (*real)(const char *, struct stat64 *);
+	const char *ctl = getenv("TIERFS_EARLY_CTL"), *mnt = getenv("TIERFS_EARLY_PATH");
+	char parent[PATH_MAX];
+
+	if (!real)
+		real = (int (*)(const char *, struct stat64 *))dlsym(RTLD_NEXT, "stat64");
+	if (ctl && mnt && strcmp(path, mnt) == 0 && access(ctl, F_OK) == 0 &&
+	    strlen(mnt) < sizeof(parent)) {
+		strcpy(parent, mnt);
+		return real(dirname(parent), st);
+	}
+	return real(path, st);
 }
