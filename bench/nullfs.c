@@ -15,10 +15,19 @@
  * (device number from /proc/self/mountinfo), and keep_cache: the objects never change, so the
  * page cache is kept across opens (tierfs keeps it while an object's version is unchanged).
  * O_DIRECT opens work as on tierfs (the kernel sends reads straight through).
+ *
+ * With -w DIR it is also the write ceiling: a file created at the root is a file of DIR, and
+ * each write request is one pwrite() of the request's buffer into it (libfuse has already
+ * copied it from the kernel, as it has for tierfs); the opener's close (FLUSH) fsyncs it, and
+ * RELEASE closes it. That is what a local file with fsync costs, plus what FUSE costs: tierfs's
+ * file:// write path does the same work (a temporary file, fsync, a rename) with its own
+ * copies and bookkeeping on top. Written files are listed by lookup and getattr, not readdir.
  */
 #define FUSE_USE_VERSION 314
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -42,6 +51,39 @@ struct nfile {
 static struct nfile files[MAX_FILES];
 static size_t nfiles;
 static unsigned char *arena;
+
+/* -w DIR: files written through the mount, inodes WINO0 + slot; names guarded by wlock */
+#define WINO0 (MAX_FILES + 2)
+static int wdir = -1;
+static char *wnames[MAX_FILES];
+static pthread_mutex_t wlock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The slot of written file @name, made if @make. @return its inode, or 0. */
+static fuse_ino_t wslot(const char *name, bool make)
+{
+	fuse_ino_t ino = 0;
+
+	pthread_mutex_lock(&wlock);
+	for (size_t i = 0; i < MAX_FILES && !ino; i++)
+		if (wnames[i] && strcmp(wnames[i], name) == 0)
+			ino = WINO0 + i;
+	for (size_t i = 0; i < MAX_FILES && !ino && make; i++)
+		if (!wnames[i] && (wnames[i] = strdup(name)))
+			ino = WINO0 + i;
+	pthread_mutex_unlock(&wlock);
+	return ino;
+}
+
+/* The attributes of written inode @ino. @return 0 or -errno. */
+static int wstat(fuse_ino_t ino, struct stat *st)
+{
+	const char *name = ino >= WINO0 && ino - WINO0 < MAX_FILES ? wnames[ino - WINO0] : NULL;
+
+	if (!name || fstatat(wdir, name, st, 0) < 0)
+		return -ENOENT;
+	st->st_ino = ino;
+	return 0;
+}
 
 /* inode 1 is the root, file i is inode i + 2 */
 static struct nfile *file_of(fuse_ino_t ino)
@@ -91,6 +133,11 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			}
 		}
 	}
+	if (parent == 1 && wdir >= 0 && (e.ino = wslot(name, false)) && wstat(e.ino, &e.attr) == 0) {
+		e.attr_timeout = e.entry_timeout = 0; /* it grows while written */
+		fuse_reply_entry(req, &e);
+		return;
+	}
 	e.ino = 0; /* negative entry */
 	fuse_reply_entry(req, &e);
 }
@@ -99,6 +146,13 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	struct stat st;
 
+	if (ino >= WINO0) {
+		if (wstat(ino, &st) < 0)
+			fuse_reply_err(req, ENOENT);
+		else
+			fuse_reply_attr(req, &st, 0);
+		return;
+	}
 	if (ino != 1 && !file_of(ino)) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -109,6 +163,22 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	if (ino >= WINO0) { /* a written file opened again: for writing from 0 only */
+		int fd = -1;
+
+		pthread_mutex_lock(&wlock);
+		if (wnames[ino - WINO0])
+			fd = openat(wdir, wnames[ino - WINO0],
+				    (fi->flags & (O_ACCMODE | O_TRUNC)) | O_CLOEXEC);
+		pthread_mutex_unlock(&wlock);
+		if (fd < 0) {
+			fuse_reply_err(req, errno);
+			return;
+		}
+		fi->fh = (uint64_t)fd;
+		fuse_reply_open(req, fi);
+		return;
+	}
 	if (!file_of(ino)) {
 		fuse_reply_err(req, ino == 1 ? EISDIR : ENOENT);
 		return;
@@ -139,7 +209,56 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	if (ino >= WINO0)
+		close((int)fi->fh);
 	fuse_reply_err(req, 0);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct fuse_entry_param e = {0};
+	int fd;
+
+	if (parent != 1 || wdir < 0) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	e.ino = wslot(name, true);
+	fd = e.ino ? openat(wdir, name, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644) : -1;
+	if (fd < 0 || wstat(e.ino, &e.attr) < 0) {
+		if (fd >= 0)
+			close(fd);
+		fuse_reply_err(req, e.ino ? EIO : ENOSPC);
+		return;
+	}
+	fi->fh = (uint64_t)fd;
+	fuse_reply_create(req, &e, fi);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	ssize_t n = ino >= WINO0 ? pwrite((int)fi->fh, buf, size, off) : -1;
+
+	if (n < 0)
+		fuse_reply_err(req, ino >= WINO0 ? errno : EBADF);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+/* The opener's close, as tierfs commits there: durable before close() returns. */
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, ino >= WINO0 && fsync((int)fi->fh) < 0 ? errno : 0);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, parent == 1 && wdir >= 0 && wslot(name, false) &&
+				    unlinkat(wdir, name, 0) == 0
+			    ? 0
+			    : ENOENT);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -180,7 +299,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	sv.f_bsize = 4096;
 	sv.f_frsize = 4096;
 	sv.f_namemax = 255;
-	sv.f_flag = ST_RDONLY;
+	sv.f_flag = wdir >= 0 ? 0 : ST_RDONLY;
 	fuse_reply_statfs(req, &sv);
 }
 
@@ -191,6 +310,10 @@ static const struct fuse_lowlevel_ops ops = {
 	.open = op_open,
 	.read = op_read,
 	.release = op_release,
+	.create = op_create,
+	.write = op_write,
+	.flush = op_flush,
+	.unlink = op_unlink,
 	.readdir = op_readdir,
 	.statfs = op_statfs,
 };
@@ -215,7 +338,8 @@ static int parse_size(const char *s, uint64_t *ret)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: nullfs MOUNTPOINT NAME=SIZE [NAME=SIZE ...] [-f] [-s] [-o OPTS]\n");
+	fprintf(stderr, "usage: nullfs MOUNTPOINT NAME=SIZE [NAME=SIZE ...] [-w DIR] [-f] [-s] "
+			"[-o OPTS]\n");
 }
 
 int main(int argc, char **argv)
@@ -238,6 +362,12 @@ int main(int argc, char **argv)
 			single = true;
 		} else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
 			fuse_opts = argv[++i];
+		} else if (strcmp(argv[i], "-w") == 0 && i + 1 < argc) {
+			wdir = open(argv[++i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (wdir < 0) {
+				perror(argv[i]);
+				return 1;
+			}
 		} else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
 			usage();
 			return 0;
