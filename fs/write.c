@@ -113,6 +113,8 @@ struct wfile {
 	bool at_release;         /* the commit was the release's: no close waits for it; lock */
 	pid_t owner;             /* the opener's thread group (its writer), <= 0 unknown; set
 				  * at creation */
+	bool owner_wrote;        /* a write came from the writer's thread group (atomic) */
+	pid_t seen_tid;          /* the last writing thread found outside it (atomic) */
 	struct wfile *pnext;     /* wpool.hungry: files with parked writes; wpool.lock */
 	bool hungry;             /* in wpool.hungry; wpool.lock */
 };
@@ -635,6 +637,22 @@ static void part_done(void *arg, int err)
 
 /* ---- what the FUSE operations call ----------------------------------------------------------- */
 
+/* Note whether thread @tid, writing, is the writer's (until the writer's first write: /proc is
+ * read once per other writing thread in a row, never after). */
+static void note_writer(struct wfile *w, pid_t tid)
+{
+	pid_t tgid;
+
+	if (w->owner <= 0 || __atomic_load_n(&w->owner_wrote, __ATOMIC_RELAXED) ||
+	    tid == __atomic_load_n(&w->seen_tid, __ATOMIC_RELAXED))
+		return;
+	tgid = tid == w->owner ? tid : fs_proc_tgid(tid);
+	if (tgid == w->owner)
+		__atomic_store_n(&w->owner_wrote, true, __ATOMIC_RELAXED);
+	else
+		__atomic_store_n(&w->seen_tid, tid, __ATOMIC_RELAXED);
+}
+
 void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, off_t off)
 {
 	struct replies rs = {0};
@@ -642,6 +660,7 @@ void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, 
 	int err = 0;
 	size_t n = 0;
 
+	note_writer(w, fuse_req_ctx(req)->pid);
 	pthread_mutex_lock(&w->lock);
 	if (w->state != W_OPEN || w->want_commit)
 		err = EINVAL; /* the object was committed: it is whole */
@@ -726,8 +745,9 @@ enum flush_rule {
  * (a shell's command, subprocess, make) closes its copy without committing, and so does the
  * writer closing a dup while it holds another descriptor of the file (the shell's `exec 3>f`,
  * `cmd >&3`, `exec 3>&-`, and its `>`: open, dup2 onto 1, close). A writer that closes its
- * last descriptor before writing a byte while its children hold the file (subprocess.Popen
- * with stdout=open(...)) leaves the commit to the last close (release). */
+ * last descriptor without having written a byte itself while its children hold the file
+ * (subprocess.Popen with stdout=open(...): the child may have written already) leaves the
+ * commit to the last close (release). */
 static enum flush_rule flush_rule(struct wfile *w, pid_t pid)
 {
 	pid_t tgid = pid == w->owner ? pid : fs_proc_tgid(pid);
@@ -740,7 +760,7 @@ static enum flush_rule flush_rule(struct wfile *w, pid_t pid)
 	held = fs_proc_holds(tgid, w->ino, w->path);
 	if (held < 0)
 		return FLUSH_BYTES;
-	if (held == 0 && wfile_size(w) == 0)
+	if (held == 0 && !__atomic_load_n(&w->owner_wrote, __ATOMIC_RELAXED))
 		held = fs_proc_children_hold(tgid, w->ino, w->path) == 1;
 	return held ? FLUSH_KEEP : FLUSH_COMMIT;
 }
