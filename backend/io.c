@@ -640,13 +640,17 @@ static enum bk_op op_of(const struct io_req *r)
  * aside, and a bucket for all). */
 static void log_retry(struct io *io, struct io_req *r)
 {
-	char status[32] = "";
+	char status[32];
+	const char *why = r->errmsg; /* names the status when there is one */
 
-	if (r->status)
-		snprintf(status, sizeof(status), "HTTP %ld: ", r->status);
-	logf_(io, 1, "%s %s%s: %s%s; trying again (attempt %u of %u)", method_of(r), r->url,
-	      r->len ? " (range)" : "", status, r->errmsg[0] ? r->errmsg : strerror(-r->err),
-	      r->xfer->attempt + 1, io->cfg.retries + 1);
+	if (!why[0] && r->status) {
+		snprintf(status, sizeof(status), "HTTP %ld", r->status);
+		why = status;
+	} else if (!why[0]) {
+		why = strerror(-r->err);
+	}
+	logf_(io, 1, "%s %s%s: %s; trying again (attempt %u of %u)", method_of(r), r->url,
+	      r->len ? " (range)" : "", why, r->xfer->attempt + 1, io->cfg.retries + 1);
 }
 
 /* Count and log a request that failed for good; a HEAD that finds no object is an answer,

@@ -18,6 +18,8 @@ import uuid
 import pytest
 
 import harness
+import lagging_util as lu
+from fakes3 import MIB, FakeS3, faults
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 WD = ["allow_write", "allow_delete", "allow_overwrite"]
@@ -391,3 +393,48 @@ def test_nobody_gets_eacces(mount, tmp_path, request):
     import json
     got = json.loads(p.stdout)
     assert got == dict.fromkeys(got, errno.EACCES), got
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics that do not cry wolf
+
+
+def test_new_names_are_not_backend_errors(mount, s3, tmp_path):
+    """The HEAD that finds a new name free (404) is the answer asked for: counted in
+    backend_absent_total, not in backend_errors_total (an alert on errors fired on every
+    write)."""
+    st = Store("s3", mount, tmp_path, s3)
+    lu.stats(st.m.mnt)  # the mount answers
+    s0 = lu.stats(st.m.mnt)
+    for i in range(3):
+        with open(st.path(f"n{i}"), "wb") as f:
+            f.write(b"n")
+    s1 = lu.stats(st.m.mnt)
+    assert s1.d(s0, "backend_errors_total") == 0
+    assert s1.d(s0, "backend_absent_total") >= 3
+    assert [st.get(f"n{i}") for i in range(3)] == [b"n"] * 3
+
+
+def test_an_upload_retry_says_why(mount):
+    """A part the store answers 500 once is sent again, and the log says so with the status
+    (9 retries in one run against a healthy store left no line)."""
+    fake = FakeS3().start()
+    try:
+        m = mount(f"s3://{FakeS3.BUCKET}",
+                  [f"endpoint={fake.endpoint}", "path_style", "block_size=1M", "part_size=5M",
+                   "retries=2", "timeout=5", *WD],
+                  env={"AWS_ACCESS_KEY_ID": FakeS3.KEY, "AWS_SECRET_ACCESS_KEY": FakeS3.SECRET},
+                  foreground=True)  # its log in m.log
+        fake.add_rule("part", faults.status(500), part=2)
+        payload = os.urandom(11 * MIB)
+        with open(m.path("r.bin"), "wb") as f:
+            f.write(payload)
+        assert fake.objects["r.bin"].data == payload
+        assert lu.stats(m.mnt).v("backend_upload_retries_total") >= 1
+        harness.wait_until(lambda: "trying again" in m.log.read_text(errors="replace"), 10,
+                           "the retry's log line")
+        line = [ln for ln in m.log.read_text(errors="replace").splitlines()
+                if "trying again" in ln][0]
+        assert "PUT" in line and "HTTP 500" in line and "r.bin" in line, line
+    finally:
+        fake.stop()
