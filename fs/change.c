@@ -1,11 +1,13 @@
 /*
- * change.c - the FUSE operations that change the store: create and write new objects, replace
+ * change.c - the FUSE operations that change the store: create and write new objects (O_RDONLY
+ * and O_APPEND too: an empty object, and writing from the start), replace
  * one opened with O_TRUNC, unlink, mkdir, rmdir and rename. A mount without allow_write,
  * allow_overwrite and allow_delete is read-only in the kernel and never sees them.
  *
  *   create ─► ns_create (the name, being written) ─► wfile_new ─► handle (write.c)
  *   open O_TRUNC ─► allow_overwrite? ─► ns_truncate ─► wfile_new(overwrite) ─► handle
- *   write, flush, fsync, release ─► write.c
+ *   write, flush (with the closer's pid), fsync, release ─► write.c (the writer's last close
+ *   commits)
  *   unlink ─► allow_delete? ─► backend_unlink_async ─► (I/O thread) ns_removed, cache_drop
  *   mkdir  ─► allow_write? ─► backend_mkdir_async ─► ns_mkdir (S3: the mount's alone, until
  *             something is written under it)
@@ -20,7 +22,8 @@
  *   - a write open of an existing object without O_TRUNC (changing an object in place), or
  *     with O_APPEND or O_RDWR: EPERM; O_TRUNC without allow_overwrite: EPERM;
  *   - reading a file being written: EBUSY, until it is closed;
- *   - the control directory's name: EPERM.
+ *   - the control directory's name: EPERM;
+ *   - a name over 255 bytes: ENAMETOOLONG (lookup answers it first, in ops.c).
  * Who may is the kernel's business: default_permissions with uid, gid, file_mode and
  * dir_mode, so with the default modes nobody but the mount's owner creates anything.
  *

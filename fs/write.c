@@ -7,7 +7,7 @@
  *   write(off == size) ─► copy into the part being filled ─┬─► each block complete: cache_put
  *                                                          │   (hot tier, provisional oid)
  *                                                          └─► a part full: backend_upload_part
- *   flush / fsync / release ─► the last part, backend_upload_commit ─► (I/O thread) done:
+ *   the writer's last close / fsync / release ─► the last part, backend_upload_commit ─► done:
  *        ok: ns_written (the version the store named), cache_rekey(provisional → real oid),
  *            cache_publish (the disk and fleet tiers get the blocks), close() returns 0
  *        failed: ns_write_failed, cache_drop(provisional), close() returns the error
@@ -35,8 +35,17 @@
  *
  * Order. The kernel sends one file's writes in the writer's order; a write that does not start
  * where the last ended (a seek, a pwrite elsewhere, two threads racing on one fd) is refused
- * with EINVAL, as mountpoint-s3 does. So is a write after the object was committed (a flush or
- * fsync): the object is whole and closed for writing.
+ * with EINVAL, as mountpoint-s3 does. So is a write after the object was committed (the writer's
+ * last close, or fsync): the object is whole and closed for writing.
+ *
+ * Who commits. FLUSH comes at every close(2) of every descriptor (dups, a forked child's
+ * copies), RELEASE once at the last. The object is committed at the close of its writer, the
+ * thread group that opened it (owner), when it holds no other descriptor of the file:
+ * flush_rule asks /proc (procfd.c). Another process's close, and the writer's close of a dup,
+ * answer 0 at once. A writer that wrote nothing itself and whose children hold the file leaves
+ * the commit to RELEASE, as does anything else that never reached the writer's last close;
+ * no close() waits for a release's commit, so its failure is logged and counted (at_release).
+ * Where /proc cannot tell, a flush commits once a byte was written (the rule before).
  *
  * Locking: w->lock guards a file's state; the pool has its own lock (wpool.lock), taken alone
  * or inside w->lock, never the other way round. FUSE replies and backend calls are made with

@@ -306,6 +306,10 @@ def test_errnos_of_create_open_unlink_mkdir_rmdir(st):
         "create in a missing dir": errno_of(
             lambda: os.open(st.path("no/x"), os.O_CREAT | os.O_WRONLY)),
         "symlink": errno_of(lambda: os.symlink("a", st.path("d/l"))),
+        "link": errno_of(lambda: os.link(st.path("d/a"), st.path("d/l"))),
+        "mkfifo": errno_of(lambda: os.mkfifo(st.path("d/p"))),
+        "chmod": errno_of(lambda: os.chmod(st.path("d/a"), 0o600)),
+        "chown": errno_of(lambda: os.chown(st.path("d/a"), 1, 1)),
         "ELOOP: O_NOFOLLOW of a file": errno_of(
             lambda: os.close(os.open(st.path("d/a"), os.O_RDONLY | os.O_NOFOLLOW))),
     }
@@ -323,7 +327,11 @@ def test_errnos_of_create_open_unlink_mkdir_rmdir(st):
         "mkdir under a file": "ENOTDIR",
         "unlink under a file": "ENOTDIR",
         "create in a missing dir": "ENOENT",
-        "symlink": "EPERM",  # by design: no links (docs/semantics.md)
+        "symlink": "EPERM",  # by design: no links, no special files, the mount's modes
+        "link": "EPERM",
+        "mkfifo": "EPERM",
+        "chmod": "EPERM",
+        "chown": "EPERM",
         "ELOOP: O_NOFOLLOW of a file": "ok",  # no symlink can exist, so no ELOOP
     }
     assert os.stat(st.path("d/a")).st_nlink == 1
