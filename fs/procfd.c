@@ -79,12 +79,11 @@ static bool fd_writes(pid_t pid, const char *fd, uint64_t ino)
 	unsigned long flags;
 
 	snprintf(file, sizeof(file), "fdinfo/%s", fd);
-	if (proc_field(pid, file, "ino:", v, sizeof(v)) < 0)
-		return false;
-	i = strtoull(v, NULL, 10);
 	if (proc_field(pid, file, "flags:", v, sizeof(v)) < 0)
 		return false;
 	flags = strtoul(v, NULL, 8);
+	/* "ino:" is there since Linux 5.14; before, the path and the mode are all there is */
+	i = proc_field(pid, file, "ino:", v, sizeof(v)) < 0 ? ino : strtoull(v, NULL, 10);
 	return i == ino && (flags & O_ACCMODE) != O_RDONLY;
 }
 
