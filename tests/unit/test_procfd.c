@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -82,6 +83,24 @@ static void test_holds(void **state)
 	rmdir(dir);
 }
 
+/* A process whose descriptor table has room for more than FS_PROC_SCAN_MAX is not read. */
+static void test_too_many(void **state)
+{
+	struct rlimit rl = {FS_PROC_SCAN_MAX + 200, FS_PROC_SCAN_MAX + 200}, old;
+	int fds[FS_PROC_SCAN_MAX + 1], n;
+
+	(void)state;
+	getrlimit(RLIMIT_NOFILE, &old);
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		skip();
+	for (n = 0; n < FS_PROC_SCAN_MAX + 1; n++)
+		assert_true((fds[n] = open("/dev/null", O_RDONLY)) >= 0);
+	assert_int_equal(fs_proc_holds(getpid(), 1, "x"), -E2BIG);
+	while (n--)
+		close(fds[n]);
+	setrlimit(RLIMIT_NOFILE, &old);
+}
+
 static void test_children_hold(void **state)
 {
 	char dir[] = "/tmp/procfd-XXXXXX", path[64], c;
@@ -120,6 +139,7 @@ int main(void)
 	    cmocka_unit_test(test_tgid),
 	    cmocka_unit_test(test_holds),
 	    cmocka_unit_test(test_children_hold),
+	    cmocka_unit_test(test_too_many),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
