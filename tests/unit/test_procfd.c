@@ -38,7 +38,7 @@ static void test_tgid(void **state)
 	assert_int_equal(fs_proc_tgid(getpid()), getpid());
 	assert_int_equal(pthread_create(&t, NULL, thread_tgid, &got), 0);
 	pthread_join(t, NULL);
-	assert_int_equal(got, getpid()); /* a thread's id names its process */
+	assert_int_equal(got, getpid());	   /* a thread's id names its process */
 	assert_int_equal(fs_proc_tgid(0), -ESRCH); /* outside our pid namespace */
 	assert_true(fs_proc_tgid(-1) < 0);
 }
@@ -69,7 +69,7 @@ static void test_holds(void **state)
 	fd = open(path, O_WRONLY);
 	assert_int_equal(fs_proc_holds(getpid(), ino, "seg.log"), 1);
 	assert_int_equal(fs_proc_holds(getpid(), ino + 1, "seg.log"), 0); /* another inode */
-	assert_int_equal(fs_proc_holds(getpid(), ino, "g.log"), 0); /* not a whole name */
+	assert_int_equal(fs_proc_holds(getpid(), ino, "g.log"), 0);	  /* not a whole name */
 	assert_int_equal(fs_proc_holds(getpid(), ino, "log"), 0);
 	dup_fd = dup(fd);
 	close(fd);
