@@ -162,6 +162,8 @@ struct bk_stats {
 	uint64_t requests;   /* HTTP requests (or file reads) started, retries included */
 	uint64_t retries;
 	uint64_t errors;     /* requests that finished with an error after retries */
+	uint64_t absent;     /* HEADs answered 404: a name the store does not have (a new name
+			      * looked up before it is written), not counted in errors */
 	uint64_t bytes;      /* body bytes received for range reads */
 	uint64_t active;     /* transfers running now */
 	uint64_t queued;     /* reads waiting for a connection slot */

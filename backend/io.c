@@ -635,9 +635,32 @@ static enum bk_op op_of(const struct io_req *r)
 	return r->head ? BK_OP_HEAD : r->len ? BK_OP_GET : BK_OP_LIST;
 }
 
-/* Count and log a request that failed for good. */
+/* Say why @r is tried again (its attempt just counted): the status or curl's error. The
+ * mount's log callback holds lines to its rate (fs/log.c: once per line per interval, digits
+ * aside, and a bucket for all). */
+static void log_retry(struct io *io, struct io_req *r)
+{
+	char status[32];
+	const char *why = r->errmsg; /* names the status when there is one */
+
+	if (!why[0] && r->status) {
+		snprintf(status, sizeof(status), "HTTP %ld", r->status);
+		why = status;
+	} else if (!why[0]) {
+		why = strerror(-r->err);
+	}
+	logf_(io, 1, "%s %s%s: %s; trying again (attempt %u of %u)", method_of(r), r->url,
+	      r->len ? " (range)" : "", why, r->xfer->attempt + 1, io->cfg.retries + 1);
+}
+
+/* Count and log a request that failed for good; a HEAD that finds no object is an answer,
+ * counted on its own (absent). */
 static void failed(struct io *io, struct io_req *r)
 {
+	if (r->head && r->err == -ENOENT && !r->xfer->carrier) {
+		STAT_ADD(io, absent, 1); /* the answer asked for: the name is free */
+		return;
+	}
 	STAT_ADD(io, errors, 1);
 	if (r->err != -ENOENT && r->err != -ESHUTDOWN)
 		logf_(io, 1, "%s %s%s: %s", method_of(r), r->url, r->len ? " (range)" : "",
@@ -690,6 +713,7 @@ static void part_end(struct io *io, struct io_req *c, struct io_req *p, bool ret
 		if (t) {
 			p->xfer->attempt++;
 			STAT_ADD(io, retries, 1);
+			log_retry(io, p);
 			t->due = now_ns(io) + io_backoff_ns(p->xfer->attempt - 1,
 							    io->cfg.random(io->cfg.env_arg));
 			t->retry = p;
@@ -1032,6 +1056,7 @@ static bool retry_later(struct io *io, struct io_req *r)
 		return false;
 	r->xfer->attempt++;
 	STAT_ADD(io, retries, 1);
+	log_retry(io, r);
 	t->due = now_ns(io) + io_backoff_ns(r->xfer->attempt - 1, io->cfg.random(io->cfg.env_arg));
 	t->retry = r;
 	timer_insert(io, t);
@@ -1443,6 +1468,7 @@ void io_get_stats(struct io *io, struct bk_stats *ret)
 	ret->requests = __atomic_load_n(&io->st.requests, __ATOMIC_RELAXED);
 	ret->retries = __atomic_load_n(&io->st.retries, __ATOMIC_RELAXED);
 	ret->errors = __atomic_load_n(&io->st.errors, __ATOMIC_RELAXED);
+	ret->absent = __atomic_load_n(&io->st.absent, __ATOMIC_RELAXED);
 	ret->bytes = __atomic_load_n(&io->st.bytes, __ATOMIC_RELAXED);
 	ret->active = __atomic_load_n(&io->st.active, __ATOMIC_RELAXED);
 	ret->queued = __atomic_load_n(&io->st.queued, __ATOMIC_RELAXED);

@@ -1,11 +1,13 @@
 /*
- * change.c - the FUSE operations that change the store: create and write new objects, replace
+ * change.c - the FUSE operations that change the store: create and write new objects (O_RDONLY
+ * and O_APPEND too: an empty object, and writing from the start), replace
  * one opened with O_TRUNC, unlink, mkdir, rmdir and rename. A mount without allow_write,
  * allow_overwrite and allow_delete is read-only in the kernel and never sees them.
  *
  *   create ─► ns_create (the name, being written) ─► wfile_new ─► handle (write.c)
  *   open O_TRUNC ─► allow_overwrite? ─► ns_truncate ─► wfile_new(overwrite) ─► handle
- *   write, flush, fsync, release ─► write.c
+ *   write, flush (with the closer's pid), fsync, release ─► write.c (the writer's last close
+ *   commits)
  *   unlink ─► allow_delete? ─► backend_unlink_async ─► (I/O thread) ns_removed, cache_drop
  *   mkdir  ─► allow_write? ─► backend_mkdir_async ─► ns_mkdir (S3: the mount's alone, until
  *             something is written under it)
@@ -20,7 +22,8 @@
  *   - a write open of an existing object without O_TRUNC (changing an object in place), or
  *     with O_APPEND or O_RDWR: EPERM; O_TRUNC without allow_overwrite: EPERM;
  *   - reading a file being written: EBUSY, until it is closed;
- *   - the control directory's name: EPERM.
+ *   - the control directory's name: EPERM;
+ *   - a name over 255 bytes: ENAMETOOLONG (lookup answers it first, in ops.c).
  * Who may is the kernel's business: default_permissions with uid, gid, file_mode and
  * dir_mode, so with the default modes nobody but the mount's owner creates anything.
  *
@@ -29,6 +32,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +57,18 @@ static int child(struct mount *m, fuse_ino_t parent, const char *name, char *buf
 	if (snprintf(buf + n, len - n, "%s%s", n ? "/" : "", name) >= (int)(len - n))
 		return -ENAMETOOLONG;
 	return 0;
+}
+
+/* The thread group of @req's caller: a file's writer. @return it, or <= 0 when unknown. */
+static pid_t opener(fuse_req_t req)
+{
+	return fs_proc_tgid(fuse_req_ctx(req)->pid);
+}
+
+/* A name longer than statfs's namelen (255) is ENAMETOOLONG, whatever the operation. */
+static int name_ok(const char *name)
+{
+	return strlen(name) > NAME_MAX ? -ENAMETOOLONG : 0;
 }
 
 /* Is @name in @parent the control directory's? Nothing may be made or removed under it. */
@@ -93,14 +109,17 @@ void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mo
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	if (is_control(m, parent, name) || (fi->flags & O_ACCMODE) == O_RDONLY ||
-	    (fi->flags & O_APPEND)) {
+	if (is_control(m, parent, name)) {
 		fuse_reply_err(req, EPERM);
 		return;
 	}
-	r = ns_create(m->ns, parent, name, &e.attr);
+	/* O_RDONLY makes an empty object (committed at its close), O_APPEND to a new file is
+	 * writing from its start */
+	r = name_ok(name);
+	if (r == 0)
+		r = ns_create(m->ns, parent, name, &e.attr);
 	if (r == 0) {
-		r = wfile_new(m, e.attr.st_ino, false, &w);
+		r = wfile_new(m, e.attr.st_ino, false, opener(req), &w);
 		if (r < 0) {
 			ns_write_failed(m->ns, e.attr.st_ino);
 			ns_forget(m->ns, e.attr.st_ino, 1);
@@ -135,7 +154,7 @@ void fs_op_open_write(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	r = ns_truncate(m->ns, ino);
-	if (r == 0 && (r = wfile_new(m, ino, true, &w)) < 0)
+	if (r == 0 && (r = wfile_new(m, ino, true, opener(req), &w)) < 0)
 		ns_write_failed(m->ns, ino);
 	if (r < 0) {
 		fuse_reply_err(req, fs_reply_errno(r));
@@ -167,8 +186,8 @@ void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wfile *w = wfile_of(fi);
 
-	if (w)
-		wfile_commit(req, w, true); /* close() returns when the store has the object */
+	if (w) /* the writer's close() returns when the store has the object */
+		wfile_flush(req, w, fuse_req_ctx(req)->pid);
 	else
 		fuse_reply_err(req, 0);
 }
@@ -178,7 +197,7 @@ void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_
 	struct wfile *w = wfile_of(fi);
 
 	if (w)
-		wfile_commit(req, w, false);
+		wfile_commit(req, w);
 	else
 		fuse_reply_err(req, 0);
 }

@@ -236,6 +236,8 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "Requests tried again.")                                                                 \
 	X(backend_errors_total, COUNTER, BACKEND(errors),                                          \
 	  "Requests that failed after retries.")                                                   \
+	X(backend_absent_total, COUNTER, BACKEND(absent),                                          \
+	  "HEADs answered 404 (a new name checked before it is written): not errors.")            \
 	X(backend_received_bytes_total, COUNTER, BACKEND(bytes),                                   \
 	  "Bytes of range reads received from the store.")                                         \
 	X(backend_active_requests, GAUGE, BACKEND(active),                                         \
@@ -255,6 +257,14 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "Files written through the mount that the store did not take: nothing left.")           \
 	X(write_buffer_waits_total, COUNTER, WRITES(write_waits),                                  \
 	  "Times a file's writes waited for a write buffer (write_buffer full).")                 \
+	X(write_flushes_kept_total, COUNTER, WRITES(flushes_kept),                                 \
+	  "Closes of a file being written that did not commit it: a process other than its "      \
+	  "writer (a forked child), or a dup while the writer holds another descriptor.")         \
+	X(write_release_commits_total, COUNTER, WRITES(release_commits),                           \
+	  "Files committed at their last close by a process other than their writer: no "         \
+	  "close() waited for the store.")                                                         \
+	X(write_release_failures_total, COUNTER, WRITES(release_failed),                           \
+	  "Of those, files the store did not take: logged, no close() returned the error.")       \
 	X(write_buffer_bytes, GAUGE, WRITES(buffer_bytes),                                         \
 	  "Write buffer bytes taken now, all files together.")                                     \
 	X(write_buffer_limit_bytes, GAUGE, WRITES(buffer_limit),                                   \

@@ -189,6 +189,8 @@ struct dirst {
 	uint32_t kids;           /* nodes whose up is this one: it is freed after them */
 	struct negs *negs;       /* names found missing, NULL if none */
 	struct ov *ov;           /* changes made through the mount a listing may not show yet */
+	int64_t changed;         /* when a name in it was last made or removed through the mount
+				  * (its mtime and ctime, if after the mount started), 0 never */
 };
 
 /*
@@ -1277,10 +1279,13 @@ static void fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 	st->st_gid = ns->cfg.gid;
 	st->st_blksize = ns->cfg.block_size;
 	if (n->is_dir) {
-		/* a prefix has no time of its own: show when the mount started */
+		/* a prefix has no time of its own: show when the mount started, or when a name in
+		 * it was last made or removed through the mount (POSIX's parent times) */
 		st->st_mode = S_IFDIR | mode;
 		st->st_nlink = 2;
 		st->st_mtime = st->st_ctime = st->st_atime = ns->started;
+		if (n->dir && n->dir->changed > ns->started)
+			st->st_mtime = st->st_ctime = n->dir->changed;
 		return;
 	}
 	st->st_mode = S_IFREG | mode;
@@ -2736,6 +2741,7 @@ static int ov_add(struct ns *ns, struct dirst *d, const char *name, bool gone, b
 	strcpy(o->name, name);
 	o->next = d->ov;
 	d->ov = o;
+	d->changed = time(NULL);
 	ov_show(d, o);
 	if (!gone)
 		neg_del(d, name);
@@ -2749,9 +2755,11 @@ static struct node *change_dir(struct ns *ns, uint64_t parent, const char *name,
 	struct node *p = find_ino(ns, parent);
 
 	*ret_err = !p ? -ENOENT : !p->is_dir ? -ENOTDIR : 0;
-	if (!*ret_err && (!name[0] || strchr(name, '/') || strlen(name) > 255 ||
-			  strcmp(name, ".") == 0 || strcmp(name, "..") == 0))
+	if (!*ret_err && (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 ||
+			  strcmp(name, "..") == 0))
 		*ret_err = -EINVAL;
+	if (!*ret_err && strlen(name) > 255)
+		*ret_err = -ENAMETOOLONG; /* statfs's namelen */
 	return *ret_err ? NULL : p;
 }
 
@@ -2774,6 +2782,7 @@ int ns_create(struct ns *ns, uint64_t parent, const char *name, struct stat *ret
 		n->f->wmtime = m.mtime;
 		n->nlookup++;
 		neg_del(p->dir, name);
+		p->dir->changed = m.mtime;
 		fill_stat(ns, n, ret_st);
 	}
 	pthread_mutex_unlock(&ns->lock);

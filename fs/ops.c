@@ -216,6 +216,11 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct mount *m = M(req);
 	struct stat st;
 
+	if (strlen(name) > NAME_MAX) {
+		/* statfs says namelen 255: every operation on a name goes through here first */
+		fuse_reply_err(req, ENAMETOOLONG);
+		return;
+	}
 	/* The control directory and its files never wait for the store: a real object of the
 	 * same name wins if the root's listing held (whatever its age) names it. Before the
 	 * root's first listing (started at mount) a lookup in the mount's first CTL_GRACE_NS

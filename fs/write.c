@@ -7,7 +7,7 @@
  *   write(off == size) ─► copy into the part being filled ─┬─► each block complete: cache_put
  *                                                          │   (hot tier, provisional oid)
  *                                                          └─► a part full: backend_upload_part
- *   flush / fsync / release ─► the last part, backend_upload_commit ─► (I/O thread) done:
+ *   the writer's last close / fsync / release ─► the last part, backend_upload_commit ─► done:
  *        ok: ns_written (the version the store named), cache_rekey(provisional → real oid),
  *            cache_publish (the disk and fleet tiers get the blocks), close() returns 0
  *        failed: ns_write_failed, cache_drop(provisional), close() returns the error
@@ -35,8 +35,17 @@
  *
  * Order. The kernel sends one file's writes in the writer's order; a write that does not start
  * where the last ended (a seek, a pwrite elsewhere, two threads racing on one fd) is refused
- * with EINVAL, as mountpoint-s3 does. So is a write after the object was committed (a flush or
- * fsync): the object is whole and closed for writing.
+ * with EINVAL, as mountpoint-s3 does. So is a write after the object was committed (the writer's
+ * last close, or fsync): the object is whole and closed for writing.
+ *
+ * Who commits. FLUSH comes at every close(2) of every descriptor (dups, a forked child's
+ * copies), RELEASE once at the last. The object is committed at the close of its writer, the
+ * thread group that opened it (owner), when it holds no other descriptor of the file:
+ * flush_rule asks /proc (procfd.c). Another process's close, and the writer's close of a dup,
+ * answer 0 at once. A writer that wrote nothing itself and whose children hold the file leaves
+ * the commit to RELEASE, as does anything else that never reached the writer's last close;
+ * no close() waits for a release's commit, so its failure is logged and counted (at_release).
+ * Where /proc cannot tell, a flush commits once a byte was written (the rule before).
  *
  * Locking: w->lock guards a file's state; the pool has its own lock (wpool.lock), taken alone
  * or inside w->lock, never the other way round. FUSE replies and backend calls are made with
@@ -110,6 +119,11 @@ struct wfile {
 	bool want_commit;        /* a flush, fsync or release came while writes were parked;
 				  * lock */
 	bool commit_sent;        /* backend_upload_commit (or abort) called; lock */
+	bool at_release;         /* the commit was the release's: no close waits for it; lock */
+	pid_t owner;             /* the opener's thread group (its writer), <= 0 unknown; set
+				  * at creation */
+	bool owner_wrote;        /* a write came from the writer's thread group (atomic) */
+	pid_t seen_tid;          /* the last writing thread found outside it (atomic) */
 	struct wfile *pnext;     /* wpool.hungry: files with parked writes; wpool.lock */
 	bool hungry;             /* in wpool.hungry; wpool.lock */
 };
@@ -244,7 +258,7 @@ static void wfile_put(struct wfile *w)
 	free(w);
 }
 
-int wfile_new(struct mount *m, uint64_t ino, bool overwrite, struct wfile **ret)
+int wfile_new(struct mount *m, uint64_t ino, bool overwrite, pid_t owner, struct wfile **ret)
 {
 	struct bk_upload_cfg uc = {.part_size = m->wpool->part_size,
 				   .max_parts_in_flight = m->wpool->max_parts,
@@ -275,6 +289,7 @@ int wfile_new(struct mount *m, uint64_t ino, bool overwrite, struct wfile **ret)
 	w->prov = cache_oid_make("tierfs-written", path, v);
 	w->m = m;
 	w->ino = ino;
+	w->owner = owner;
 	w->refs = 2; /* the handle, the upload */
 	w->full_tail = &w->full;
 	w->parked_tail = &w->parked;
@@ -479,13 +494,20 @@ static void finish_locked(struct wfile *w, int err, const struct bk_meta *meta,
 		cache_drop(m->c, w->prov);
 		fs_log_once(&m->log, FUSE_LOG_ERR, w->path, strerror(-err),
 			    "write %s: the store did not take it (%s): nothing was left under "
-			    "its name", w->path, strerror(-err));
+			    "its name%s", w->path, strerror(-err),
+			    w->at_release ? " (committed at the last close of another process "
+					    "than its writer: no close() returned the error)" : "");
 	}
 	pthread_mutex_lock(&m->wpool->lock);
 	if (err == 0)
 		m->wpool->st.completed++;
 	else
 		m->wpool->st.failed++;
+	if (w->at_release) {
+		m->wpool->st.release_commits++;
+		if (err)
+			m->wpool->st.release_failed++;
+	}
 	pthread_mutex_unlock(&m->wpool->lock);
 	w->state = W_DONE;
 	w->result = err;
@@ -624,6 +646,22 @@ static void part_done(void *arg, int err)
 
 /* ---- what the FUSE operations call ----------------------------------------------------------- */
 
+/* Note whether thread @tid, writing, is the writer's (until the writer's first write: /proc is
+ * read once per other writing thread in a row, never after). */
+static void note_writer(struct wfile *w, pid_t tid)
+{
+	pid_t tgid;
+
+	if (w->owner <= 0 || __atomic_load_n(&w->owner_wrote, __ATOMIC_RELAXED) ||
+	    tid == __atomic_load_n(&w->seen_tid, __ATOMIC_RELAXED))
+		return;
+	tgid = tid == w->owner ? tid : fs_proc_tgid(tid);
+	if (tgid == w->owner)
+		__atomic_store_n(&w->owner_wrote, true, __ATOMIC_RELAXED);
+	else
+		__atomic_store_n(&w->seen_tid, tid, __ATOMIC_RELAXED);
+}
+
 void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, off_t off)
 {
 	struct replies rs = {0};
@@ -631,6 +669,7 @@ void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, 
 	int err = 0;
 	size_t n = 0;
 
+	note_writer(w, fuse_req_ctx(req)->pid);
 	pthread_mutex_lock(&w->lock);
 	if (w->state != W_OPEN || w->want_commit)
 		err = EINVAL; /* the object was committed: it is whole */
@@ -662,18 +701,17 @@ void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, 
 	replies_send(&rs);
 }
 
-/* flush and fsync: the object is committed (once), and the caller answered when the store
- * has it. A flush before the first byte commits nothing: the shell's `>` opens the file, dups
- * the descriptor and closes the first one before it writes (every close of a descriptor is a
- * flush), so an empty file is committed at its last close (release), or by fsync. */
-void wfile_commit(fuse_req_t req, struct wfile *w, bool flush)
+/* fsync, the writer's close, or a release (@req NULL): the object is committed (once), and the
+ * caller answered when the store has it. @zero_waits: a file with no byte written yet is left
+ * open (the answer is 0 at once): a flush whose closer cannot be told apart from a dup's. */
+static void commit_req(fuse_req_t req, struct wfile *w, bool zero_waits)
 {
 	struct replies rs = {0};
 	struct waiter *q = req ? malloc(sizeof(*q)) : NULL;
 	int err = -1;
 
 	pthread_mutex_lock(&w->lock);
-	if (flush && w->state == W_OPEN && w->end == 0) {
+	if (zero_waits && w->state == W_OPEN && w->end == 0) {
 		err = 0;
 	} else if (w->state == W_DONE) {
 		err = reply_code(w->result);
@@ -686,6 +724,8 @@ void wfile_commit(fuse_req_t req, struct wfile *w, bool flush)
 			w->waiters = q;
 			q = NULL;
 		}
+		if (!req && w->state == W_OPEN)
+			w->at_release = true;
 		if (w->state == W_OPEN && w->parked)
 			w->want_commit = true; /* pump commits once they are taken */
 		else if (w->state == W_OPEN)
@@ -698,9 +738,61 @@ void wfile_commit(fuse_req_t req, struct wfile *w, bool flush)
 		fuse_reply_err(req, err);
 }
 
+void wfile_commit(fuse_req_t req, struct wfile *w)
+{
+	commit_req(req, w, false);
+}
+
+enum flush_rule {
+	FLUSH_COMMIT, /* the writer's last close: commit, answer when the store has it */
+	FLUSH_KEEP,   /* another process's close, or the writer keeps another descriptor */
+	FLUSH_BYTES,  /* the closer is unknown: commit once a byte was written */
+};
+
+/* What a FLUSH from thread @pid does to @w (no lock held: it reads /proc, procfd.c). The
+ * writer is the thread group that opened the file; a child that inherited the descriptor
+ * (a shell's command, subprocess, make) closes its copy without committing, and so does the
+ * writer closing a dup while it holds another descriptor of the file (the shell's `exec 3>f`,
+ * `cmd >&3`, `exec 3>&-`, and its `>`: open, dup2 onto 1, close). A writer that closes its
+ * last descriptor without having written a byte itself while its children hold the file
+ * (subprocess.Popen with stdout=open(...): the child may have written already) leaves the
+ * commit to the last close (release). */
+static enum flush_rule flush_rule(struct wfile *w, pid_t pid)
+{
+	pid_t tgid = pid == w->owner ? pid : fs_proc_tgid(pid);
+	int held;
+
+	if (w->owner <= 0 || tgid < 0)
+		return FLUSH_BYTES;
+	if (tgid != w->owner)
+		return FLUSH_KEEP;
+	held = fs_proc_holds(tgid, w->ino, w->path);
+	if (held == -E2BIG)
+		return FLUSH_COMMIT; /* too many descriptors to read: taken for its last */
+	if (held < 0)
+		return FLUSH_BYTES;
+	if (held == 0 && !__atomic_load_n(&w->owner_wrote, __ATOMIC_RELAXED))
+		held = fs_proc_children_hold(tgid, w->ino, w->path) == 1;
+	return held ? FLUSH_KEEP : FLUSH_COMMIT;
+}
+
+void wfile_flush(fuse_req_t req, struct wfile *w, pid_t pid)
+{
+	enum flush_rule rule = flush_rule(w, pid);
+
+	if (rule == FLUSH_KEEP) {
+		pthread_mutex_lock(&w->m->wpool->lock);
+		w->m->wpool->st.flushes_kept++;
+		pthread_mutex_unlock(&w->m->wpool->lock);
+		fuse_reply_err(req, 0);
+		return;
+	}
+	commit_req(req, w, rule == FLUSH_BYTES);
+}
+
 void wfile_release(struct wfile *w)
 {
-	wfile_commit(NULL, w, false); /* the last close (or a killed writer's): commit */
+	commit_req(NULL, w, false); /* the last close (a child's, a killed writer's): commit */
 	wfile_put(w);
 }
 

@@ -20,6 +20,10 @@ struct wpool_stats {
 	uint64_t completed;    /* objects the store acknowledged */
 	uint64_t failed;       /* objects the store did not take: nothing left under the name */
 	uint64_t write_waits;  /* times a file's writes waited for a buffer */
+	uint64_t flushes_kept; /* closes that did not commit: another process's copy, or a dup */
+	uint64_t release_commits; /* objects committed by the last close of a process other than
+				   * their writer (release): no close() waited for them */
+	uint64_t release_failed; /* ... of which the store took nothing (logged) */
 	uint64_t buffer_bytes; /* bytes of write buffers taken now */
 	uint64_t buffer_limit; /* write_buffer */
 };
@@ -32,18 +36,24 @@ void wpool_free(struct wpool *p);
 void wpool_get_stats(struct wpool *p, struct wpool_stats *ret);
 
 /* Start writing the new object of file @ino (created, or opened with O_TRUNC: @overwrite,
- * it may replace the object the store has). @return 0 and *ret (the handle's), -EROFS,
- * -ENOMEM, -ENAMETOOLONG, ... */
-int wfile_new(struct mount *m, uint64_t ino, bool overwrite, struct wfile **ret);
+ * it may replace the object the store has), opened by thread group @owner (its writer; <= 0
+ * unknown). @return 0 and *ret (the handle's), -EROFS, -ENOMEM, -ENAMETOOLONG, ... */
+int wfile_new(struct mount *m, uint64_t ino, bool overwrite, pid_t owner, struct wfile **ret);
 
 /* A write of @size bytes at @off: answered at once, or when a buffer frees (parked). */
 void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, off_t off);
 
-/* flush (@flush), fsync (@req answered when the store has the object, or with its error), or
- * the commit of a release (@req NULL). A flush before any byte was written commits nothing. */
-void wfile_commit(fuse_req_t req, struct wfile *w, bool flush);
+/* fsync: the object is committed, @req answered when the store has it, or with its error. */
+void wfile_commit(fuse_req_t req, struct wfile *w);
 
-/* The handle is closed: committed if it was not, and freed once the store has answered. */
+/* A FLUSH (a close(2) of some descriptor of the file) from thread @pid: the writer's last
+ * close commits like fsync; another process's close (a forked child's copy) and a close of a
+ * dup while the writer holds another descriptor answer 0 at once and commit nothing (write.c,
+ * flush_rule; docs/semantics.md). */
+void wfile_flush(fuse_req_t req, struct wfile *w, pid_t pid);
+
+/* The handle is closed (its last reference went): committed if it was not, errors logged
+ * and counted (release_failed), and freed once the store has answered. */
 void wfile_release(struct wfile *w);
 
 /* Bytes written to @w so far. */
