@@ -34,8 +34,8 @@ class Cluster:
     """Six redis-server processes in cluster mode, each in its own directory (nodes.conf),
     joined by redis-cli --cluster create into 3 masters with a replica each."""
 
-    def __init__(self, root, password=None):
-        self.root, self.password = root, password
+    def __init__(self, root, password=None, full_coverage=True):
+        self.root, self.password, self.full_coverage = root, password, full_coverage
         self.nodes = []  # Redis, one a node
 
     def start(self):
@@ -50,7 +50,8 @@ class Cluster:
                  "--cluster-port", str(harness.free_port()),  # not port + 10000: past 65535
                  "--cluster-config-file", "nodes.conf", "--dir", str(r.dir), "--save", "",
                  "--appendonly", "no", "--maxmemory", str(256 << 20),
-                 "--repl-diskless-sync-delay", "0",
+                 "--repl-diskless-sync-delay", "0", "--cluster-require-full-coverage",
+                 "yes" if self.full_coverage else "no",
                  "--maxmemory-policy", "allkeys-lru"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
             log.close()
