@@ -74,11 +74,16 @@
  * the first point at or after its own hash. A server added takes the arcs its points cut off,
  * about 1/(n+1) of the keys, and no key moves between the old servers.
  *
+ * On a Redis Cluster the ring gives way to the cluster's slot map: each key goes to its hash
+ * slot's master, MOVED and ASK are followed, and a failover is found by asking for the map
+ * again: see the section "the cluster" below.
+ *
  * The password (AUTH) is formatted here, written by write_secret and wiped, never left in
  * hiredis's buffers: see the section of that name below.
  *
- * Locking: the ring, the servers' names and the configuration are read-only after
- * bk_redis_new; everything else (connections, requests, server state) is the I/O thread's.
+ * Locking: the ring, the names of the servers named in the option (nring) and the
+ * configuration are read-only after bk_redis_new; everything else (connections, requests,
+ * server state, the cluster's masters added to srv[] and its slot map) is the I/O thread's.
  * Stats are relaxed atomics.
  */
 #include <errno.h>
@@ -1121,6 +1126,8 @@ static void timed_out(struct req *q)
 
 	STAT_ADD(q->s, timeouts, 1);
 	answer(q, -ETIMEDOUT, NULL);
+	if (q->s->cluster) /* a master that hangs: has a replica taken over? */
+		map_want(q->s);
 	if (!written) /* never written: no lock taken, no reply owed */
 		getq_unlink(q);
 	else if (q->op == OP_GETLOCK)
@@ -1663,6 +1670,19 @@ static void take_map(struct bk_redis *s, struct srv *from, const char *text, siz
 	}
 	for (unsigned i = 0; i < BK_CLUSTER_SLOTS; i++)
 		s->slot[i] = m->slot[i] == BK_CLUSTER_NONE ? BK_CLUSTER_NONE : idx[m->slot[i]];
+	for (unsigned i = s->nring; i < s->nsrv; i++) {
+		/* a master found before and no longer in the map (failed over): not "down" in
+		 * the gauge for ever; if it comes back as a master, it is used again */
+		struct srv *v = &s->srv[i];
+		bool mapped = false;
+
+		for (unsigned j = 0; j < m->nmasters && !mapped; j++)
+			mapped = idx[j] == i;
+		if (!mapped && v->down) {
+			v->down = false;
+			STAT_SUB(s, servers_down, 1);
+		}
+	}
 	if (!s->mapped)
 		logf_(s, 2, "shared tier: redis %s is a cluster node (%u masters serve its slots): "
 			    "keys go to their hash slot's master", from->name, m->nmasters);

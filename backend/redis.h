@@ -4,7 +4,8 @@
  *
  * Values are opaque bytes here: what a value means and whether it is right is the caller's
  * business (fs/ frames blocks with cache/fleetval.h). Keys are spread over the servers by a
- * consistent-hash ring (bk_chash), so adding a server moves only its share of the keys.
+ * consistent-hash ring (bk_chash), so adding a server moves only its share of the keys; on a
+ * Redis Cluster, found at the first call, by the cluster's own slots (cluster.h).
  * Every call returns at once; its answer comes on the I/O thread.
  */
 #ifndef TIERFS_REDIS_H
