@@ -13,7 +13,7 @@ three mounts with shared=redis://ONE-NODE.
 
     TIERFS_BIN=$PWD/build/tierfs /usr/bin/python3 bench/shared_cluster.py [--pace 24]
         [--full-coverage]   (cluster-require-full-coverage yes: every key refused meanwhile)
-        [--json FILE]
+        [--json FILE] [--plain] [--timeout MS]  (--plain: the share row on one plain redis-server first)
 
 As root (it mounts). Prints one line per figure, and a JSON object at the end.
 """
@@ -32,6 +32,7 @@ import corpus  # noqa: E402
 import harness  # noqa: E402
 import lagging_util as lu  # noqa: E402
 from test_cluster import Cluster, slot  # noqa: E402
+from test_shared import Redis  # noqa: E402
 
 MIB = 1 << 20
 N, SIZE, BS = 16, 16 * MIB, 4 * MIB
@@ -60,7 +61,7 @@ def run(ng, work, url, rels, label, pace, during=None):
     """3 mounts read @rels, each from its own third on; @during(t0) runs beside them.
     @return (store blocks fetched, worst read s, the mounts' stats)."""
     o = [f"block_size={BS // MIB}M", "hot_ttl=100000000", "readahead=2", f"shared={url}",
-         f"shared_prefix={PREFIX}", "shared_timeout=200"]
+         f"shared_prefix={PREFIX}", f"shared_timeout={TIMEOUT_MS}"]
     ms = [harness.Mount(ng.url, work / f"mnt-{label}-{i}", o, logdir=work).start()
           for i in range(3)]
     try:
@@ -90,6 +91,17 @@ def run(ng, work, url, rels, label, pace, during=None):
 
 
 SHA = {}
+TIMEOUT_MS = 200  # --timeout: shared_timeout of the mounts
+COUNTERS = ("shared_timeouts_total", "shared_redirects_total", "shared_errors_total",
+            "shared_lock_waits_total", "shared_lock_gave_up_total", "shared_put_drops_total",
+            "shared_put_errors_total", "shared_store_fetches_total")
+
+
+def counters(sts):
+    """The shared tier's counters of interest, summed over the mounts' stats @sts."""
+    out = {k: sum(s.v(k, "shared") for s in sts) for k in COUNTERS}
+    out["read_errors"] = sum(s.v("read_errors_total") for s in sts)
+    return out
 
 
 def main():
@@ -97,6 +109,8 @@ def main():
     pace = float(args[args.index("--pace") + 1]) if "--pace" in args else 24.0
     out = args[args.index("--json") + 1] if "--json" in args else None
     full = "--full-coverage" in args
+    global TIMEOUT_MS
+    TIMEOUT_MS = int(args[args.index("--timeout") + 1]) if "--timeout" in args else 200
     work = Path(tempfile.mkdtemp(prefix="shared-cluster-", dir="/var/tmp"))
     root = work / "store"
     rels = [f"new/n-{i:02d}.bin" for i in range(N)]
@@ -105,15 +119,27 @@ def main():
     ng = lu.TimedNginx(root, work / "nginx")
     ng.start()
     c = Cluster(work / "cluster", full_coverage=full)
-    res = {"blocks": N * SIZE // BS, "pace_mib_s": pace, "full_coverage": full}
+    res = {"blocks": N * SIZE // BS, "pace_mib_s": pace, "full_coverage": full,
+           "shared_timeout_ms": TIMEOUT_MS}
     try:
+        if "--plain" in args:  # the share row on one plain redis-server, to compare
+            r = Redis(work / "plain").start()
+            try:
+                fetched, worst, sts, _, secs = run(ng, work, r.url(), rels, "plain", 0)
+            finally:
+                r.stop()
+            res["plain"] = {"store_x": fetched / res["blocks"], "worst_read_s": worst,
+                            "seconds": secs, **counters(sts)}
+            print(f"plain: one redis-server: {fetched:.0f} blocks at the store "
+                  f"({res['plain']['store_x']:.2f}x); {counters(sts)}")
         c.start()
         url = f"redis://127.0.0.1:{c.nodes[0].port}"
         fetched, worst, sts, _, secs = run(ng, work, url, rels, "share", 0)
         res["share"] = {"store_x": fetched / res["blocks"], "worst_read_s": worst,
-                        "seconds": secs}
+                        "seconds": secs, **counters(sts)}
         print(f"share: 3 mounts, {res['blocks']} blocks: {fetched:.0f} blocks at the store "
-              f"({res['share']['store_x']:.2f}x), worst 1 MiB read {worst:.3f}s")
+              f"({res['share']['store_x']:.2f}x), worst 1 MiB read {worst:.3f}s; "
+              f"{ {k: v for k, v in res['share'].items() if k.startswith('shared')} }")
         held = c.block_keys()
         per = {m.port: sum(1 for x in held.values() if x is m) for m in c.masters()}
         victim = c.node(max(per, key=per.get))
@@ -142,11 +168,7 @@ def main():
         res["failover"] = {"store_blocks": fetched, "extra_blocks": extra,
                            "blocks_on_dead_master": down, "bound": 3 * down,
                            "promoted_s": promoted, "worst_read_s": worst, "seconds": secs,
-                           "read_errors": sum(s.v("read_errors_total") for s in sts),
-                           "timeouts": sum(s.v("shared_timeouts_total", "shared")
-                                           for s in sts),
-                           "redirects": sum(s.v("shared_redirects_total", "shared")
-                                            for s in sts)}
+                           **counters(sts)}
         print(f"failover: master with {down} of {res['blocks']} blocks killed at "
               f"{secs_share / 3:.1f}s of a {secs:.1f}s run, replica promoted after "
               f"{promoted}s; {fetched:.0f} blocks at the store, {extra:.0f} beyond one each "
