@@ -12,10 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BK_CLUSTER_SLOTS     16384u
-#define BK_CLUSTER_MASTERS   16u      /* masters a map may name (redis.c's MAX_SERVERS) */
-#define BK_CLUSTER_NONE      0xffu    /* a slot no master serves */
-#define BK_CLUSTER_HOST_MAX  256u     /* a node's address, NUL included */
+#define BK_CLUSTER_SLOTS    16384u
+#define BK_CLUSTER_MASTERS  16u	  /* masters a map may name (redis.c's MAX_SERVERS) */
+#define BK_CLUSTER_NONE	    0xffu /* a slot no master serves */
+#define BK_CLUSTER_HOST_MAX 256u  /* a node's address, NUL included */
 
 /* CRC16-CCITT (XMODEM: polynomial 0x1021, initial 0), as the cluster specification gives it:
  * "123456789" is 0x31C3. */
@@ -27,9 +27,9 @@ unsigned bk_cluster_slot(const void *key, size_t len);
 
 /* A redirection: "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>". */
 struct bk_cluster_redirect {
-	bool ask;                        /* ASK (this command only), or MOVED (the slot moved) */
+	bool ask; /* ASK (this command only), or MOVED (the slot moved) */
 	unsigned slot;
-	char host[BK_CLUSTER_HOST_MAX];  /* "" when the node sent none: the host it was asked at */
+	char host[BK_CLUSTER_HOST_MAX]; /* "" when the node sent none: the host it was asked at */
 	int port;
 };
 
@@ -45,7 +45,7 @@ struct bk_cluster_map {
 		char host[BK_CLUSTER_HOST_MAX];
 		int port;
 	} master[BK_CLUSTER_MASTERS];
-	uint8_t slot[BK_CLUSTER_SLOTS];  /* index into master, or BK_CLUSTER_NONE */
+	uint8_t slot[BK_CLUSTER_SLOTS]; /* index into master, or BK_CLUSTER_NONE */
 };
 
 /*

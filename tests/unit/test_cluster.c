@@ -73,18 +73,27 @@ static void redirects(void **state)
 
 static void redirects_refused(void **state)
 {
-	static const char *const not[] = {"ERR unknown command", "MOVE 1 a:1", "ASKING", "",
-					  "CLUSTERDOWN The cluster is down"};
-	static const char *const bad[] = {
-		"MOVED 16384 a:1", "MOVED -1 a:1", "MOVED 1 a:0", "MOVED 1 a:65536",
-		"MOVED 1 a", "MOVED 1", "MOVED  a:1", "ASK x a:1", "MOVED 1 a:1 ",
-		"MOVED 1 a:+1", "MOVED 0000000001 a:1", "ASK 1 a:99999999999999999999"};
+	static const char *const others[] = {"ERR unknown command", "MOVE 1 a:1", "ASKING", "",
+					     "CLUSTERDOWN The cluster is down"};
+	static const char *const bad[] = {"MOVED 16384 a:1",
+					  "MOVED -1 a:1",
+					  "MOVED 1 a:0",
+					  "MOVED 1 a:65536",
+					  "MOVED 1 a",
+					  "MOVED 1",
+					  "MOVED  a:1",
+					  "ASK x a:1",
+					  "MOVED 1 a:1 ",
+					  "MOVED 1 a:+1",
+					  "MOVED 0000000001 a:1",
+					  "ASK 1 a:99999999999999999999"};
 	struct bk_cluster_redirect r = {.slot = 77};
 	char longhost[400];
 
 	(void)state;
-	for (size_t i = 0; i < sizeof(not) / sizeof(not[0]); i++)
-		assert_int_equal(bk_cluster_parse_redirect(not[i], strlen(not[i]), &r), -ENOENT);
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+		assert_int_equal(bk_cluster_parse_redirect(others[i], strlen(others[i]), &r),
+				 -ENOENT);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(bk_cluster_parse_redirect(bad[i], strlen(bad[i]), &r), -EPROTO);
 	snprintf(longhost, sizeof(longhost), "MOVED 1 %0300d:1", 0);
@@ -95,18 +104,18 @@ static void redirects_refused(void **state)
 
 /* redis-server 7.0's answer for 3 masters and 3 replicas, a slot being moved, a failed node */
 static const char NODES[] =
-	"07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@40004 slave "
-	"e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected\n"
-	"67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30002@40002 master - 0 "
-	"1426238316232 2 connected 5461-10922 [5461->-292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f]\n"
-	"292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f 127.0.0.1:30003@40003 master - 0 "
-	"1426238318243 3 connected 10923-16383\n"
-	"6ec23923021cf3ffec47632106199cb7f496ce01 127.0.0.1:30005@40005 slave "
-	"67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 0 1426238316232 5 connected\n"
-	"824fe116063bc5fcf9f4ffd895bc17aee7731ac3 127.0.0.1:30006@40006 master,fail - "
-	"1426238316232 1426238316000 6 disconnected\n"
-	"e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca :30001@40001,node1.example myself,master - 0 0 "
-	"1 connected 0-5460\n";
+    "07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@40004 slave "
+    "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected\n"
+    "67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30002@40002 master - 0 "
+    "1426238316232 2 connected 5461-10922 [5461->-292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f]\n"
+    "292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f 127.0.0.1:30003@40003 master - 0 "
+    "1426238318243 3 connected 10923-16383\n"
+    "6ec23923021cf3ffec47632106199cb7f496ce01 127.0.0.1:30005@40005 slave "
+    "67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 0 1426238316232 5 connected\n"
+    "824fe116063bc5fcf9f4ffd895bc17aee7731ac3 127.0.0.1:30006@40006 master,fail - "
+    "1426238316232 1426238316000 6 disconnected\n"
+    "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca :30001@40001,node1.example myself,master - 0 0 "
+    "1 connected 0-5460\n";
 
 static void nodes_map(void **state)
 {
@@ -137,16 +146,16 @@ static void nodes_map(void **state)
 static void nodes_refused(void **state)
 {
 	static const char *const bad[] = {
-		"x 127.0.0.1:1@2 master - 0 0 1 connected 0-16384\n",
-		"x 127.0.0.1:1@2 master - 0 0 1 connected 5-4\n",
-		"x 127.0.0.1:1@2 master - 0 0 1 connected 0-10\n"
-		"y 127.0.0.1:2@3 master - 0 0 1 connected 10\n", /* slot 10 twice */
-		"x 127.0.0.1:1@2 master - 0 0 1\n",                 /* too few fields */
-		"x 127.0.0.1@2 master - 0 0 1 connected 1\n",       /* no port */
-		"x 127.0.0.1:0@2 master - 0 0 1 connected 1\n",
-		"x 127.0.0.1:1@2 master - 0 0 1 connected [1->-y\n",
-		"x 127.0.0.1:1@2 master - 0 0 1 connected -\n",
-		"x 127.0.0.1:1@2 master - 0 0 1 connected a-b\n",
+	    "x 127.0.0.1:1@2 master - 0 0 1 connected 0-16384\n",
+	    "x 127.0.0.1:1@2 master - 0 0 1 connected 5-4\n",
+	    "x 127.0.0.1:1@2 master - 0 0 1 connected 0-10\n"
+	    "y 127.0.0.1:2@3 master - 0 0 1 connected 10\n", /* slot 10 twice */
+	    "x 127.0.0.1:1@2 master - 0 0 1\n",		     /* too few fields */
+	    "x 127.0.0.1@2 master - 0 0 1 connected 1\n",    /* no port */
+	    "x 127.0.0.1:0@2 master - 0 0 1 connected 1\n",
+	    "x 127.0.0.1:1@2 master - 0 0 1 connected [1->-y\n",
+	    "x 127.0.0.1:1@2 master - 0 0 1 connected -\n",
+	    "x 127.0.0.1:1@2 master - 0 0 1 connected a-b\n",
 	};
 	struct bk_cluster_map *m = malloc(sizeof(*m));
 	char many[4096] = "";
@@ -169,9 +178,9 @@ static void nodes_refused(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(crc16_vector),      cmocka_unit_test(slots_of_keys),
-		cmocka_unit_test(redirects),         cmocka_unit_test(redirects_refused),
-		cmocka_unit_test(nodes_map),         cmocka_unit_test(nodes_refused),
+	    cmocka_unit_test(crc16_vector), cmocka_unit_test(slots_of_keys),
+	    cmocka_unit_test(redirects),    cmocka_unit_test(redirects_refused),
+	    cmocka_unit_test(nodes_map),    cmocka_unit_test(nodes_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
