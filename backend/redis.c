@@ -1658,8 +1658,11 @@ static void take_map(struct bk_redis *s, struct srv *from, const char *text, siz
 				    "(%s): keys follow MOVED and ASK only", from->name,
 			      e == -E2BIG ? "more masters than it serves" : "not CLUSTER NODES");
 		s->map_logged = true;
-		if (e != -ENOMEM)
+		if (e != -ENOMEM) {
 			STAT_ADD(s, bad_replies, 1);
+			s->probed = true; /* not asked again at every call: on MOVED, or a master
+					   * down, as on a cluster */
+		}
 		free(m);
 		return;
 	}

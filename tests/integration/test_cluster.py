@@ -21,6 +21,7 @@ import pytest
 
 import harness
 import lagging_util as lu
+from fakeredis import FakeRedis
 from lagging_util import MIB
 from test_shared import (BS, PREFIX, Redis, drop_caches, range_gets, read_check,  # noqa: F401
                          store, wait_puts)
@@ -356,3 +357,31 @@ def test_acl_user_limited_to_the_listed_commands(store, cluster, mount, tmp_path
         assert s.v("shared_slot_maps_total", "shared") >= 1
         assert "did not answer CLUSTER NODES" not in m.log.read_text()
         assert "refused AUTH" not in m.log.read_text()
+
+
+@pytest.mark.parametrize("what", ["map", "moved"])
+def test_bad_cluster_answers_refused(store, mount, what):
+    """A server whose CLUSTER NODES is not a map (a slot served twice, a slot past 16383), or
+    whose MOVED names a slot past 16383: refused with one line (the map) or as an error (the
+    MOVED), the reads right, from the store."""
+    fake = FakeRedis("nil")
+    if what == "map":
+        fake.nodes = (b"a 127.0.0.1:1@2 myself,master - 0 0 1 connected 0-9000\n"
+                      b"b 127.0.0.1:2@3 master - 0 0 1 connected 9000-16384\n")
+    else:
+        fake.moved = b"MOVED 16384 127.0.0.1:1"
+    try:
+        m = fmount(mount, store, fake.url(), name="m")
+        rel = files(1, 3)[0]
+        read_check(m, store, rel)
+        s = lu.stats(m.mnt)
+        assert fake.gets >= 4
+        assert s.v("shared_hits_total", "shared") == 0
+        if what == "map":
+            assert s.v("shared_bad_replies_total", "shared") == 1
+            assert "sent a cluster map tierfs does not take" in m.log.read_text()
+        else:
+            assert s.v("shared_redirects_total", "shared") == 0
+            assert s.v("shared_errors_total", "shared") >= 4
+    finally:
+        fake.stop()
