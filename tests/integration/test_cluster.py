@@ -195,6 +195,7 @@ def test_mounts_share_blocks_by_slot(store, cluster, mount, tmp_path):
     assert gets == 0, "B fetched from the store what the cluster holds"
     assert hits == 16
     s = lu.stats(b.mnt)
+    assert s.v("shared_store_fetches_total", "shared") == 0  # the stats file agrees
     assert s.v("shared_slot_maps_total", "shared") >= 1
     assert s.v("shared_servers", "shared") >= 3  # the seeds and the masters found
     assert "is a cluster node" in b.log.read_text()
