@@ -227,7 +227,9 @@ def test_ask_then_moved(store, cluster, mount):
         m.cmd("CLUSTER", "SETSLOT", s, "NODE", dst_id)
     harness.wait_until(lambda: cluster.master_of(s) is dst, 10, "the slot moved")
     assert (shared_read(store, c, [rel])) == (0, 4, 1)  # the MOVED
-    assert lu.stats(c.mnt).v("shared_slot_maps_total", "shared") >= 2
+    # the MOVED asks for the whole map again (at most every 200 ms: it may still be coming)
+    harness.wait_until(lambda: lu.stats(c.mnt).v("shared_slot_maps_total", "shared") >= 2, 10,
+                       "c to ask for a new map after the MOVED")
 
 
 def test_reshard_while_reading(store, cluster, mount):
