@@ -13,13 +13,14 @@ three mounts with shared=redis://ONE-NODE.
 
     TIERFS_BIN=$PWD/build/tierfs /usr/bin/python3 bench/shared_cluster.py [--pace 24]
         [--full-coverage]   (cluster-require-full-coverage yes: every key refused meanwhile)
-        [--json FILE] [--plain] [--timeout MS]  (--plain: the share row on one plain redis-server first)
+        [--json FILE] [--plain] [--timeout MS] [--keep]  (--plain: the share row on one plain redis-server first)
 
 As root (it mounts). Prints one line per figure, and a JSON object at the end.
 """
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -176,6 +177,8 @@ def main():
     finally:
         c.stop()
         ng.stop()
+        if "--keep" not in args:  # the objects and the mounts' logs: --keep leaves them
+            shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(res))
     if out:
         Path(out).write_text(json.dumps(res, indent=1) + "\n")
