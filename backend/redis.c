@@ -74,11 +74,16 @@
  * the first point at or after its own hash. A server added takes the arcs its points cut off,
  * about 1/(n+1) of the keys, and no key moves between the old servers.
  *
+ * On a Redis Cluster the ring gives way to the cluster's slot map: each key goes to its hash
+ * slot's master, MOVED and ASK are followed, and a failover is found by asking for the map
+ * again: see the section "the cluster" below.
+ *
  * The password (AUTH) is formatted here, written by write_secret and wiped, never left in
  * hiredis's buffers: see the section of that name below.
  *
- * Locking: the ring, the servers' names and the configuration are read-only after
- * bk_redis_new; everything else (connections, requests, server state) is the I/O thread's.
+ * Locking: the ring, the names of the servers named in the option (nring) and the
+ * configuration are read-only after bk_redis_new; everything else (connections, requests,
+ * server state, the cluster's masters added to srv[] and its slot map) is the I/O thread's.
  * Stats are relaxed atomics.
  */
 #include <errno.h>
@@ -95,6 +100,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>
 
+#include "cluster.h"
 #include "io.h"
 #include "redis.h"
 #include "resp.h"
@@ -118,6 +124,8 @@ void redisProcessCallbacks(redisAsyncContext *ac);
 #define CALL_MAX   16                  /* timeouts a call may wait, from when it was asked */
 #define OBUF_ROOM  (PUT_SLICE + (64u << 10)) /* a new connection's output buffer (see
 					       * send_auth) */
+#define MAX_REDIRECTS 5                /* MOVED or ASK a call follows, at most */
+#define MAP_EVERY_NS (200 * 1000000ULL) /* a cluster's slot map is asked at most this often */
 
 /*
  * A fetch lock's value is its holder's token (random, per mount), and a mount renews and
@@ -276,6 +284,21 @@ struct bk_redis {
 	struct srv *srv;
 	unsigned nsrv;
 	struct bk_chash ring;
+	unsigned nring;          /* servers named in the option, the ring's (read-only); srv[]
+				  * beyond them are a cluster's masters found since (I/O thread) */
+	/* a Redis Cluster (see "the cluster" below); I/O thread */
+	bool cluster;            /* a node said so: keys go by slot */
+	bool probed;             /* a server said whether it is a cluster node */
+	bool mapped;             /* a slot map was taken (and logged) */
+	bool map_asked;          /* a CLUSTER NODES is out (sent at map_sent_ns) */
+	bool map_pending;        /* map_ask's timer is set */
+	bool map_logged;         /* a refused map was logged */
+	bool full_logged;        /* a node past MAX_SERVERS was logged */
+	unsigned map_seq;        /* which CLUSTER NODES the answer must be (see on_map) */
+	unsigned map_next;       /* the server asked next: they take turns */
+	uint64_t map_ns, map_sent_ns; /* when the last map was asked for */
+	uint8_t slot[BK_CLUSTER_SLOTS]; /* each slot's master (index in srv), or BK_CLUSTER_NONE:
+					  * then the ring's server, which redirects */
 	char *password;
 	char token[33];          /* this mount's fetch locks' value: who holds a lock */
 	uint64_t timeout_ns, put_limit;
@@ -295,8 +318,13 @@ enum op { OP_GET, OP_GETLOCK, OP_PUT, OP_EVAL };
 /* One command. Freed when refs reaches 0; I/O thread only once started. */
 struct req {
 	struct bk_redis *s;
-	struct srv *v;
+	struct srv *v;           /* its server: the ring's; in a cluster, set by start (route) */
 	enum op op;              /* OP_PUT goes on v->c[CONN_PUT], the others on CONN_GET */
+	unsigned slot;           /* its key's cluster slot */
+	unsigned redirects;      /* MOVED and ASK it followed */
+	struct srv *redir_to;    /* OP_GETLOCK: the GET was redirected here (see on_reply) */
+	bool redir_ask;          /* ... by an ASK */
+	bool ask;                /* its commands go after ASKING (an ASK redirect) */
 	unsigned refs;           /* the reply callbacks' and the timer's */
 	bool answered;
 	uint64_t timeout_ns;
@@ -384,9 +412,13 @@ static void logf_(struct bk_redis *s, int level, const char *fmt, ...)
 	s->b->log(s->b->log_arg, level, line);
 }
 
+static void map_want(struct bk_redis *s);
+
 static void mark_down(struct srv *v, const char *why)
 {
 	v->retry_ns = io_now_ns(v->s->io) + RETRY_NS;
+	if (v->s->cluster)
+		map_want(v->s); /* a failover: the slots' new master is in the next map */
 	if (v->down)
 		return;
 	v->down = true;
@@ -725,6 +757,8 @@ static void close_all(struct srv *v)
 
 static void on_reply(redisAsyncContext *ac, void *r, void *priv);
 static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv);
+static struct srv *note_redirect(struct req *q, const redisReply *reply, bool *ret_ask);
+static bool resend(struct req *q, struct srv *to, bool ask);
 
 /*
  * hiredis's createString, for every string its parser completes on our connections: a GET's
@@ -902,6 +936,10 @@ static void on_getlock_value(redisAsyncContext *ac, void *r, void *priv)
 	struct req *q = priv;
 	int lost = replied(ac, q, reply);
 
+	if (reply && !q->answered && (q->redir_to = note_redirect(q, reply, &q->redir_ask))) {
+		req_put(q); /* sent again once the SET NX's reply is in (on_reply) */
+		return;
+	}
 	if (reply && reply->type != REDIS_REPLY_ERROR)
 		get_latency(q);
 	if (!reply)
@@ -920,6 +958,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 	redisReply *reply = r;
 	struct req *q = priv;
 	int lost = replied(ac, q, reply);
+	struct srv *to = q->redir_to, *t;
+	bool ask = q->redir_ask, a = false;
 
 	if (q->v->feeding == q) {
 		/* the connection went with the SET half written (reply NULL), or Redis answered
@@ -927,6 +967,20 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv)
 		q->v->feeding = NULL;
 		if (reply)
 			redisAsyncDisconnect(ac);
+	}
+	/* a MOVED or ASK (an OP_GETLOCK's GET's, or this reply's): the call goes to the node
+	 * named, with this callback's reference; a SET's value is gone (hiredis has it), so a
+	 * redirected SET only teaches the map, and is counted as a put error */
+	q->redir_to = NULL;
+	if (!to && (t = note_redirect(q, reply, &a))) { /* (an OP_GETLOCK's SET NX is redirected
+							 * where its GET was: counted once) */
+		to = t;
+		ask = a;
+	}
+	if (to && q->op != OP_PUT) {
+		if (resend(q, to, ask))
+			return;
+		answer(q, -EIO, NULL);
 	}
 	if (q->op == OP_GETLOCK) {
 		/* the SET NX's reply, after the GET's nil (or after a value already answered:
@@ -1072,6 +1126,8 @@ static void timed_out(struct req *q)
 
 	STAT_ADD(q->s, timeouts, 1);
 	answer(q, -ETIMEDOUT, NULL);
+	if (q->s->cluster) /* a master that hangs: has a replica taken over? */
+		map_want(q->s);
 	if (!written) /* never written: no lock taken, no reply owed */
 		getq_unlink(q);
 	else if (q->op == OP_GETLOCK)
@@ -1113,6 +1169,7 @@ static void on_timeout(void *p)
 }
 
 static void send_req(struct req *q, redisAsyncContext *ac);
+static struct srv *route(const struct req *q);
 
 /*
  * Write queued SETs to the PUT connection, a slice at a time, while its socket takes them.
@@ -1180,6 +1237,13 @@ static void start(void *p)
 	bool put_conn = q->op == OP_PUT && !q->now;
 
 	q->asked_ns = io_now_ns(s->io);
+	if (!s->stopped) {
+		if (!s->probed) /* the first call: is it a cluster? (see map_ask) */
+			map_want(s);
+		q->v = route(q);
+		if (s->cluster && q->v->down) /* its master failed: a replica may have taken over */
+			map_want(s);
+	}
 	redisAsyncContext *ac = s->stopped ? NULL : conn(q->v, put_conn ? CONN_PUT : CONN_GET);
 
 	if (!ac) {
@@ -1251,6 +1315,8 @@ static void send_req(struct req *q, redisAsyncContext *ac)
 	struct bk_redis *s = q->s;
 
 	turn_start(ac);
+	if (q->ask) /* an ASK redirect: each command of the call after its own ASKING */
+		redisAsyncCommand(ac, NULL, NULL, "ASKING");
 	if (q->op == OP_GETLOCK) {
 		/* the GET and the SET NX go out together: one round trip */
 		q->refs++;
@@ -1261,6 +1327,8 @@ static void send_req(struct req *q, redisAsyncContext *ac)
 			req_put(q);
 			return;
 		}
+		if (q->ask)
+			redisAsyncCommand(ac, NULL, NULL, "ASKING");
 	}
 	if ((q->op == OP_PUT ? redisAsyncFormattedCommand(ac, on_reply, q, q->value,
 							   q->value_len < PUT_SLICE ? q->value_len
@@ -1312,7 +1380,8 @@ static struct req *req_new(struct bk_redis *s, enum op op, const char *route, si
 	q->op = op;
 	q->refs = 1;
 	q->timeout_ns = s->timeout_ns;
-	q->v = &s->srv[s->nsrv == 1 ? 0 : bk_chash_pick(&s->ring, route, strlen(route))];
+	q->v = &s->srv[s->nring == 1 ? 0 : bk_chash_pick(&s->ring, route, strlen(route))];
+	q->slot = bk_cluster_slot(route, strlen(route));
 	return q;
 }
 
@@ -1502,6 +1571,228 @@ int bk_redis_eval(struct bk_redis *s, const char *script, const char *key,
 	return submit(q);
 }
 
+/* ---- the cluster -------------------------------------------------------------------------- */
+
+/*
+ * A Redis Cluster spreads the keys itself: each key's hash slot (cluster.h) belongs to one
+ * master, which a replica replaces when it fails, and slots move between masters (resharding).
+ * So on a cluster the ring is not used: each call goes to its slot's master (route), and the
+ * masters are servers like the ones named in the option, two connections each, found in the
+ * map (srv_at adds them to srv[], MAX_SERVERS in all).
+ *
+ *   start ─► route: slot[q->slot] ─► that master (unknown: the ring's server, which redirects)
+ *   reply -MOVED s h:p ─► slot[s] = h:p, map_want ─► the call again on h:p       (resend)
+ *   reply -ASK s h:p ───► the call again on h:p after ASKING; the map unchanged (resend)
+ *   map_want ─► map_ask (at most every MAP_EVERY_NS) ─► CLUSTER NODES ─► on_map ─► slot[]
+ *
+ * Whether the servers are a cluster is asked by the first call (on the I/O thread, so no
+ * FUSE thread waits for it): a CLUSTER NODES to one of them, on its GET connection, before
+ * that call. A map says it is; an error ("cluster support disabled", or an ACL that refuses
+ * CLUSTER) says it is not, and the ring stays. A MOVED from any server says it is too, and
+ * is followed even without a map. A slot's map is asked for again after a MOVED, and while
+ * calls find their master down: killed, its connections are refused at once (the calls go to
+ * the store), and the map that names its replica as master comes once the cluster has
+ * promoted it (cluster-node-timeout and an election). A call follows MAX_REDIRECTS at most,
+ * within its own timeouts (wait_until's cap); one that cannot is answered -EIO, and its block
+ * read from the store. A SET redirected is not sent again (hiredis has its value): the map
+ * learns from it, and the block is not shared until it is read again.
+ */
+
+/* The server at @host:@port, added to srv[] if new. @return it, or NULL (MAX_SERVERS). */
+static struct srv *srv_at(struct bk_redis *s, const char *host, int port)
+{
+	struct srv *v;
+
+	for (unsigned i = 0; i < s->nsrv; i++)
+		if (s->srv[i].port == port && strcmp(s->srv[i].host, host) == 0)
+			return &s->srv[i];
+	if (s->nsrv == MAX_SERVERS || strlen(host) >= sizeof(v->host)) {
+		if (!s->full_logged)
+			logf_(s, 0, "shared tier: redis cluster node %.100s:%d is one too many "
+				    "(at most %d servers): its slots are read from the store",
+			      host, port, MAX_SERVERS);
+		s->full_logged = true;
+		return NULL;
+	}
+	v = &s->srv[s->nsrv];
+	snprintf(v->host, sizeof(v->host), "%s", host);
+	v->port = port;
+	snprintf(v->name, sizeof(v->name), "%s:%d", host, port);
+	v->s = s;
+	s->nsrv++;
+	__atomic_store_n(&s->st.servers, s->nsrv, __ATOMIC_RELAXED);
+	return v;
+}
+
+static struct srv *route(const struct req *q)
+{
+	uint8_t i = q->s->slot[q->slot];
+
+	return i == BK_CLUSTER_NONE ? q->v : &q->s->srv[i];
+}
+
+static void map_ask(void *arg);
+
+/* A new slot map is wanted: asked now, or once MAP_EVERY_NS has passed since the last. */
+static void map_want(struct bk_redis *s)
+{
+	uint64_t now = io_now_ns(s->io), at = s->map_ns + MAP_EVERY_NS;
+
+	if (s->map_pending || s->stopped ||
+	    (s->map_asked && now < s->map_sent_ns + CALL_MAX * s->timeout_ns))
+		return; /* one asked at a time (one that is never answered, for a while) */
+	s->map_pending = io_defer(s->io, at > now ? at - now : 0, map_ask, s) == 0;
+}
+
+/* A map from @from (@len bytes of CLUSTER NODES) replaces the slots: all of it, or nothing
+ * (a map that does not parse is logged once, and the slots stay as they were). */
+static void take_map(struct bk_redis *s, struct srv *from, const char *text, size_t len)
+{
+	struct bk_cluster_map *m = malloc(sizeof(*m));
+	uint8_t idx[BK_CLUSTER_MASTERS];
+	int e = m ? bk_cluster_parse_nodes(text, len, from->host, m) : -ENOMEM;
+
+	if (e < 0) {
+		if (!s->map_logged)
+			logf_(s, 0, "shared tier: redis %s sent a cluster map tierfs does not take "
+				    "(%s): keys follow MOVED and ASK only", from->name,
+			      e == -E2BIG ? "more masters than it serves" : "not CLUSTER NODES");
+		s->map_logged = true;
+		if (e != -ENOMEM) {
+			STAT_ADD(s, bad_replies, 1);
+			s->probed = true; /* not asked again at every call: on MOVED, or a master
+					   * down, as on a cluster */
+		}
+		free(m);
+		return;
+	}
+	for (unsigned i = 0; i < m->nmasters; i++) {
+		struct srv *v = srv_at(s, m->master[i].host, m->master[i].port);
+
+		idx[i] = v ? (uint8_t)(v - s->srv) : BK_CLUSTER_NONE;
+	}
+	for (unsigned i = 0; i < BK_CLUSTER_SLOTS; i++)
+		s->slot[i] = m->slot[i] == BK_CLUSTER_NONE ? BK_CLUSTER_NONE : idx[m->slot[i]];
+	for (unsigned i = s->nring; i < s->nsrv; i++) {
+		/* a master found before and no longer in the map (failed over): not "down" in
+		 * the gauge for ever; if it comes back as a master, it is used again */
+		struct srv *v = &s->srv[i];
+		bool mapped = false;
+
+		for (unsigned j = 0; j < m->nmasters && !mapped; j++)
+			mapped = idx[j] == i;
+		if (!mapped && v->down) {
+			v->down = false;
+			STAT_SUB(s, servers_down, 1);
+		}
+	}
+	if (!s->mapped)
+		logf_(s, 2, "shared tier: redis %s is a cluster node (%u masters serve its slots): "
+			    "keys go to their hash slot's master", from->name, m->nmasters);
+	s->cluster = s->probed = s->mapped = true;
+	free(m);
+}
+
+static void on_map(redisAsyncContext *ac, void *r, void *priv)
+{
+	redisReply *reply = r;
+	struct sconn *c = ac->data;
+	struct srv *v = c->v;
+	struct bk_redis *s = v->s;
+
+	if (reply) {
+		c->replies++;
+		mark_up(v);
+	}
+	if ((unsigned)(uintptr_t)priv != s->map_seq)
+		return; /* an older one, given up on */
+	s->map_asked = false;
+	if (!reply)
+		return;
+	if (reply->type == REDIS_REPLY_STRING && reply->str) {
+		take_map(s, v, reply->str, reply->len);
+	} else if (!s->cluster) {
+		s->probed = true; /* a plain server (or one that will not say): the ring */
+	} else if (!s->map_logged) {
+		s->map_logged = true;
+		logf_(s, 1, "shared tier: redis %s did not answer CLUSTER NODES (%.200s): keys "
+			    "follow MOVED and ASK only", v->name,
+		      reply->type == REDIS_REPLY_ERROR && reply->str ? reply->str : "not a map");
+	}
+}
+
+/* Ask one server for the map, the servers taking turns; one in its retry pause is passed. */
+static void map_ask(void *arg)
+{
+	struct bk_redis *s = arg;
+	uint64_t now = io_now_ns(s->io);
+
+	s->map_pending = false;
+	s->map_ns = now;
+	for (unsigned k = 0; !s->stopped && k < s->nsrv; k++) {
+		struct srv *v = &s->srv[(s->map_next + k) % s->nsrv];
+		redisAsyncContext *ac = conn(v, CONN_GET);
+
+		if (!ac)
+			continue;
+		turn_start(ac);
+		if (redisAsyncCommand(ac, on_map, (void *)(uintptr_t)++s->map_seq,
+				      "CLUSTER NODES") != REDIS_OK)
+			continue;
+		s->map_next = (unsigned)(v - s->srv) + 1;
+		s->map_asked = true;
+		s->map_sent_ns = now;
+		STAT_ADD(s, maps, 1);
+		return;
+	}
+}
+
+/* @reply, to @q from q->v, may be a redirection: a MOVED updates the slot's master and asks
+ * for the whole map, an ASK is for this call only. @return the node named (*ret_ask set), or
+ * NULL: no redirection (or a malformed one: an error), or no room for the node. */
+static struct srv *note_redirect(struct req *q, const redisReply *reply, bool *ret_ask)
+{
+	struct bk_redis *s = q->s;
+	struct bk_cluster_redirect rd;
+	struct srv *to;
+
+	if (!reply || reply->type != REDIS_REPLY_ERROR || !reply->str ||
+	    bk_cluster_parse_redirect(reply->str, reply->len, &rd) < 0)
+		return NULL;
+	STAT_ADD(s, redirects, 1);
+	to = srv_at(s, rd.host[0] ? rd.host : q->v->host, rd.port);
+	if (!rd.ask) {
+		s->slot[rd.slot] = to ? (uint8_t)(to - s->srv) : BK_CLUSTER_NONE;
+		s->cluster = s->probed = true;
+		map_want(s);
+	}
+	*ret_ask = rd.ask;
+	return to;
+}
+
+/* Send unanswered @q again, to @to (after ASKING if @ask), with the reference of the reply
+ * callback that calls this; its timer runs on (see send_req). @return true if it went, or
+ * failed and was answered; false if it cannot go (the caller answers it). */
+static bool resend(struct req *q, struct srv *to, bool ask)
+{
+	struct srv *from = q->v;
+	redisAsyncContext *ac;
+
+	if (q->answered || q->s->stopped || ++q->redirects > MAX_REDIRECTS ||
+	    !(ac = conn(to, CONN_GET)))
+		return false;
+	if (q->inflight) { /* its place on the old connection is free */
+		q->inflight = false;
+		from->getting--;
+	}
+	q->v = to;
+	q->ask = ask;
+	q->timed = true;
+	send_req(q, ac);
+	pump(from);
+	return true;
+}
+
 /* ---- the poller (io.c) ------------------------------------------------------------------------ */
 
 static unsigned poll_fds(void *arg, struct curl_waitfd *fds, unsigned max)
@@ -1643,6 +1934,7 @@ static void poll_stop(void *arg)
 	struct bk_redis *s = arg;
 
 	s->stopped = true;
+	s->map_asked = s->map_pending = false; /* the loop drops its timers */
 	for (unsigned i = 0; i < s->nsrv; i++) {
 		struct srv *v = &s->srv[i];
 
@@ -1759,6 +2051,8 @@ int bk_redis_new(struct backend *b, const struct bk_redis_cfg *cfg, struct bk_re
 		e = -ENOMEM;
 	if (e < 0)
 		goto fail;
+	s->nring = s->nsrv;
+	memset(s->slot, BK_CLUSTER_NONE, sizeof(s->slot));
 	s->st.servers = s->nsrv;
 	io_set_poller(s->io, &(struct io_poller){.fds = poll_fds, .ready = poll_ready,
 						 .stop = poll_stop, .arg = s});
@@ -1806,7 +2100,9 @@ void bk_redis_get_stats(struct bk_redis *s, struct bk_redis_stats *ret)
 	ret->put_queued = __atomic_load_n(&st->put_queued, __ATOMIC_RELAXED);
 	ret->evals = __atomic_load_n(&st->evals, __ATOMIC_RELAXED);
 	ret->servers_down = __atomic_load_n(&st->servers_down, __ATOMIC_RELAXED);
-	ret->servers = st->servers;
+	ret->servers = __atomic_load_n(&st->servers, __ATOMIC_RELAXED);
+	ret->redirects = __atomic_load_n(&st->redirects, __ATOMIC_RELAXED);
+	ret->maps = __atomic_load_n(&st->maps, __ATOMIC_RELAXED);
 	for (int i = 0; i < BK_REDIS_LAT_BUCKETS; i++)
 		ret->get_lat[i] = __atomic_load_n(&st->get_lat[i], __ATOMIC_RELAXED);
 	ret->get_lat_sum_us = __atomic_load_n(&st->get_lat_sum_us, __ATOMIC_RELAXED);

@@ -4,7 +4,8 @@
  *
  * Values are opaque bytes here: what a value means and whether it is right is the caller's
  * business (fs/ frames blocks with cache/fleetval.h). Keys are spread over the servers by a
- * consistent-hash ring (bk_chash), so adding a server moves only its share of the keys.
+ * consistent-hash ring (bk_chash), so adding a server moves only its share of the keys; on a
+ * Redis Cluster, found at the first call, by the cluster's own slots (cluster.h).
  * Every call returns at once; its answer comes on the I/O thread.
  */
 #ifndef TIERFS_REDIS_H
@@ -71,7 +72,9 @@ struct bk_redis_stats {
 	uint64_t put_queued;     /* bytes of SETs sent and not yet answered now */
 	uint64_t evals;          /* scripts answered */
 	uint64_t servers_down;   /* servers thought down now */
-	uint64_t servers;        /* servers configured */
+	uint64_t servers;        /* servers configured, and a cluster's masters found since */
+	uint64_t redirects;      /* MOVED and ASK answers (a cluster's slot moved or moving) */
+	uint64_t maps;           /* a cluster's slot maps asked for (CLUSTER NODES) */
 	/* GETs' answers (a value or nil, late ones included: what the server takes, whatever
 	 * the timeout) by time from written to answered: get_lat[i] counts those within
 	 * bk_redis_lat_bounds_us[i] and over the bound before; the last has no bound */

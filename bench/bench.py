@@ -57,6 +57,8 @@ Scenarios (interleaved runs A B C A B C ..., medians and min-max):
     full speed)
  13 fleet_lagging_rate over 3 mounts replaying old objects: the slope of bytes at the server
     over the fetches' start times, from 1 s after the first, against the rate
+ 12d the shared scenario on a Redis Cluster (--only cluster, bench/shared_cluster.py): 3 mounts
+    read each block once; a master killed mid-run costs at most the blocks it held.
  12c the MAC's cost on a shared hit (--only mac): a fresh mount reads the new objects, every
     block from Redis (another mount put them there), with shared_key and without: MiB/s, rounds
     interleaved, each on a fresh mount with its memory taken at mount (prefault=on)
@@ -3924,7 +3926,7 @@ def main():
     ap.add_argument("--runs", type=int, default=0)
     ap.add_argument("--only", default="",
                     help="comma list of scenarios: seq,multi,iso,rate,mem,broker,meta,lagrand,"
-                    "disk,shared,mac,trace,sim,write")
+                    "disk,shared,mac,trace,sim,write; cluster (bench/shared_cluster.py)")
     ap.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                     help="override a parameter (see Bench.p), e.g. --set iso_seconds=30")
     ap.add_argument("--chart-only", action="store_true",
@@ -3973,6 +3975,10 @@ def main():
             b.scen_disk()
         if not only or "shared" in only:
             b.scen_shared()
+        if "cluster" in only:  # 12d, the shared scenario on a Redis Cluster (on request only)
+            subprocess.run([sys.executable, str(Path(__file__).parent / "shared_cluster.py"),
+                            "--json", str(b.out / "shared_cluster.json")], check=False,
+                           env={**os.environ, "TIERFS_BIN": args.tierfs})
         if not only or "mac" in only:
             b.scen_mac()
         if not only or "trace" in only:

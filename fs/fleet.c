@@ -17,7 +17,7 @@
  *
  * The fetch lock: N mounts that miss one block at the same instant would all fetch it (three
  * mounts reading the same new objects at full speed: 2.25x the objects at the store). So a
- * GET of a fetch that will fill Redis carries "SET <prefix>lock:<key> 1 NX PX bound" in the
+ * GET of a fetch that will fill Redis carries "SET <prefix>lock:{<key>} 1 NX PX bound" in the
  * same round trip (backend/redis.c pipelines them). The winner misses, the store is read, and
  * put SETs the value, then DELs the lock after the SET on the same connection (at once if it
  * has no value to write, or the read failed); meanwhile backend/redis.c renews the lock's PX,
@@ -146,7 +146,9 @@ struct sfetch {
 	struct bk_redis_into into; /* a value of the block's size: header to hdr, data to dst */
 	unsigned char hdr[FV_HDR_LEN];
 	char key[FV_KEY_MAX];
-	char lock[FV_KEY_MAX + 8]; /* "<prefix>lock:<key without prefix>" */
+	char lock[FV_PREFIX_MAX + FV_KEY_MAX + 8]; /* "<prefix>lock:{<key>}": the key is its hash
+						    * tag, so on a Redis Cluster the lock is in
+						    * the value's slot (backend/cluster.h) */
 };
 
 struct fs_fleet {
@@ -514,8 +516,7 @@ static int fleet_get(void *self, struct tier_io *io)
 	/* only a fetch that will fill the shared tier takes the lock: others would wait for a
 	 * value that a lagging holder (shared_fill_lagging off) never writes */
 	if (!io->lagging || sh->fill_lagging)
-		snprintf(f->lock, sizeof(f->lock), "%slock:%s", sh->prefix,
-			 f->key + strlen(sh->prefix));
+		snprintf(f->lock, sizeof(f->lock), "%slock:{%s}", sh->prefix, f->key);
 	f->into = (struct bk_redis_into){.hdr = f->hdr, .hlen = FV_HDR_LEN, .data = io->dst,
 					 .dlen = io->len};
 	ask_value(f);

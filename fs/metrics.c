@@ -342,9 +342,13 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "Time from a GET written to Redis to its answer (a value or none), late answers "        \
 	  "included: compare with shared_timeout.")                                                \
 	X(shared_servers, GAUGE, REDIS(servers),                                                   \
-	  "Redis servers configured.")                                                             \
+	  "Redis servers configured, and a cluster's masters found since.")                   \
 	X(shared_servers_down, GAUGE, REDIS(servers_down),                                         \
 	  "Redis servers thought down now.")                                                       \
+	X(shared_redirects_total, COUNTER, REDIS(redirects),                                       \
+	  "MOVED and ASK answers from a Redis Cluster: a slot moved, or moving.")                  \
+	X(shared_slot_maps_total, COUNTER, REDIS(maps),                                            \
+	  "Slot maps asked of a Redis Cluster (CLUSTER NODES).")                                   \
 	X(fleet_calls_total, COUNTER, FLEET(fleet_calls),                                          \
 	  "Fleet budget grant scripts called.")                                                    \
 	X(fleet_grants_total, COUNTER, FLEET(fleet_grants),                                        \

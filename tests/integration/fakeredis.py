@@ -83,6 +83,8 @@ class FakeRedis:
         self.closed_by_client = 0
         self.gets = 0
         self.sent = 0  # bytes of streams sent, all connections
+        self.nodes = None  # bytes: CLUSTER NODES is answered with them (None: unknown command)
+        self.moved = None  # bytes: every GET is answered "-" + them (a MOVED or ASK)
         self.ls = socket.create_server(("127.0.0.1", 0))
         self.port = self.ls.getsockname()[1]
         self.socks = [self.ls]
@@ -159,6 +161,12 @@ class FakeRedis:
             c.sendall(b"+OK\r\n")  # a lock SET NX: won; a value: stored (and dropped)
         elif name in (b"EVAL", b"EVALSHA", b"DEL"):
             c.sendall(b":1\r\n")
+        elif name == b"CLUSTER" and self.nodes is not None:
+            c.sendall(b"$%d\r\n%s\r\n" % (len(self.nodes), self.nodes))
+        elif name == b"GET" and self.moved is not None:
+            with self.lock:
+                self.gets += 1
+            c.sendall(b"-" + self.moved + b"\r\n")
         elif name == b"GET":
             with self.lock:
                 self.gets += 1

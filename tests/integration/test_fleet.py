@@ -207,7 +207,7 @@ def test_dead_lock_holder_costs_the_bound(store, mount, redis):
     dead = keys[:2]
     for k in dead:  # the holder fetched nothing and died holding the lock
         r.cmd("DEL", k)
-        r.cmd("SET", PREFIX.encode() + b"lock:" + k[len(PREFIX):], "1", "PX", "60000")
+        r.cmd("SET", PREFIX.encode() + b"lock:{" + k + b"}", "1", "PX", "60000")
     timeout_ms = 100
     b = mount(store.nginx.url, base("4M", *sh(r, f"shared_timeout={timeout_ms}")), name="b")
     drop_caches()
