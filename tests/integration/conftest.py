@@ -168,7 +168,7 @@ def bucket_view(tmp_path_factory, corpus64k):
 
 
 @pytest.fixture(scope="session")
-def s3(tmp_path_factory, bucket_view):
+def s3rver_s3(tmp_path_factory, bucket_view):
     """s3rver with bucket BUCKET holding bucket_view. .view is that copy, .keys what the bucket
     lists ({key: (size, LastModified)}), .env the credentials a mount needs."""
     srv = harness.S3rver(tmp_path_factory.mktemp("s3rver"))
@@ -215,14 +215,22 @@ def rgw(tmp_path_factory, bucket_view):
         srv.stop()
 
 
+@pytest.fixture(scope="session")
+def s3(s3rver_s3):
+    """s3rver (s3rver_s3): the S3 store of the tests that are about s3rver, or that need one
+    store only."""
+    return s3rver_s3
+
+
 S3_STORES = ["s3rver", "rgw"]
 
 
 @pytest.fixture(params=S3_STORES)
 def s3store(request):
-    """Each S3 store in turn (a test using it runs once per store, [s3rver] and [rgw]): the s3
-    or the rgw fixture, both with bucket BUCKET holding bucket_view."""
-    return request.getfixturevalue("s3" if request.param == "s3rver" else "rgw")
+    """Each S3 store in turn (a test using it runs once per store, [s3rver] and [rgw]): s3rver
+    or Ceph RGW, both with bucket BUCKET holding bucket_view and the same attributes. A test
+    file whose `s3` tests should all run on both overrides `s3` with this fixture."""
+    return request.getfixturevalue("s3rver_s3" if request.param == "s3rver" else "rgw")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 fixture): the tree and bytes, listing pagination (a directory of 1,100 keys), HEAD, ranged
 GETs at odd offsets, ETag pinning, prefix mounts, and mount-time errors."""
 
+import errno
+import hashlib
 import os
 
 import pytest
@@ -71,3 +73,108 @@ def test_s3_nothing_listening_fails_at_mount(mountpoint, tierfs_bin):
     port = harness.free_port()
     opts = [f"endpoint=http://127.0.0.1:{port}", "path_style", "region=us-east-1"]
     _fails_with_one_line([f"s3://{BUCKET}", str(mountpoint), "-o", ",".join(opts)], mountpoint)
+
+
+def test_s3_any_region_is_signed_and_accepted(mount, s3store):
+    """region= names the SigV4 scope only: Ceph RGW (and s3rver) accept any region in the
+    signature, so a mount with a region the store has never heard of reads as any other."""
+    m = s3_mount(mount, s3store, extra=["region=xx-nowhere-7"])
+    corpus.assert_preads(m.mnt, s3store.view, "three-blocks-17.bin", B64K)
+
+
+def test_s3_etag_pinning(mount, s3store):
+    """A file open across the replacement of its object never reads a byte of the new one:
+    the first block (cached) reads old bytes, a block not cached is ESTALE. RGW answers 412 to
+    the range GET's If-Match; s3rver ignores If-Match, and its answer's ETag gives the change
+    away."""
+    c = s3store.client()
+    key = "pin/x.bin"
+    old, new = hashlib.shake_256(b"old").digest(8 * B64K), hashlib.shake_256(b"new").digest(
+        8 * B64K)
+    c.put_object(Bucket=BUCKET, Key=key, Body=old)
+    try:
+        m = s3_mount(mount, s3store, extra=["readahead=0"])
+        fd = os.open(m.path(key), os.O_RDONLY)
+        try:
+            assert os.pread(fd, 4096, 0) == old[:4096]
+            c.put_object(Bucket=BUCKET, Key=key, Body=new)
+            with pytest.raises(OSError) as e:
+                os.pread(fd, 4096, 7 * B64K)
+            assert e.value.errno == errno.ESTALE
+            assert os.pread(fd, 4096, 0) == old[:4096]
+        finally:
+            os.close(fd)
+    finally:
+        c.delete_object(Bucket=BUCKET, Key=key)
+
+
+def _write(path, payload, chunk=1 << 20):
+    os.makedirs(os.path.dirname(path), exist_ok=True)  # lives in the mount until written
+    f = open(path, "wb")
+    for i in range(0, len(payload), chunk):
+        f.write(payload[i:i + chunk])
+    f.flush()
+    return f
+
+
+def test_s3_a_name_taken_during_a_multipart_write_is_eexist(mount, s3store):
+    """Without allow_overwrite, a name another client (botocore) creates while a file of
+    several parts is written through the mount makes close() fail with EEXIST, and the other
+    client's object stays as it was. Ceph RGW 16 ignores If-None-Match on
+    CompleteMultipartUpload: before the HEAD that now precedes Complete, close() returned 0
+    and the object was replaced by ours. (The writer holds the file open, so this race needs
+    no shim; test_upload_backend.py has the same at the backend.)"""
+    c = s3store.client()
+    key = "race/r.bin"
+    m = s3_mount(mount, s3store, extra=["allow_write", "part_size=5M", "block_size=1M"])
+    try:
+        f = _write(m.path(key), hashlib.shake_256(b"ours").digest(12 << 20))
+        c.put_object(Bucket=BUCKET, Key=key, Body=b"theirs")
+        with pytest.raises(OSError) as e:
+            f.close()
+        assert e.value.errno == errno.EEXIST
+        assert c.get_object(Bucket=BUCKET, Key=key)["Body"].read() == b"theirs"
+        if s3store.kind == "rgw":  # s3rver does not list uploads (501)
+            ups = c.list_multipart_uploads(Bucket=BUCKET, Prefix="race/").get("Uploads", [])
+            assert not ups, f"the refused upload was not aborted: {ups}"
+        # the plain twin: the name stays free, and the same write closes with success
+        small = _write(m.path("race/free.bin"), hashlib.shake_256(b"f").digest(11 << 20))
+        small.close()
+        got = c.get_object(Bucket=BUCKET, Key="race/free.bin")["Body"].read()
+        assert got == hashlib.shake_256(b"f").digest(11 << 20)
+    finally:
+        for k in (key, "race/free.bin"):
+            c.delete_object(Bucket=BUCKET, Key=k)
+
+
+def test_s3_complete_after_an_abort_is_eio(mount, rgw):
+    """The multipart upload of a file still open is aborted by another client (a lifecycle
+    rule, an operator): RGW then answers CompleteMultipartUpload with 500. close() fails with
+    EIO, no object appears, and the mount writes the next file."""
+    c = rgw.client()
+    key = "abort/a.bin"
+    m = s3_mount(mount, rgw, extra=["allow_write", "part_size=5M", "block_size=1M",
+                                    "retries=1"])
+    try:
+        f = _write(m.path(key), hashlib.shake_256(b"a").digest(10 << 20))  # two full parts
+
+        def parts_in():
+            ups = c.list_multipart_uploads(Bucket=BUCKET, Prefix="abort/").get("Uploads", [])
+            if not ups:
+                return None
+            n = len(c.list_parts(Bucket=BUCKET, Key=key, UploadId=ups[0]["UploadId"]).get(
+                "Parts", []))
+            return ups[0]["UploadId"] if n == 2 else None
+
+        upload_id = harness.wait_until(parts_in, 60, "both parts at the store")
+        c.abort_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload_id)
+        with pytest.raises(OSError) as e:
+            f.close()
+        assert e.value.errno == errno.EIO
+        assert c.list_objects_v2(Bucket=BUCKET, Prefix="abort/").get("KeyCount", 0) == 0
+        assert not os.path.exists(m.path(key))
+        _write(m.path("abort/next.bin"), b"next").close()
+        assert c.get_object(Bucket=BUCKET, Key="abort/next.bin")["Body"].read() == b"next"
+    finally:
+        for k in (key, "abort/next.bin"):
+            c.delete_object(Bucket=BUCKET, Key=k)
