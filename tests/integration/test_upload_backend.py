@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -249,6 +250,59 @@ def test_overwrite_refused_with_if_none_match(fake):
     assert len(fake.aborted) == 1 and not fake.uploads
     last_put = [r for r in fake.records if r.op == "put"][-1]
     assert "if-none-match" not in last_put.headers
+
+
+def test_complete_without_an_etag_learns_it_by_head(fake):
+    """Complete answered with an empty <ETag></ETag> (Ceph RGW 16) is a success: a HEAD after
+    it finds the ETag our parts make, and that is the upload's; Complete is sent once. (The
+    old code took the answer for a broken one and sent Complete again.)"""
+    fake.add_rule("complete", faults.rgw16())
+    out = fdrive(fake, f"put e.bin {2 * PART} e1 part={PART}", "stats")
+    (_, ok, kv), = puts(out)
+    assert ok == "ok", out
+    assert fake.ops() == ["create", "part", "part", "head", "complete", "head"]
+    assert kv["etag"] == fake.objects["pre/e.bin"].etag and kv["etag"].endswith('-2"')
+    assert stats_of(out)["upload_retries"] == 0
+
+
+def _taken_during_complete(fake, key):
+    """Put @key at the fake once a Complete for it has arrived (and waits at its gate), then
+    open the gate."""
+    gate = threading.Event()
+
+    def other_client():
+        try:
+            harness.wait_until(lambda: any(r.op == "complete" for r in fake.records), 30,
+                               "the Complete")
+            fake.put_object(key, b"theirs")
+        finally:
+            gate.set()
+
+    t = threading.Thread(target=other_client, daemon=True)
+    t.start()
+    return gate, t
+
+
+@pytest.mark.parametrize("store", ["honours", "rgw16"])
+def test_a_name_taken_between_the_head_and_complete(fake, store):
+    """The window the HEAD before Complete leaves, held open: another client creates the name
+    after that HEAD, while Complete is on its way (the Complete waits at a gate until it has).
+    A store that honours If-None-Match on Complete (AWS S3, the fake) refuses it: EEXIST, the
+    other object intact. One that ignores it (Ceph RGW 16) replaces the other object, and the
+    upload succeeds: this is the window docs/semantics.md names. (The plain twin, the name
+    taken before the HEAD, is test_overwrite_refused_with_if_none_match.)"""
+    gate, t = _taken_during_complete(fake, "pre/w.bin")
+    fake.add_rule("complete", faults.gate(gate) if store == "honours" else faults.rgw16(gate))
+    out = fdrive(fake, f"put w.bin {2 * PART} w1 part={PART}")
+    t.join(30)
+    (_, res, _), = puts(out)
+    assert fake.ops()[:5] == ["create", "part", "part", "head", "complete"]
+    if store == "honours":
+        assert res.startswith("err=-17"), out
+        assert fake.objects["pre/w.bin"].data == b"theirs" and len(fake.aborted) == 1
+    else:
+        assert res == "ok", out
+        assert fake.objects["pre/w.bin"].data == data("w1", 2 * PART)
 
 
 @pytest.mark.parametrize("op", ["put", "complete"])
