@@ -182,8 +182,11 @@ def s3rver_s3(tmp_path_factory, bucket_view):
         srv.stop()
 
 
-def _in_ci():
-    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+def _rgw_required():
+    """CI=true, or TIERFS_REQUIRE_RGW=1 (scripts/test sets it, its bootstrap having installed
+    the packages): an RGW that is missing fails its tests instead of skipping them."""
+    return any(os.environ.get(v, "").lower() not in ("", "0", "false", "no")
+               for v in ("CI", "TIERFS_REQUIRE_RGW"))
 
 
 @pytest.fixture(scope="session")
@@ -192,12 +195,13 @@ def rgw(tmp_path_factory, bucket_view):
     session (15-20 s), with bucket BUCKET holding bucket_view: the same shape as the s3
     fixture (.endpoint, .client(), .env, .view, .keys, .kind). Its files, the OSD's sparse
     block file too, live under the session's tmp dir and go when it stops, also on failure.
-    Without the Ceph packages a developer's run skips, saying so; in CI (CI=true) that and an
-    RGW that does not start fail the tests."""
+    Without the Ceph packages a developer's run skips, saying so; in CI (CI=true, or
+    TIERFS_REQUIRE_RGW=1 as scripts/test sets) it fails them. An RGW that does not start
+    fails them always."""
     why = rgwlib.missing()
     if why:
-        if _in_ci():
-            pytest.fail(f"CI=true: {why}", pytrace=False)
+        if _rgw_required():
+            pytest.fail(f"CI=true or TIERFS_REQUIRE_RGW=1: {why}", pytrace=False)
         pytest.skip(why)
     srv = rgwlib.Rgw(tmp_path_factory.mktemp("rgw"))
     _rgws.append(srv)
