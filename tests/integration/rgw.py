@@ -83,7 +83,7 @@ osd op num shards = 1
 osd op num threads per shard = 2
 osd check max object name len on startup = false
 [client.rgw]
-rgw frontends = beast endpoint=127.0.0.1:{rgw_port}
+rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
 rgw data = {d}/rgw
 rgw enable usage log = false
 rgw thread pool size = 64
