@@ -56,6 +56,9 @@ def pytest_sessionfinish(session, exitstatus):
         harness.stop_process(s.proc)
     for r in _rgws:
         r.stop()
+        if r.leftover():
+            print(f"\nSAFETY NET: Ceph daemons {r.leftover()} still run after stop()")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if left:
         print(f"\nSAFETY NET: had to unmount {left}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

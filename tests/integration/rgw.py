@@ -128,6 +128,7 @@ class Rgw:
         self.access_key = "TIERFSRGWTEST0000001"
         self.secret_key = "tierfs-rgw-test-secret-" + uuid.uuid4().hex
         self.procs = {}  # name -> Popen, the daemons running now
+        self.started = []  # the pid of every daemon started, for leftover()
         self._made_dir = False
         self.starts = 0  # radosgw starts, for restart()
 
@@ -167,6 +168,7 @@ class Rgw:
         finally:
             out.close()
         self.procs[name] = p
+        self.started.append(p.pid)
         return p
 
     def _log_tail(self, name):
@@ -287,6 +289,19 @@ class Rgw:
         except RuntimeError:
             self.kill()
             raise
+
+    def leftover(self):
+        """Pids of daemons started here that still run (after stop(): none, or a bug)."""
+        out = []
+        for pid in self.started:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[0] != "Z" and os.fsencode(str(self.conf)) in argv:
+                out.append(pid)
+        return out
 
     def stop(self):
         """Stop every daemon started here (radosgw, the OSD, the monitor, in that order), then

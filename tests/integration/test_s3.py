@@ -178,3 +178,27 @@ def test_s3_complete_after_an_abort_is_eio(mount, rgw):
     finally:
         for k in (key, "abort/next.bin"):
             c.delete_object(Bucket=BUCKET, Key=k)
+
+
+def test_rgw_kill_and_restart(rgw):
+    """rgw.py's fault injection, which the soak uses: kill() ends radosgw alone (the port
+    refuses), restart() brings it back on the same endpoint with the bucket intact; every
+    daemon it started is one of its own."""
+    import botocore.exceptions
+
+    endpoint = rgw.endpoint
+    c = rgw.client()
+    c.put_object(Bucket=BUCKET, Key="restart/k", Body=b"k")
+    try:
+        rgw.kill()
+        assert not harness.port_open(rgw.port)
+        with pytest.raises(botocore.exceptions.EndpointConnectionError):
+            rgw.client().head_object(Bucket=BUCKET, Key="restart/k")
+        rgw.restart()
+        assert rgw.endpoint == endpoint
+        assert rgw.client().get_object(Bucket=BUCKET, Key="restart/k")["Body"].read() == b"k"
+        assert set(rgw.procs) == {"mon.a", "osd.0", "rgw"}
+    finally:
+        if "rgw" not in rgw.procs:
+            rgw.restart()
+        rgw.client().delete_object(Bucket=BUCKET, Key="restart/k")
