@@ -82,6 +82,16 @@ def test_s3_any_region_is_signed_and_accepted(mount, s3store):
     corpus.assert_preads(m.mnt, s3store.view, "three-blocks-17.bin", B64K)
 
 
+def test_s3_an_ip_endpoint_takes_the_bucket_in_the_path(mount, s3store):
+    """As a new user of a self-hosted store mounts it: endpoint= alone, neither path_style nor
+    region=. A bucket cannot be in the name of an IP address ("tierfs-test.127.0.0.1"): the
+    old code failed the mount with "Could not resolve host"; such an endpoint now takes the
+    bucket in the path, as botocore does."""
+    m = mount(f"s3://{BUCKET}", OPTS + [f"endpoint={s3store.endpoint}"], env=s3store.env)
+    corpus.assert_preads(m.mnt, s3store.view, "three-blocks-17.bin", B64K)
+    assert len(os.listdir(m.path("many"))) == corpus.MANY
+
+
 def test_s3_etag_pinning(mount, s3store):
     """A file open across the replacement of its object never reads a byte of the new one:
     the first block (cached) reads old bytes, a block not cached is ESTALE. RGW answers 412 to
