@@ -159,12 +159,13 @@ def test_s3_a_name_taken_during_a_multipart_write_is_eexist(mount, s3store):
 
 def test_s3_complete_after_an_abort_is_eio(mount, rgw):
     """The multipart upload of a file still open is aborted by another client (a lifecycle
-    rule, an operator): RGW then answers CompleteMultipartUpload with 500. close() fails with
-    EIO, no object appears, and the mount writes the next file."""
+    rule, an operator): RGW then answers CompleteMultipartUpload with 500 ("This multipart
+    completion is already in progress"), every retry too. close() fails with EIO (after the
+    default 3 retries, under a second of backoff), no object appears, and the mount writes the
+    next file."""
     c = rgw.client()
     key = "abort/a.bin"
-    m = s3_mount(mount, rgw, extra=["allow_write", "part_size=5M", "block_size=1M",
-                                    "retries=1"])
+    m = s3_mount(mount, rgw, extra=["allow_write", "part_size=5M", "block_size=1M"])
     try:
         f = _write(m.path(key), hashlib.shake_256(b"a").digest(10 << 20))  # two full parts
 
