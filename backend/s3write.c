@@ -645,11 +645,12 @@ static void send_precheck(struct s3up *su)
 	}
 }
 
-/* The name is free (404): Complete. Taken: -EEXIST. The HEAD failed: that failure. Either
- * way but the first, the upload is aborted. */
+/* The name is free (404): Complete. Taken: -EEXIST. HEAD refused (403: credentials that may
+ * write but not read): Complete, guarded by If-None-Match alone. Any other failure of the
+ * HEAD: that failure. Either way but the Complete, the upload is aborted. */
 static void precheck_done(struct s3op *op, struct io_req *r)
 {
-	if (r->err == -ENOENT)
+	if (r->err == -ENOENT || r->err == -EACCES)
 		send_complete(op->su);
 	else
 		send_abort(op->su, r->err ? r->err : -EEXIST);

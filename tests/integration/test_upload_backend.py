@@ -265,6 +265,24 @@ def test_complete_without_an_etag_learns_it_by_head(fake):
     assert stats_of(out)["upload_retries"] == 0
 
 
+@pytest.mark.parametrize("status", [403, 500])
+def test_the_head_before_complete_failing(fake, status):
+    """The HEAD before Complete refused with 403 (credentials that may write but not read):
+    Complete goes on, guarded by If-None-Match alone, and the object is made. Failing with a
+    5xx through every retry: the upload ends with EIO and is aborted, no object."""
+    fake.add_rule("head", faults.status(status, "AccessDenied" if status == 403 else
+                                       "InternalError"), times=None)
+    out = fdrive(fake, f"put h.bin {2 * PART} h1 part={PART}", retries=1)
+    (_, res, _), = puts(out)
+    if status == 403:
+        assert res == "ok", out
+        assert fake.objects["pre/h.bin"].data == data("h1", 2 * PART)
+        assert "if-none-match" in [r for r in fake.records if r.op == "complete"][0].headers
+    else:
+        assert res.startswith("err=-5"), out
+        assert "pre/h.bin" not in fake.objects and len(fake.aborted) == 1
+
+
 def _taken_during_complete(fake, key):
     """Put @key at the fake once a Complete for it has arrived (and waits at its gate), then
     open the gate."""
