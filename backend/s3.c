@@ -14,6 +14,7 @@
  * makes (session token, Authorization) are zeroed on the stack here and in the attempt's
  * header list when io.c frees it. curl's own copy of a request's headers is not ours to wipe.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -528,6 +529,25 @@ static char *prefix_of(const char *p)
 	return prefix;
 }
 
+/* Can the bucket not be put in the name of @host ("host[:port]")? Not in an IP address (v4,
+ * or v6 in brackets) nor in "localhost": "bucket.127.0.0.1" resolves to nothing, so such
+ * endpoints (a self-hosted store: Ceph RGW, MinIO) take the bucket in the path, as botocore
+ * does. */
+static bool host_needs_path_style(const char *host)
+{
+	size_t n = strcspn(host, ":");
+	struct in_addr a;
+	char buf[64];
+
+	if (host[0] == '[')
+		return true;
+	if (n == 0 || n >= sizeof(buf))
+		return false;
+	memcpy(buf, host, n);
+	buf[n] = '\0';
+	return strcasecmp(buf, "localhost") == 0 || inet_pton(AF_INET, buf, &a) == 1;
+}
+
 int s3_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t errlen)
 {
 	struct s3 *s = calloc(1, sizeof(*s));
@@ -575,6 +595,8 @@ int s3_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_t 
 		e = -EINVAL;
 		goto fail;
 	}
+	if (!s->path_style && host_needs_path_style(ep + 3))
+		s->path_style = true;
 	if (s->path_style)
 		e = asprintf(&s->base_url, "%s/%s", s->endpoint, s->bucket);
 	else

@@ -7,11 +7,28 @@
  *                  └── part 2 ──► CreateMultipartUpload ──► UploadPart 1, 2, 3 ... (several
  *                                   (parts wait in pend)      in flight, any order)
  *                                                           commit, all parts done ──►
- *                                                           CompleteMultipartUpload ──► done
+ *                          [no overwrite: HEAD, 404 ──►] CompleteMultipartUpload ──► done
+ *                                          [answered no ETag: HEAD ──►]
  *                      any failure, or abort ──► AbortMultipartUpload ──► done(err) / free
  *
  * An object of one part therefore costs one request, and a multipart upload exists in the
  * store only once a second part is known to come.
+ *
+ * No overwrite without allow_overwrite. PutObject and Complete carry "If-None-Match: *", which
+ * AWS S3 honours on both. Not every store does: Ceph RGW 16 honours it on PutObject only, and
+ * a Complete to a name another client took meanwhile silently replaced that object. So a
+ * multipart upload also HEADs its name just before Complete, and a name found taken ends the
+ * upload with -EEXIST (aborted, the other object untouched), on every store: one small request
+ * per object of several parts. What is left on a store that ignores the condition is the time
+ * between that HEAD's answer and the store's handling of Complete: an object made in that
+ * window is replaced. docs/semantics.md has the table of stores.
+ *
+ * Complete's answer carries the object's ETag, except on stores that send an empty one (Ceph
+ * RGW 16: <ETag></ETag>). The upload succeeded all the same: a HEAD learns the ETag, which is
+ * taken only if it is the one our parts make (the MD5 of their MD5s, "-N"); otherwise (another
+ * writer came after us, a HEAD that failed, a store with ETags of its own) the object is
+ * reported under that computed ETag, so nothing cached from our bytes is ever served for
+ * someone else's object: a read of another version gets 412 to If-Match, never our bytes.
  *
  * Bytes are checked end to end. Each part's SHA-256 is signed into the request
  * (x-amz-content-sha256, never UNSIGNED-PAYLOAD) and its MD5 sent as Content-MD5, both
@@ -77,8 +94,10 @@ enum op_kind {
 	OP_PUT,
 	OP_COMPLETE,
 	OP_ABORT,
-	OP_CONFIRM, /* HEAD after a 412 or 404 to PutObject or Complete: did an earlier attempt
-		     * of ours go in? */
+	OP_CONFIRM,  /* HEAD after a 412 or 404 to PutObject or Complete: did an earlier attempt
+		      * of ours go in? */
+	OP_PRECHECK, /* HEAD before Complete without overwrite: is the name still free? */
+	OP_LEARN,    /* HEAD after a Complete answered without an ETag: the object's ETag */
 	OP_DELETE,
 };
 
@@ -95,7 +114,8 @@ struct s3op {
 	char want_etag[64];	/* the ETag our bytes make, quotes included; "" unknown */
 	char *body;		/* owned: the Complete document */
 	enum op_kind was;	/* OP_CONFIRM: OP_PUT or OP_COMPLETE */
-	char etag[BK_ETAG_MAX]; /* OP_COMPLETE: the ETag its answer's body carries */
+	char etag[BK_ETAG_MAX]; /* OP_COMPLETE: the ETag its answer's body carries, "" none */
+	int64_t date;		/* OP_LEARN: Complete's answer's Date, INT64_MIN if none */
 	int err;		/* OP_CONFIRM: what to report if the object is not ours */
 	bk_done_fn done;	/* OP_DELETE */
 	void *arg;
@@ -279,7 +299,7 @@ static int op_submit(struct s3op *op, const char *key, const char *query, const 
 	if (!r)
 		return -ENOMEM;
 	r->method = method;
-	r->head = op->kind == OP_CONFIRM;
+	r->head = op->kind == OP_CONFIRM || op->kind == OP_PRECHECK || op->kind == OP_LEARN;
 	r->upload = body;
 	r->upload_len = len;
 	r->prio = cfg ? cfg->prio : BK_URGENT;
@@ -613,6 +633,29 @@ fail:
 	send_abort(su, e);
 }
 
+/* HEAD the name before Complete (no overwrite): precheck_done goes on. */
+static void send_precheck(struct s3up *su)
+{
+	struct s3op *op = op_new(OP_PRECHECK, su->u->b, su);
+	int e = op ? op_submit(op, su->u->path, NULL, NULL, NULL, 0) : -ENOMEM;
+
+	if (e < 0) {
+		op_free(op);
+		send_abort(su, e);
+	}
+}
+
+/* The name is free (404): Complete. Taken: -EEXIST. HEAD refused (403: credentials that may
+ * write but not read): Complete, guarded by If-None-Match alone. Any other failure of the
+ * HEAD: that failure. Either way but the Complete, the upload is aborted. */
+static void precheck_done(struct s3op *op, struct io_req *r)
+{
+	if (r->err == -ENOENT || r->err == -EACCES)
+		send_complete(op->su);
+	else
+		send_abort(op->su, r->err ? r->err : -EEXIST);
+}
+
 /*
  * The last step, once the plan has ended and every part sent is done: PutObject, Complete, or
  * (after a failure, or an abort) Abort. Runs once, started by end_job or by the last part to
@@ -646,6 +689,8 @@ static void advance(struct s3up *su)
 		send_abort(su, err);
 	} else if (!multipart) {
 		send_put(su, held);
+	} else if (!u->cfg.overwrite) {
+		send_precheck(su);
 	} else {
 		send_complete(su);
 	}
@@ -719,6 +764,23 @@ static int confirm(struct s3op *op, int err)
 	return 0;
 }
 
+/* Complete succeeded without naming the ETag (Ceph RGW): HEAD the object, learn_done goes
+ * on. @date is the answer's Date. @return 0 (asked) or -errno. */
+static int learn(struct s3op *op, int64_t date)
+{
+	struct s3op *l = op_new(OP_LEARN, op->b, op->su);
+	int e;
+
+	if (!l)
+		return -ENOMEM;
+	l->date = date;
+	memcpy(l->want_etag, op->want_etag, sizeof(l->want_etag));
+	e = op_submit(l, op->su->u->path, NULL, NULL, NULL, 0);
+	if (e < 0)
+		op_free(l);
+	return e;
+}
+
 /* The answer to PutObject or CompleteMultipartUpload. */
 static void commit_done(struct s3op *op, struct io_req *r)
 {
@@ -734,9 +796,33 @@ static void commit_done(struct s3op *op, struct io_req *r)
 		finish_err(op, e);
 		return;
 	}
+	if (op->kind == OP_COMPLETE && !op->etag[0] && learn(op, r->date) == 0)
+		return;
 	struct bk_meta m = {.size = op->su->u->plan.size,
 			    .mtime = r->date != INT64_MIN ? r->date : (int64_t)time(NULL)};
-	snprintf(m.etag, sizeof(m.etag), "%s", op->kind == OP_PUT ? r->etag_got : op->etag);
+	/* a Complete without an ETag whose HEAD could not be sent: the one our parts make */
+	const char *etag = op->kind == OP_PUT ? r->etag_got
+			   : op->etag[0]      ? op->etag
+					      : op->want_etag;
+
+	snprintf(m.etag, sizeof(m.etag), "%s", etag);
+	finish_ok(op, &m);
+}
+
+/* The HEAD after a Complete answered without an ETag: the object's ETag if it is the one our
+ * parts make, else that computed one (see the essay). The upload succeeded either way. */
+static void learn_done(struct s3op *op, struct io_req *r)
+{
+	bool ours = !r->err && op->want_etag[0] && strcmp(r->etag_got, op->want_etag) == 0;
+	struct bk_meta m = {.size = op->su->u->plan.size};
+
+	if (ours && r->mtime != INT64_MIN)
+		m.mtime = r->mtime;
+	else if (op->date != INT64_MIN)
+		m.mtime = op->date;
+	else
+		m.mtime = (int64_t)time(NULL);
+	snprintf(m.etag, sizeof(m.etag), "%s", op->want_etag);
 	finish_ok(op, &m);
 }
 
@@ -771,6 +857,12 @@ static void op_done(struct io_req *r)
 		break;
 	case OP_CONFIRM:
 		confirm_done(op, r);
+		break;
+	case OP_PRECHECK:
+		precheck_done(op, r);
+		break;
+	case OP_LEARN:
+		learn_done(op, r);
 		break;
 	case OP_ABORT:
 		abort_done(op, r);

@@ -739,9 +739,10 @@ int s3xml_parse_complete(const char *body, size_t len, char *etag, size_t etagle
 		copy_trunc(code, codelen, c.code ? trim(c.code) : "");
 		goto out;
 	}
-	if (!c.etag || !trim(c.etag)[0] || strlen(trim(c.etag)) >= etaglen)
+	/* no ETag, or an empty one (Ceph RGW 16 sends <ETag></ETag>): still a success */
+	if (c.etag && strlen(trim(c.etag)) >= etaglen)
 		goto out;
-	copy_trunc(etag, etaglen, trim(c.etag));
+	copy_trunc(etag, etaglen, c.etag ? trim(c.etag) : "");
 	r = 0;
 out:
 	ctx_done(&c);

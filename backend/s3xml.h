@@ -46,9 +46,11 @@ int s3xml_parse_initiate(const char *body, size_t len, char **ret_id);
 /*
  * The answer to CompleteMultipartUpload. S3 sends its 200 before it has assembled the object
  * and reports a failure after that as a 200 whose body is an <Error>, so a 200 is a success
- * only with a CompleteMultipartUploadResult carrying an ETag.
- * @return 0 and the ETag as sent (quotes included, trimmed) in @etag; -EIO for an <Error>
- * (its Code in @code, truncated to fit) or anything else (@code ""); -ENOMEM.
+ * only with a CompleteMultipartUploadResult. That one names the ETag, except on stores that
+ * leave it out or send it empty (Ceph RGW 16: <ETag></ETag>): @etag is then "".
+ * @return 0 and the ETag as sent (quotes included, trimmed; "" for none) in @etag; -EIO for
+ * an <Error> (its Code in @code, truncated to fit), an ETag too long for @etaglen, or any other
+ * document (@code ""); -ENOMEM.
  */
 int s3xml_parse_complete(const char *body, size_t len, char *etag, size_t etaglen, char *code,
 			 size_t codelen);

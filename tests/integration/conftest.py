@@ -1,4 +1,4 @@
-"""Fixtures of the tierfs integration suite: corpora, nginx, s3rver and tierfs mounts.
+"""Fixtures of the tierfs integration suite: corpora, nginx, s3rver, Ceph RGW and tierfs mounts.
 
 Servers listen on 127.0.0.1 only, on ports picked at run time. Mount points live in each test's
 tmp_path; every mount a test makes is unmounted in its teardown, and the test fails if that
@@ -17,16 +17,20 @@ import pytest
 
 import corpus
 import harness
+import rgw as rgwlib
 
 from harness import B4M, B64K, BUCKET
 
 _servers = []  # every server process started, for the atexit net
+_rgws = []  # every Ceph cluster started (rgw.Rgw), for the atexit net
 _basetemp = []
 
 
 def _atexit_cleanup():
     for s in _servers:
         harness.stop_process(s.proc)
+    for r in _rgws:
+        r.stop()
     harness.cleanup_mounts(_basetemp[0] if _basetemp else None)
 
 
@@ -50,6 +54,11 @@ def pytest_sessionfinish(session, exitstatus):
     left = harness.cleanup_mounts(under)
     for s in _servers:
         harness.stop_process(s.proc)
+    for r in _rgws:
+        r.stop()
+        if r.leftover():
+            print(f"\nSAFETY NET: Ceph daemons {r.leftover()} still run after stop()")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if left:
         print(f"\nSAFETY NET: had to unmount {left}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -151,22 +160,84 @@ def nginx_factory(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def s3(tmp_path_factory, corpus64k):
-    """s3rver with bucket BUCKET holding the 64K corpus but for corpus.S3_EXCLUDE (keys =
-    relative paths). .view is a local copy of exactly what the bucket holds."""
+def bucket_view(tmp_path_factory, corpus64k):
+    """A local copy of exactly what the S3 stores' bucket BUCKET holds: the 64K corpus but for
+    corpus.S3_EXCLUDE (keys = relative paths)."""
     view = tmp_path_factory.mktemp("bucket-view") / "v"
     shutil.copytree(corpus64k.root, view,
                     ignore=lambda d, names: [n for n in names if os.path.samefile(
                         d, corpus64k.root) and n in corpus.S3_EXCLUDE])
+    return view
+
+
+@pytest.fixture(scope="session")
+def s3rver_s3(tmp_path_factory, bucket_view):
+    """s3rver with bucket BUCKET holding bucket_view. .view is that copy, .keys what the bucket
+    lists ({key: (size, LastModified)}), .env the credentials a mount needs."""
     srv = harness.S3rver(tmp_path_factory.mktemp("s3rver"))
-    srv.view = view
+    srv.view = bucket_view
     _servers.append(srv)
     try:
         srv.start()
-        srv.keys = srv.upload_tree(BUCKET, view)
+        srv.keys = srv.upload_tree(BUCKET, bucket_view)
         yield srv
     finally:
         srv.stop()
+
+
+def _rgw_required():
+    """CI=true, or TIERFS_REQUIRE_RGW=1 (scripts/test sets it, its bootstrap having installed
+    the packages): an RGW that is missing fails its tests instead of skipping them."""
+    return any(os.environ.get(v, "").lower() not in ("", "0", "false", "no")
+               for v in ("CI", "TIERFS_REQUIRE_RGW"))
+
+
+@pytest.fixture(scope="session")
+def rgw(tmp_path_factory, bucket_view):
+    """Ceph RGW (tests/integration/rgw.py: one ceph-mon, one ceph-osd, radosgw), started once a
+    session (15-20 s), with bucket BUCKET holding bucket_view: the same shape as the s3
+    fixture (.endpoint, .client(), .env, .view, .keys, .kind). Its files, the OSD's sparse
+    block file too, live under the session's tmp dir and go when it stops, also on failure.
+    Without the Ceph packages a developer's run skips, saying so; in CI (CI=true, or
+    TIERFS_REQUIRE_RGW=1 as scripts/test sets) it fails them. An RGW that does not start
+    fails them always."""
+    why = rgwlib.missing()
+    if why:
+        if _rgw_required():
+            pytest.fail(f"CI=true or TIERFS_REQUIRE_RGW=1: {why}", pytrace=False)
+        pytest.skip(why)
+    srv = rgwlib.Rgw(tmp_path_factory.mktemp("rgw"))
+    _rgws.append(srv)
+    try:
+        try:
+            srv.start()
+        except RuntimeError as e:
+            pytest.fail(f"Ceph RGW did not start: {e}", pytrace=False)
+        srv.kind = "rgw"
+        srv.env = {"AWS_ACCESS_KEY_ID": srv.access_key, "AWS_SECRET_ACCESS_KEY": srv.secret_key}
+        srv.view = bucket_view
+        srv.keys = harness.upload_tree(srv.client(), BUCKET, bucket_view)
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(s3rver_s3):
+    """s3rver (s3rver_s3): the S3 store of the tests that are about s3rver, or that need one
+    store only."""
+    return s3rver_s3
+
+
+S3_STORES = ["s3rver", "rgw"]
+
+
+@pytest.fixture(params=S3_STORES)
+def s3store(request):
+    """Each S3 store in turn (a test using it runs once per store, [s3rver] and [rgw]): s3rver
+    or Ceph RGW, both with bucket BUCKET holding bucket_view and the same attributes. A test
+    file whose `s3` tests should all run on both overrides `s3` with this fixture."""
+    return request.getfixturevalue("s3rver_s3" if request.param == "s3rver" else "rgw")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,6 +32,9 @@ A rule (add_rule) matches an operation ("put", "create", "part", "complete", "ab
     reset()               read the request, close the connection unanswered
     lose_answer()         do the operation, then close the connection unanswered
     bad_etag()            do the operation, answer with a wrong ETag
+    gate(event)           wait until @event is set (30 s at most), then as usual
+    rgw16(event=None)     Complete only: as Ceph RGW 16 does it, If-None-Match ignored and an
+                          empty <ETag></ETag> in the answer (after waiting for @event if given)
 """
 
 import base64
@@ -83,6 +86,8 @@ faults = SimpleNamespace(
     reset=lambda: ("reset",),
     lose_answer=lambda: ("lose_answer",),
     bad_etag=lambda: ("bad_etag",),
+    gate=lambda event: ("gate", event),
+    rgw16=lambda event=None: ("rgw16", event),
 )
 
 
@@ -266,6 +271,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return None
         if fault and fault[0] == "delay":
             s3.release.wait(fault[1])
+        if fault and fault[0] in ("gate", "rgw16") and fault[1] is not None:
+            fault[1].wait(30)
         if fault and fault[0] == "error200" and op == "complete":
             return self._answer(200, _error_doc(fault[1]), [("Content-Type", "application/xml")])
         getattr(self, "_op_" + op, self._op_unknown)(key, q, h, body, fault)
@@ -373,7 +380,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return self._error(400, "InvalidPart")
             if any(len(up.parts[n][0]) < 5 * MIB for n in nums[:-1]):
                 return self._error(400, "EntityTooSmall")
-            if self._exists_refused(key, h):
+            rgw16 = bool(fault) and fault[0] == "rgw16"
+            if not rgw16 and self._exists_refused(key, h):
                 return None
             data = b"".join(up.parts[n][0] for n in nums)
             md5s = b"".join(hashlib.md5(up.parts[n][0]).digest() for n in nums)
@@ -382,7 +390,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             del s3.uploads[q["uploadId"]]
         doc = (f'<?xml version="1.0" encoding="UTF-8"?>\n<CompleteMultipartUploadResult '
                f'xmlns="{S3NS}"><Location>{self.s3.endpoint}/{key}</Location><Bucket>'
-               f"{s3.BUCKET}</Bucket><Key>{key}</Key><ETag>{etag.replace(chr(34), '&quot;')}"
+               f"{s3.BUCKET}</Bucket><Key>{key}</Key><ETag>"
+               f"{'' if rgw16 else etag.replace(chr(34), '&quot;')}"
                f"</ETag></CompleteMultipartUploadResult>").encode()
         self._send_or_lose(fault, 200, doc, [("Content-Type", "application/xml")])
 

@@ -377,6 +377,9 @@ def s3rver_js():
 
 
 class S3rver:
+    kind = "s3rver"
+    env = S3_ENV  # the credentials a mount of it needs
+
     def __init__(self, workdir):
         self.dir = Path(workdir)
         self.proc = None
@@ -430,35 +433,40 @@ class S3rver:
         )
 
     def upload_tree(self, bucket, root, prefix=""):
-        """Create @bucket and put every file under @root as @prefix + relative path.
-        Return {key: (size, LastModified in whole seconds)} as the bucket lists them."""
-        from concurrent.futures import ThreadPoolExecutor
+        """Create @bucket and put every file under @root in it (see upload_tree)."""
+        return upload_tree(self.client(), bucket, root, prefix)
 
-        c = self.client()
-        c.create_bucket(Bucket=bucket)
-        items = []
-        for d, _, names in os.walk(root):
-            for n in names:
-                p = os.path.join(d, n)
-                items.append((prefix + os.path.relpath(p, root), p))
 
-        def put(item):
-            key, p = item
-            with open(p, "rb") as f:
-                c.put_object(Bucket=bucket, Key=key, Body=f.read())
+def upload_tree(c, bucket, root, prefix=""):
+    """Create @bucket with the botocore client @c and put every file under @root as @prefix +
+    relative path. Return {key: (size, LastModified in whole seconds)} as the bucket lists
+    them."""
+    from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(8) as ex:
-            list(ex.map(put, items))
-        keys = {}
-        for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-            for o in page.get("Contents", []):
-                keys[o["Key"]] = (o["Size"], int(o["LastModified"].timestamp()))
-        want = {k for k, _ in items}
-        if set(keys) != want:
-            raise RuntimeError(f"s3rver lists {len(keys)} keys after uploading {len(want)}: "
-                               f"missing {sorted(want - set(keys))[:5]}, "
-                               f"extra {sorted(set(keys) - want)[:5]}")
-        return keys
+    c.create_bucket(Bucket=bucket)
+    items = []
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            items.append((prefix + os.path.relpath(p, root), p))
+
+    def put(item):
+        key, p = item
+        with open(p, "rb") as f:
+            c.put_object(Bucket=bucket, Key=key, Body=f.read())
+
+    with ThreadPoolExecutor(8) as ex:
+        list(ex.map(put, items))
+    keys = {}
+    for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for o in page.get("Contents", []):
+            keys[o["Key"]] = (o["Size"], int(o["LastModified"].timestamp()))
+    want = {k for k, _ in items}
+    if set(keys) != want:
+        raise RuntimeError(f"the store lists {len(keys)} keys after uploading {len(want)}: "
+                           f"missing {sorted(want - set(keys))[:5]}, "
+                           f"extra {sorted(set(keys) - want)[:5]}")
+    return keys
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """A client shaped like Kafka tiered storage's filesystem backend (KafkaFsClient.java, built here
 with the JDK on the machine) uploads, verifies whole objects and ranges, overwrites, and deletes
-with the removal of emptied parents, through a mount of a file:// store and of s3rver; the
-store's contents are checked from outside the mount after each phase."""
+with the removal of emptied parents, through a mount of a file:// store and of each S3 store
+(s3rver and Ceph RGW); the store's contents are checked from outside the mount after each
+phase."""
 
 import hashlib
 import os
@@ -57,12 +58,25 @@ def test_kafka_like_client_on_file_store(client, mount, tmp_path):
     assert (store / "keep/z.bin").read_bytes() == b"\0" * 819200
 
 
-def test_kafka_like_client_on_s3(client, mount, s3):
-    m = mount(f"s3://{harness.BUCKET}/kafka", [f"endpoint={s3.endpoint}", "path_style",
+def test_kafka_like_client_on_s3(client, mount, s3store):
+    """On each S3 store (s3rver, Ceph RGW): the client's run leaves the prefix empty, and a
+    segment left in place is in the bucket whole, as the client wrote it."""
+    m = mount(f"s3://{harness.BUCKET}/kafka", [f"endpoint={s3store.endpoint}", "path_style",
                                                 "block_size=1M", "part_size=5M",
                                                 "allow_write", "allow_overwrite",
-                                                "allow_delete"], env=harness.S3_ENV)
+                                                "allow_delete"], env=s3store.env)
     out = run(client, m.mnt, "s1")
     assert "ok segment replaced" in out
-    cli = s3.client()
+    cli = s3store.client()
+    assert cli.list_objects_v2(Bucket=harness.BUCKET, Prefix="kafka/").get("KeyCount", 0) == 0
+    # a segment of several parts left in place: the bucket holds exactly its bytes
+    seg = java_data("keep", 11 * 1024 * 1024 + 3)
+    os.makedirs(m.path("keep"))
+    with open(m.path("keep/00000000000000000000.log"), "wb") as f:
+        for i in range(0, len(seg), 1 << 20):
+            f.write(seg[i:i + (1 << 20)])
+    key = "kafka/keep/00000000000000000000.log"
+    assert cli.get_object(Bucket=harness.BUCKET, Key=key)["Body"].read() == seg
+    os.unlink(m.path("keep/00000000000000000000.log"))
+    os.rmdir(m.path("keep"))
     assert cli.list_objects_v2(Bucket=harness.BUCKET, Prefix="kafka/").get("KeyCount", 0) == 0

@@ -1,8 +1,9 @@
 """backend/'s write interface without FUSE: upload_driver (tests/integration/upload_driver.c,
-built beside tierfs in tests/) calls backend_upload_* and friends against s3rver, against the
-tests' own fake S3 (fakes3.py: every request seen and its signature checked, AbortMultipartUpload,
-If-None-Match, injected faults) and against file:// directories, and the bytes are checked
-from outside (botocore, the fake's store, the directory).
+built beside tierfs in tests/) calls backend_upload_* and friends against s3rver and Ceph RGW
+(conftest.py's rgw fixture), against the tests' own fake S3 (fakes3.py: every request seen and
+its signature checked, AbortMultipartUpload, If-None-Match, injected faults) and against file://
+directories, and the bytes are checked from outside (botocore, the fake's store, the
+directory).
 
 Object bytes are SHAKE256(seed) cut to the size, on both sides. Parts are 5 MiB (S3's
 smallest) so that multipart objects stay small."""
@@ -11,6 +12,7 @@ import fcntl
 import hashlib
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -118,8 +120,9 @@ def test_multipart_requests_and_etag(fake):
     (_, ok, kv), = puts(out)
     assert ok == "ok" and kv["size"] == str(size) and kv["parts"] == "4", out
     assert "read match" in out
-    ops = fake.ops()
-    assert ops[0] == "create" and ops[5] == "complete" and sorted(ops[1:5]) == ["part"] * 4
+    ops = fake.ops()  # the HEAD before Complete: is the name still free? (no overwrite)
+    assert ops[0] == "create" and ops[5:7] == ["head", "complete"]
+    assert sorted(ops[1:5]) == ["part"] * 4
     assert sorted(r.part for r in fake.records if r.op == "part") == [1, 2, 3, 4]
     obj = fake.objects["pre/big.bin"]
     assert obj.data == data("s3", size)
@@ -249,6 +252,77 @@ def test_overwrite_refused_with_if_none_match(fake):
     assert "if-none-match" not in last_put.headers
 
 
+def test_complete_without_an_etag_learns_it_by_head(fake):
+    """Complete answered with an empty <ETag></ETag> (Ceph RGW 16) is a success: a HEAD after
+    it finds the ETag our parts make, and that is the upload's; Complete is sent once. (The
+    old code took the answer for a broken one and sent Complete again.)"""
+    fake.add_rule("complete", faults.rgw16())
+    out = fdrive(fake, f"put e.bin {2 * PART} e1 part={PART}", "stats")
+    (_, ok, kv), = puts(out)
+    assert ok == "ok", out
+    assert fake.ops() == ["create", "part", "part", "head", "complete", "head"]
+    assert kv["etag"] == fake.objects["pre/e.bin"].etag and kv["etag"].endswith('-2"')
+    assert stats_of(out)["upload_retries"] == 0
+
+
+@pytest.mark.parametrize("status", [403, 500])
+def test_the_head_before_complete_failing(fake, status):
+    """The HEAD before Complete refused with 403 (credentials that may write but not read):
+    Complete goes on, guarded by If-None-Match alone, and the object is made. Failing with a
+    5xx through every retry: the upload ends with EIO and is aborted, no object."""
+    fake.add_rule("head", faults.status(status, "AccessDenied" if status == 403 else
+                                       "InternalError"), times=None)
+    out = fdrive(fake, f"put h.bin {2 * PART} h1 part={PART}", retries=1)
+    (_, res, _), = puts(out)
+    if status == 403:
+        assert res == "ok", out
+        assert fake.objects["pre/h.bin"].data == data("h1", 2 * PART)
+        assert "if-none-match" in [r for r in fake.records if r.op == "complete"][0].headers
+    else:
+        assert res.startswith("err=-5"), out
+        assert "pre/h.bin" not in fake.objects and len(fake.aborted) == 1
+
+
+def _taken_during_complete(fake, key):
+    """Put @key at the fake once a Complete for it has arrived (and waits at its gate), then
+    open the gate."""
+    gate = threading.Event()
+
+    def other_client():
+        try:
+            harness.wait_until(lambda: any(r.op == "complete" for r in fake.records), 30,
+                               "the Complete")
+            fake.put_object(key, b"theirs")
+        finally:
+            gate.set()
+
+    t = threading.Thread(target=other_client, daemon=True)
+    t.start()
+    return gate, t
+
+
+@pytest.mark.parametrize("store", ["honours", "rgw16"])
+def test_a_name_taken_between_the_head_and_complete(fake, store):
+    """The window the HEAD before Complete leaves, held open: another client creates the name
+    after that HEAD, while Complete is on its way (the Complete waits at a gate until it has).
+    A store that honours If-None-Match on Complete (AWS S3, the fake) refuses it: EEXIST, the
+    other object intact. One that ignores it (Ceph RGW 16) replaces the other object, and the
+    upload succeeds: this is the window docs/semantics.md names. (The plain twin, the name
+    taken before the HEAD, is test_overwrite_refused_with_if_none_match.)"""
+    gate, t = _taken_during_complete(fake, "pre/w.bin")
+    fake.add_rule("complete", faults.gate(gate) if store == "honours" else faults.rgw16(gate))
+    out = fdrive(fake, f"put w.bin {2 * PART} w1 part={PART}")
+    t.join(30)
+    (_, res, _), = puts(out)
+    assert fake.ops()[:5] == ["create", "part", "part", "head", "complete"]
+    if store == "honours":
+        assert res.startswith("err=-17"), out
+        assert fake.objects["pre/w.bin"].data == b"theirs" and len(fake.aborted) == 1
+    else:
+        assert res == "ok", out
+        assert fake.objects["pre/w.bin"].data == data("w1", 2 * PART)
+
+
 @pytest.mark.parametrize("op", ["put", "complete"])
 def test_lost_answer_then_412_or_404_is_checked_by_head(fake, op):
     """The store did the write but its answer was lost: the retry gets 412 (If-None-Match, the
@@ -288,7 +362,7 @@ def test_unlink_rename_mkdir(fake):
 
 
 # ---------------------------------------------------------------------------------------------
-# S3: s3rver
+# S3: the real stores, s3rver and Ceph RGW (bucket "upload" in each)
 
 
 @pytest.fixture(scope="module")
@@ -302,23 +376,46 @@ def s3rver(tmp_path_factory):
         srv.stop()
 
 
-def sdrive(srv, *cmds):
-    return drive("s3://upload", *cmds, env=harness.S3_ENV,
-                 opts=[f"--endpoint={srv.endpoint}", "--path-style"])
+@pytest.fixture(scope="module")
+def rgw_up(rgw):
+    """The session's Ceph RGW (conftest.py) with a bucket "upload" of its own."""
+    rgw.make_bucket("upload")
+    return rgw
 
 
-def test_s3rver_small_and_multipart(s3rver):
-    """Against s3rver: a small object and a multipart one, read back with botocore."""
+@pytest.fixture(params=["s3rver", "rgw"])
+def store(request):
+    return request.getfixturevalue("s3rver" if request.param == "s3rver" else "rgw_up")
+
+
+def sdrive(srv, *cmds, opts=()):
+    return drive("s3://upload", *cmds, env=srv.env,
+                 opts=[f"--endpoint={srv.endpoint}", "--path-style", *opts])
+
+
+def uploads_in_progress(c, bucket="upload"):
+    return [(u["Key"], u["UploadId"]) for u in
+            c.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+
+
+def test_small_and_multipart(store):
+    """A small object and a multipart one, read back with botocore; no request tried twice.
+    Ceph RGW answers CompleteMultipartUpload with an empty <ETag></ETag>: the ETag is then
+    learnt by a HEAD (the multipart ETag our parts make), not by retrying a Complete that
+    succeeded (the old code took the empty ETag for a broken answer and sent Complete again)."""
     size = 2 * PART + 99
-    out = sdrive(s3rver, "put s.bin 1000 t1", f"put m.bin {size} t2 part={PART} inflight=2",
-                 f"read m.bin {size} t2")
+    out = sdrive(store, "put s.bin 1000 t1", f"put m.bin {size} t2 part={PART} inflight=2",
+                 f"read m.bin {size} t2", "stats")
     (_, ok1, kv1), (_, ok2, kv2) = puts(out)
     assert ok1 == ok2 == "ok" and "read match" in out, out
-    c = s3rver.client()
+    c = store.client()
     for key, seed, n, kv in (("s.bin", "t1", 1000, kv1), ("m.bin", "t2", size, kv2)):
         o = c.get_object(Bucket="upload", Key=key)
         assert o["Body"].read() == data(seed, n)
         assert o["ETag"] == kv["etag"]
+    if store.kind == "rgw":  # s3rver names a multipart object by one MD5
+        assert kv2["etag"].endswith('-3"'), kv2
+    assert stats_of(out)["upload_retries"] == 0, out
 
 
 def test_s3rver_ignores_if_none_match_and_refuses_abort(s3rver):
@@ -336,6 +433,43 @@ def test_s3rver_ignores_if_none_match_and_refuses_abort(s3rver):
     # the abandoned upload made no object (its parts stay in s3rver's upload area)
     keys = [o["Key"] for o in c.list_objects_v2(Bucket="upload").get("Contents", [])]
     assert "ab.bin" not in keys
+
+
+def test_an_existing_name_is_refused_by_put_and_by_multipart(store):
+    """Without overwrite, an existing name is EEXIST for a multipart upload on both stores, and
+    for a PutObject on RGW (412 to If-None-Match: *; s3rver ignores the header, test above).
+    RGW 16 ignores If-None-Match on
+    CompleteMultipartUpload (the old code closed with success and replaced the object), so a
+    HEAD just before Complete finds the name taken. The object is left as it was, the upload
+    aborted (none left in progress on RGW); with overwrite, the multipart upload replaces it."""
+    c = store.client()
+    c.put_object(Bucket="upload", Key="taken.bin", Body=b"theirs")
+    out = sdrive(store, f"put taken.bin {2 * PART} n2 part={PART}", "stats")
+    (_, res, _), = puts(out)
+    assert res.startswith("err=-17"), out
+    assert c.get_object(Bucket="upload", Key="taken.bin")["Body"].read() == b"theirs"
+    if store.kind == "rgw":
+        out = sdrive(store, "put taken.bin 10 n1")
+        (_, res, _), = puts(out)
+        assert res.startswith("err=-17"), out  # 412 to PutObject's If-None-Match: *
+        assert c.get_object(Bucket="upload", Key="taken.bin")["Body"].read() == b"theirs"
+        assert not [u for u in uploads_in_progress(c) if u[0] == "taken.bin"]
+    out = sdrive(store, f"put taken.bin {2 * PART} n3 part={PART} overwrite")
+    (_, res, _), = puts(out)
+    assert res == "ok", out
+    assert c.get_object(Bucket="upload", Key="taken.bin")["Body"].read() == data("n3", 2 * PART)
+
+
+def test_rgw_abort_leaves_no_upload(rgw_up):
+    """AbortMultipartUpload on RGW: no abort error, no object, no upload left in progress."""
+    out = sdrive(rgw_up, f"put ab.bin {3 * PART} a1 part={PART} abort=2",
+                 "wait-stat uploads_aborted 1", "stats")
+    assert any(x.startswith("put aborted") for x in out), out
+    assert stats_of(out)["abort_errors"] == 0
+    c = rgw_up.client()
+    assert "ab.bin" not in [o["Key"] for o in
+                            c.list_objects_v2(Bucket="upload").get("Contents", [])]
+    assert not [u for u in uploads_in_progress(c) if u[0] == "ab.bin"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -497,6 +497,12 @@ def test_nobody_creates_on_a_shared_mount_with_default_modes(mount, tmp_path):
 # S3
 
 
+@pytest.fixture
+def s3(s3store):
+    """The S3 tests of this file run on each S3 store: s3rver and Ceph RGW (conftest.py)."""
+    return s3store
+
+
 def s3opts(srv, *more):
     return [f"endpoint={srv.endpoint}", "path_style", "block_size=1M", "part_size=5M", *more]
 
@@ -506,7 +512,7 @@ def test_s3rver_putobject_and_multipart(mount, s3):
     upload of 5 MiB parts; botocore reads both back whole; the mount reads them back without
     a byte from the store; mkdir lives in the mount until something is written under it;
     rename is EXDEV (mv copies and deletes by itself)."""
-    m = mount(f"s3://{harness.BUCKET}", s3opts(s3, *WD), env=harness.S3_ENV)
+    m = mount(f"s3://{harness.BUCKET}", s3opts(s3, *WD), env=s3.env)
     small, large = data("s", 100000), data("l", 12 * MIB + 7)
     os.mkdir(m.path("w"))
     assert os.path.isdir(m.path("w")) and "w" in os.listdir(m.mnt)
