@@ -131,6 +131,7 @@ class Rgw:
         self.started = []  # the pid of every daemon started, for leftover()
         self._made_dir = False
         self.starts = 0  # radosgw starts, for restart()
+        self.crashed_starts = 0  # radosgw starts that died of a signal and were tried again
 
     # -- running commands ------------------------------------------------------------------
 
@@ -250,11 +251,22 @@ class Rgw:
         out = self._cmd("ceph", "osd", "stat", timeout=30, check=False)
         return re.search(r"1 osds: 1 up", out) is not None
 
-    def _start_rgw(self):
-        self.starts += 1
-        self._daemon("rgw", "radosgw", "-n", "client.rgw")
-        self._wait(lambda: _port_open(self.port), 90, f"radosgw to listen on {self.port}",
-                   watch=["mon.a", "osd.0", "rgw"])
+    def _start_rgw(self, tries=3):
+        """Start radosgw and wait until it listens. radosgw 16 sometimes dies of SIGSEGV while
+        it starts again right after a SIGKILL (seen once under load, status -11): a start that
+        dies of a signal is tried again, up to @tries in all; any other failure is raised."""
+        for i in range(tries):
+            self.starts += 1
+            p = self._daemon("rgw", "radosgw", "-n", "client.rgw")
+            try:
+                self._wait(lambda: _port_open(self.port), 90,
+                           f"radosgw to listen on {self.port}", watch=["mon.a", "osd.0", "rgw"])
+                return
+            except RuntimeError:
+                if p.poll() is None or p.returncode >= 0 or i == tries - 1:
+                    raise
+                self.procs.pop("rgw", None)
+                self.crashed_starts += 1
 
     # -- S3 ----------------------------------------------------------------------------------
 
