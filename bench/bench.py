@@ -2701,7 +2701,7 @@ class Bench:
         """W1. Every system mounted once, as a broker's mount runs, and given untimed writes
         first (connections open, memory backed): one for a peer; for tierfs as many as fill
         its hot tier (hot_size, 1G by default) once, since the first pass through the ring
-        writes into memory this VM has not backed yet (DESIGN.md) and a mount that has run a
+        writes into memory this VM has not backed yet (docs/performance.md) and a mount that has run a
         while has it backed. Then write_runs runs, each of 1 MiB writes then 8 KiB writes,
         the systems in an order that rotates, os.sync() and write_settle s before each timed
         write; in each 1 MiB pass also s3rver's ceiling (write_ceiling)."""

@@ -2122,7 +2122,7 @@ static void test_chain_refused(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Throttling (DESIGN.md invariants 1 and 4)
+ * Throttling (docs/design.md invariants 1 and 4)
  * ------------------------------------------------------------------------------------------ */
 
 /* ns for @bytes at @rate, rounded up */
