@@ -1,7 +1,9 @@
 /*
  * fs_i.h - declarations shared only inside fs/: the mount's state (ops.c, control.c, mount.c),
  * the fleet tier (fleet.c) and what mount.c asks of ops.c. The namespace has its own header
- * (ns.h), and so has logging (log.h).
+ * (ns.h), and so has logging (log.h). No FUSE request types here: what speaks FUSE (the
+ * operations' table and the operations that change the store) is in fs_fuse.h, so
+ * <fuse_lowlevel.h> reaches only the files that answer requests.
  */
 #ifndef TIERFS_FS_I_H
 #define TIERFS_FS_I_H
@@ -60,6 +62,7 @@ enum fs_read_from {
  * ------------------------------------------------------------------------------------------ */
 
 struct fs_fleet;
+struct fuse_session;
 struct mount;
 struct fs_opts;
 struct bk_redis_stats;
@@ -287,8 +290,6 @@ void fs_trace_close(struct mount *m);
  * ops.c for mount.c: the operations and what the mount's setup and teardown ask of them.
  * ------------------------------------------------------------------------------------------ */
 
-extern const struct fuse_lowlevel_ops fs_ops;
-
 /* env.c: what the cache is given (cache_new) besides its chain: the clocks, the I/O loop's
  * timers and plug, references on the fobjs. */
 struct cache_env fs_cache_env(struct mount *m);
@@ -328,26 +329,5 @@ static inline int fs_reply_errno(int r)
 {
 	return r == -ESHUTDOWN ? ECONNABORTED : -r;
 }
-
-/* ---------------------------------------------------------------------------------------------
- * change.c: the FUSE operations that change the store (allow_write, allow_overwrite,
- * allow_delete). ops.c's table points at them.
- * ------------------------------------------------------------------------------------------ */
-
-void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		  struct fuse_file_info *fi);
-/* open for writing (O_WRONLY, O_RDWR, O_TRUNC, O_APPEND): ops.c's op_open hands them over. */
-void fs_op_open_write(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		 struct fuse_file_info *fi);
-void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
-void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
-		   struct fuse_file_info *fi);
-void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
-void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
-void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
-void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-		  const char *newname, unsigned int flags);
 
 #endif

@@ -42,7 +42,7 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs_i.h"
+#include "fs_fuse.h"
 
 static void syslog_func(enum fuse_log_level level, const char *fmt, va_list ap)
 {

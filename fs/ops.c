@@ -69,7 +69,7 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs_i.h"
+#include "fs_fuse.h"
 #include "metrics.h"
 
 #define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */

@@ -54,7 +54,7 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs_i.h"
+#include "fs_fuse.h"
 #include "write.h"
 
 /* One part's bytes. */

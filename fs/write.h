@@ -9,9 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include <fuse_lowlevel.h>
-
 struct fs_opts;
+struct fuse_req; /* fuse_req_t: FUSE's header stays in the files that answer requests */
 struct mount;
 struct wfile;
 struct wpool;
@@ -37,11 +36,11 @@ void wpool_get_stats(struct wpool *p, struct wpool_stats *ret);
 int wfile_new(struct mount *m, uint64_t ino, bool overwrite, struct wfile **ret);
 
 /* A write of @size bytes at @off: answered at once, or when a buffer frees (parked). */
-void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, off_t off);
+void wfile_write(struct fuse_req *req, struct wfile *w, const char *buf, size_t size, off_t off);
 
 /* flush (@flush), fsync (@req answered when the store has the object, or with its error), or
  * the commit of a release (@req NULL). A flush before any byte was written commits nothing. */
-void wfile_commit(fuse_req_t req, struct wfile *w, bool flush);
+void wfile_commit(struct fuse_req *req, struct wfile *w, bool flush);
 
 /* The handle is closed: committed if it was not, and freed once the store has answered. */
 void wfile_release(struct wfile *w);
