@@ -203,11 +203,8 @@ static void ctl_grace_done(void *arg)
  * listing: what is left of CTL_GRACE_NS since the mount started it, 0 once it is over. */
 static uint64_t ctl_grace_left(const struct mount *m)
 {
-	struct timespec ts;
-	uint64_t now, end = m->mounted_ns + CTL_GRACE_NS;
+	uint64_t now = fs_now_ns(), end = m->mounted_ns + CTL_GRACE_NS;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 	return now < end ? end - now : 0;
 }
 
