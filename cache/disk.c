@@ -253,7 +253,7 @@ static void logf_(struct disk *d, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	d->cfg.log(d->cfg.log_arg, buf);
+	d->cfg.log(d->cfg.log_arg, 1, buf);
 }
 
 static uint64_t mono_ms(void)

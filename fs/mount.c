@@ -116,9 +116,11 @@ static void ns_log(void *arg, const char *dir, int err, bool kept)
 }
 
 /* The disk tier's state changes (wipe, writes off): one line each. */
-static void disk_log(void *arg, const char *msg)
+static void disk_log(void *arg, int level, const char *line)
 {
-	fuse_log(FUSE_LOG_WARNING, "tierfs: %s\n", msg);
+	(void)arg;
+	(void)level; /* the disk tier's lines are all warnings */
+	fuse_log(FUSE_LOG_WARNING, "tierfs: %s\n", line);
 }
 
 /*

@@ -308,7 +308,7 @@ static void put_and_read(struct disk *d)
 	}
 }
 
-static void no_log(void *arg, const char *msg)
+static void no_log(void *arg, int level, const char *msg)
 {
 }
 

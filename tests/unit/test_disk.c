@@ -40,8 +40,9 @@ static char dir[64];
 static int logs;
 static char last_log[512];
 
-static void log_cb(void *arg, const char *msg)
+static void log_cb(void *arg, int level, const char *msg)
 {
+	(void)level;
 	logs++;
 	snprintf(last_log, sizeof(last_log), "%s", msg);
 }
