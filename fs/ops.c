@@ -819,11 +819,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (fh->drop_behind)
 		drop_behind(m, ino, fh, (uint64_t)off, size);
 	fobj_get(hold);
-	/* the block and its readahead reach the I/O thread together: consecutive blocks can go
-	 * to the store as one request */
-	backend_plug(m->b);
 	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, ticket, reply_read_logged, rr);
-	backend_unplug(m->b);
 	fobj_put(hold);
 }
 
