@@ -23,6 +23,7 @@
 #include "cache.h"
 #include "tier.h"
 #include "disk.h"
+#include "store.h"
 #include "fs.h"
 #include "log.h"
 #include "ns.h"
@@ -99,9 +100,6 @@ void fs_fleet_free(struct fs_fleet *sh);
  * @sh must outlive the cache. */
 struct tier fs_fleet_tier(struct fs_fleet *sh);
 
-/* store.c: the store as the last tier of the cache's chain (reads of fobj blocks through @b,
- * at the priority of their memory tier). */
-struct tier fs_store_tier(struct backend *b);
 void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
 			 struct bk_redis_stats *ret_redis);
 
@@ -113,6 +111,7 @@ struct mount {
 	struct cache *c;
 	struct disk *disk;        /* the disk tier, or NULL (no cache_dir, or it could not open);
 				   * set before the cache */
+	struct store_tier store;  /* the chain's last tier: the backend */
 	struct ns *ns;
 	struct wpool *wpool;      /* write buffers (write.c), or NULL on a read-only mount */
 	bool writable;            /* allow_write, allow_overwrite or allow_delete */

@@ -90,6 +90,15 @@ static char *store_name(const char *url)
 	return out;
 }
 
+/* What the store tier reads an object by: the fobj's path and ETag. */
+static void store_object(const void *ctx, const char **ret_path, const char **ret_etag)
+{
+	const struct fobj *o = ctx;
+
+	*ret_path = o->path;
+	*ret_etag = o->etag;
+}
+
 /*
  * The cache's chain below its memory tiers (cache/tier.h), in the order a miss asks them: the
  * disk tier (cache_dir), the fleet (shared=), the store. A tier is one line here. @return the
@@ -103,7 +112,8 @@ static unsigned chain_of(struct mount *m, struct tier *ret)
 		ret[n++] = disk_tier(m->disk);
 	if (m->fleet)
 		ret[n++] = fs_fleet_tier(m->fleet);
-	ret[n++] = fs_store_tier(m->b);
+	m->store = (struct store_tier){.b = m->b, .object = store_object};
+	ret[n++] = store_tier(&m->store);
 	return n;
 }
 
