@@ -319,6 +319,12 @@ const char *cache_tier_name(enum cache_tier t)
 	return (unsigned)t < CACHE_NTIERS ? tier_names[t] : NULL;
 }
 
+unsigned cache_chain(const struct cache *c, const struct tier **ret)
+{
+	*ret = c->chain.t;
+	return c->chain.n;
+}
+
 const char *cache_source_name(const struct cache *c, unsigned from)
 {
 	if (from < CACHE_NTIERS)

@@ -315,4 +315,8 @@ const char *cache_source_name(const struct cache *c, unsigned from);
 
 uint32_t cache_block_size(const struct cache *c);
 
+/* The chain below the memory tiers, in order (the store last): its tiers into *@ret (valid as
+ * long as @c), their number returned. For what loops over the tiers (the residency listing). */
+unsigned cache_chain(const struct cache *c, const struct tier **ret);
+
 #endif

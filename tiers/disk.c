@@ -1411,12 +1411,19 @@ static uint64_t tier_room(void *self)
 	return room;
 }
 
+static void tier_each(void *self, struct cache_oid oid, void (*fn)(void *arg, uint64_t blk),
+		      void *arg)
+{
+	disk_each_block(self, oid, fn, arg);
+}
+
 static const struct tier_ops disk_ops = {
 	.name = "disk",
 	.get = tier_get,
 	.has = tier_has,
 	.put = tier_put,
 	.room = tier_room,
+	.each = tier_each,
 };
 
 struct tier disk_tier(struct disk *d)
