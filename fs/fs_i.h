@@ -47,7 +47,7 @@ struct fs_device {
 #define FS_MEMORY_SLACK (64ull << 20)
 
 /* Where a read's slowest block came from: its latency histogram (struct mount.read_lat). The
- * memory tiers keep cache.h's numbers; the chain's tiers are matched by name (ops.c). */
+ * memory tiers keep cache.h's numbers; the chain's tiers are matched by name (metrics.c). */
 enum fs_read_from {
 	FS_FROM_HOT = CACHE_HOT,
 	FS_FROM_LAG = CACHE_LAG,

@@ -648,7 +648,7 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 			total += iov[i].len;
 		__atomic_fetch_add(&rr->m->read_bytes, total, __ATOMIC_RELAXED);
 		if (n)
-			fs_metrics_read(rr->m, iov, n, rr->start_ns);
+			fs_metrics_read(rr->m, rr->start_ns);
 	}
 	reply_read(rr->req, iov, n, err);
 	/* after the answer, off the reader's wait; still inside the cache's reply */
