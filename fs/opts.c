@@ -460,20 +460,16 @@ static int strbuf_add(struct strbuf *b, const char *p, size_t n)
 	return 0;
 }
 
-/* Write one line into @err (if any) and return @r. Control characters become '?'. */
+/* One line into @err (if any) and @r returned: the backend's bk_vfail, the one helper of URLs
+ * and options (control characters become '?'), under the short name this file uses. */
 __attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int r,
 						      const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!err || !errlen)
-		return r;
 	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
+	r = bk_vfail(err, errlen, r, fmt, ap);
 	va_end(ap);
-	for (char *p = err; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
 	return r;
 }
 
