@@ -7,7 +7,6 @@ from .common import *  # noqa: F401,F403
 class BenchCore:
     FILL_IDLE = 3  # s: see redis_fill
 
-class Bench:
     def __init__(self, args):
         self.args = args
         self.quick = args.quick
@@ -125,7 +124,6 @@ class Bench:
         self.hwm = []  # (system, VmHWM, configured cache bytes, opts)
         log(f"setup took {time.monotonic() - t0:.1f}s")
 
-
     def rewarm(self, rels):
         """Read the sources of @rels (and s3rver's copies) again: drop_caches in a cached
         scenario drops the servers' pages too, and cold reads are measured from warm
@@ -134,11 +132,9 @@ class Bench:
         warm([f for f in (self.s3.dir / "data").rglob("*") if f.is_file()
               and any(f.name.startswith(Path(r).name) for r in rels)])
 
-
     def mnt(self, name):
         self.mnt_n += 1
         return self.run_dir / "mnt" / f"{name}-{self.mnt_n}"
-
 
     def fresh_cache_dir(self, name):
         d = self.run_dir / "cache" / name
@@ -151,7 +147,6 @@ class Bench:
     def seq_opts(self):
         hot = 512 * MiB if self.quick else 2 * GiB
         return {"hot_size": size_opt(hot), "hot_ttl": "100000000"}
-
 
     def new_mount(self, system, opts=None):
         """A fresh, cold mount of @system; its seq object is m.path(m.seq)."""
@@ -206,7 +201,6 @@ class Bench:
             raise
         return m
 
-
     def peer_failed(self, s, scen, e):
         """A peer that fails is noted and left out of that run; tierfs failing stops the bench."""
         if s.startswith("tierfs"):
@@ -214,7 +208,6 @@ class Bench:
         msg = f"{s} failed in {scen}: {str(e)[-300:]}"
         log(msg)
         self.notes.append(msg)
-
 
     def close_mount(self, m, note=""):
         h = m.hwm()
@@ -256,7 +249,6 @@ class Bench:
             return int(out) if out.isdigit() else 0
         wait_until(lambda: idle() >= BenchCore.FILL_IDLE, 30, "the fill to age in Redis's LRU clock",
                    interval=0.2)
-
 
     def redis_start(self, name, fill=True, maxmemory="1gb"):
         """A redis-server as docs/caching.md says a fleet runs it (no persistence, allkeys-lru), on a
@@ -304,7 +296,6 @@ class Bench:
                     h[le] = h.get(le, 0) + v
         return sorted(h.items())
 
-
     def fleet_mounts(self, n, opts, tag):
         ms = []
         try:
@@ -316,7 +307,6 @@ class Bench:
                 self.close_mount(m, "failed")
             raise
         return ms
-
 
     def run_parts(self, what, parts):
         """Run each (name, fn) of @parts into a dict of results; a part that fails is logged,
@@ -331,7 +321,6 @@ class Bench:
                 self.notes.append(msg)
                 res[part] = {"error": str(e)[-500:]}
         return res
-
 
     def s3_client(self):
         import botocore.session

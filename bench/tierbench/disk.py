@@ -17,11 +17,9 @@ class DiskScenario:
         self.raw["runs"]["disk"] = res
         return res
 
-
     def disk_opts(self, cache, disk_size, **extra):
         return dict(self.seq_opts(), cache_dir=str(cache), disk_size=size_opt(disk_size),
                     **extra)
-
 
     def disk_fill_through(self, m, rel, size):
         """Read @rel through tierfs mount @m 32 MiB at a time, letting the disk writer catch
@@ -35,7 +33,6 @@ class DiskScenario:
         w = m.stats().get('tierfs_disk_writes_total{tier="disk"}', 0)
         if w < (size + bs - 1) // bs:
             raise RuntimeError(f"only {w:.0f} blocks of {rel} reached the disk tier")
-
 
     def disk_hit(self):
         """seq.bin read through tierfs with every block on disk and none in memory (a fresh
@@ -124,7 +121,6 @@ class DiskScenario:
         local.unlink()
         return res
 
-
     def disk_recovery(self):
         """bench/diskfill writes disk_recover_size of 4 MiB records into a cache_dir (through
         disk.c: the real format), scaled down to half the free space if need be; then, with
@@ -166,7 +162,6 @@ class DiskScenario:
             shutil.rmtree(cache, ignore_errors=True)
         return res
 
-
     def disk_peer(self, system, cache):
         """A mount of @system whose cache lives in @cache and is kept across restarts (the
         command lines of new_mount, without the fresh cache directory)."""
@@ -185,7 +180,6 @@ class DiskScenario:
             "--vfs-cache-mode", "full", "--cache-dir", str(cache), "--read-only",
             "--config", str(self.run_dir / "rclone.conf"), "--log-level", "ERROR"],
             log_path=logp)
-
 
     def disk_restart(self):
         """Per system: a mount reads seq.bin (the working set) cold, filling its cache, and is

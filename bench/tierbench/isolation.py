@@ -79,7 +79,6 @@ class IsolationScenario:
         self.raw["runs"]["isolation"] = res
         return res
 
-
     def iso_machine_floor(self, hot):
         """What the replay's bytes cost the tail when tierfs does not carry them: the same
         alone/with pairs, the "with" slices beside two curl processes reading the old objects

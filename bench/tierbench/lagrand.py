@@ -31,7 +31,6 @@ class LagrandScenario:
         res["hot"] = h
         return res
 
-
     def rand_reads(self, name, rel, tier, opts):
         """4 KiB random O_DIRECT reads of @rel (4 threads, lagrand_seconds) on a fresh mount
         with @opts: preader's figures and what @tier fetched meanwhile, from the stats."""

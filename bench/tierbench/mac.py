@@ -23,7 +23,6 @@ class MacScenario:
             self.close_mount(m, "scenario 12c prime")
         return proc, port
 
-
     def mac_read(self, kind, hot, opts, port):
         """One round: a fresh mount reads @hot from Redis: {"mbps", "hits", "blocks"}."""
         o = dict(opts, shared=f"redis://127.0.0.1:{port}", prefault="on")
@@ -38,7 +37,6 @@ class MacScenario:
             self.close_mount(m, "scenario 12c")
         return {"mbps": out["mbps"] * 1e6 / MiB, "hits": self.stat_sum(st, "shared_hits_total"),
                 "blocks": sum(-(-self.files[r] // (4 * MiB)) for r in hot)}
-
 
     def scen_mac(self):
         """12c: see the module's docstring. A round counts only if every block was a hit."""

@@ -103,7 +103,9 @@ from .trace import TraceScenario
 from .write import WriteScenario, write_report
 
 
-class Bench(BenchCore, SeqScenario, MultiScenario, IsolationScenario, RateScenario, MemoryScenario, BrokerScenario, MetaScenario, LagrandScenario, DiskScenario, SharedScenario, MacScenario, TraceScenario, SimScenario, WriteScenario):
+class Bench(BenchCore, SeqScenario, MultiScenario, IsolationScenario, RateScenario,
+            MemoryScenario, BrokerScenario, MetaScenario, LagrandScenario, DiskScenario,
+            SharedScenario, MacScenario, TraceScenario, SimScenario, WriteScenario):
     """The whole bench: the core, and one mix-in class a scenario (each in its own module)."""
 
 

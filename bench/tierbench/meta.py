@@ -17,7 +17,6 @@ class MetaScenario:
         self.raw["runs"]["meta"] = res
         return res
 
-
     def meta_s3_mount(self, system, bucket):
         """@system on @bucket with its documented freshness options (what the row states)."""
         mp = self.mnt(f"{system}-meta")
@@ -43,7 +42,6 @@ class MetaScenario:
                 "--config", str(self.run_dir / "rclone.conf"), "--log-level", "ERROR"],
                 env=env, log_path=logp)
         raise ValueError(system)
-
 
     def meta_first_byte(self):
         """A writer PUTs new 64 KiB objects to s3rver, one at a time; for each, a reader per
@@ -132,7 +130,6 @@ class MetaScenario:
                          "s3fs": META_S3FS_OPTS + " (noobj cache off: its default)",
                          "rclone": META_RCLONE_OPTS + " (--attr-timeout 1s: its default)"}}
 
-
     def meta_s3_put_rate(self, n=400, threads=8):
         """PUTs of empty objects per second into s3rver, @threads at once: whether a 100k-key
         prefix can be made there in reasonable time."""
@@ -152,7 +149,6 @@ class MetaScenario:
         for t in ts:
             t.join(300)
         return n / (time.monotonic() - t0)
-
 
     def meta_ls(self):
         """ls -l of N keys in one prefix, on the http backend (nginx over a directory of N
@@ -243,7 +239,6 @@ class MetaScenario:
                         self.close_mount(m, "scenario 10 (ls -l)")
         return {"systems": res, "keys": n, "runs": runs, "s3rver_put_per_s": rate}
 
-
     def meta_hang_tree(self):
         """The store of 10c (both variants): k/ (meta_hang_ops names), u/00-u/31 with one name
         each, and a 16 MiB cached.bin. @return (its root, {rel: size}, cached.bin's bytes)."""
@@ -257,7 +252,6 @@ class MetaScenario:
             if not f.exists() or f.stat().st_size != sz:
                 write_object(f, sz)
         return root, want, (root / "cached.bin").read_bytes()
-
 
     def meta_hang(self):
         """tierfs behind tests/integration/faultproxy.py (in front of nginx's JSON listener):
@@ -384,7 +378,6 @@ class MetaScenario:
             if left:
                 log(f"faultproxy threads did not stop: {left}")
         return res
-
 
     def meta_hang_stale(self):
         """10c, stale: the same store and proxy, metadata_ttl=1. Every directory listed, the

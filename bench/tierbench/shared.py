@@ -6,7 +6,6 @@ from .mac import mac_report
 
 
 class SharedScenario:
-
     def scen_shared(self):
         p = self.p
         hot = sorted(r for r in self.files if r.startswith("hot/"))

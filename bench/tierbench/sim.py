@@ -4,7 +4,6 @@ from .common import *  # noqa: F401,F403
 
 
 class SimScenario:
-
     def scen_sim(self):
         """tierfs-sim on one core: one broker's hour, then a fleet of sim_mounts brokers."""
         gdir = self.work / "sim-traces"

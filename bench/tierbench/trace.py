@@ -40,7 +40,6 @@ class TraceScenario:
             f"{recs.get('tierfs_trace_records_total')} of {recs.get('tierfs_reads_total')} "
             f"reads, dropped {recs.get('tierfs_trace_dropped_total')}")
 
-
     def trace_pass(self, m, out, size, i):
         """One sequential and one random pass of @m, kernel caches dropped, each counted only
         if tierfs served it (scenario 2's check)."""

@@ -6,7 +6,6 @@ from .common import *  # noqa: F401,F403
 class WriteScenario:
     WRITE_FILE_TARGET = 0.5
 
-
     def scen_write(self):
         """Writing through the mount (issue 29), `--only write`. Each part is its own row: one
         that fails is noted and the others still run. --set write_rows=seq,readback,rss."""
@@ -25,7 +24,6 @@ class WriteScenario:
         res = self.run_parts("scenario write", [(n, fn) for n, fn in parts if n in want])
         self.raw["runs"]["write"] = res
         return res
-
 
     def write_mount(self, system, extra=None, tag="w"):
         """A writable mount of @system on the write bucket (tierfs-file: on the store
@@ -74,7 +72,6 @@ class WriteScenario:
             os.close(fd)  # tierfs and s3fs answer the upload's error here
         return time.monotonic() - t0
 
-
     def store_size(self, key):
         """The object's size in s3rver (botocore HEAD), None if it is not there."""
         try:
@@ -83,7 +80,6 @@ class WriteScenario:
             if "404" in str(e) or "Not Found" in str(e):
                 return None
             raise
-
 
     def write_one(self, system, m, key, bs, cpu=None):
         """One timed write of self.wdata as @key through @m (None: the local directory).
@@ -128,7 +124,6 @@ class WriteScenario:
                                + (" when close() returned" if system != "rclone" else ""))
         return size / t / 1e6
 
-
     def write_ceiling(self, key, part=8 * MiB, inflight=4):
         """s3rver's own ceiling for what tierfs sends it: botocore (in this process) uploads
         self.wdata as @key through the same proxy, a multipart upload of @part parts with
@@ -162,7 +157,6 @@ class WriteScenario:
         if got != size:
             raise RuntimeError(f"{key}: {got} bytes in the store of {size}")
         return size / t / 1e6
-
 
     def write_seq(self):
         """W1. Every system mounted once, as a broker's mount runs, and given untimed writes
@@ -251,7 +245,6 @@ class WriteScenario:
             shutil.rmtree(self.wlocal, ignore_errors=True)
         return res
 
-
     def write_wait_published(self, m, blocks, timeout=60):
         """Wait until the writer @m has put @blocks written blocks into Redis and has none
         queued (or has given up on the rest: drops, errors). @return its stats then."""
@@ -266,7 +259,6 @@ class WriteScenario:
         except TimeoutError as e:
             self.notes.append(f"scenario write W2: {e}")
         return m.stats()
-
 
     def read_back(self, m, key):
         """drop_caches, then read @key through @m, 1 MiB reads. @return (bytes fetched from
@@ -283,7 +275,6 @@ class WriteScenario:
         st1 = m.stats()
         return (stat_delta(st0, st1, "tierfs_backend_received_bytes_total"), h.hexdigest(), n,
                 t, st0, st1)
-
 
     def write_readback(self):
         """W2. One object written with 1 MiB writes through a mount sharing a new Redis (no
@@ -342,7 +333,6 @@ class WriteScenario:
             except Exception:
                 pass
         return res
-
 
     def write_rss(self):
         """W3. A fresh mount with tierfs's defaults (hot_size 1G, lagging_size 128M,
