@@ -61,7 +61,7 @@ int backend_url_check(char *url, char *err, size_t errlen)
 		return r;
 	i = scheme_find(url);
 	if (i < 0)
-		return url_fail(err, errlen, -EINVAL, "URL %s: unsupported scheme %s", url,
+		return bk_fail(err, errlen, -EINVAL, "URL %s: unsupported scheme %s", url,
 				URL_SCHEMES);
 	return schemes[i].url_check(url, err, errlen);
 }

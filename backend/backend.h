@@ -15,6 +15,7 @@
 #ifndef TIERFS_BACKEND_H
 #define TIERFS_BACKEND_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -83,6 +84,12 @@ bool backend_scheme_known(const char *url);
  * carries a password, which the caller may word its own way (where credentials go instead).
  */
 int backend_url_check(char *url, char *err, size_t errlen);
+
+/* The one error helper of URLs and mount options (url.c, backend.c, fs/opts.c): one line into
+ * @err (if any; control characters become '?'), and @r returned. */
+int bk_fail(char *err, size_t errlen, int r, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+int bk_vfail(char *err, size_t errlen, int r, const char *fmt, va_list ap);
 
 /* Start / stop the I/O thread. Metadata calls and reads need it running. Stopping fails every
  * queued or running read with -ESHUTDOWN. @return 0 or -errno. */

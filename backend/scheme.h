@@ -82,9 +82,6 @@ int file_init(struct backend *b, const struct backend_cfg *cfg, char *err, size_
 
 #define URL_SCHEMES "(use s3://, http://, https:// or file://)"
 
-/* Write one line into @err (if any) and return @r. */
-int url_fail(char *err, size_t errlen, int r, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
 /* "scheme://" is there: lower-case the scheme in place. @return 0 or -EINVAL. */
 int url_scheme(char *url, char *err, size_t errlen);
 /* A scheme's own rules, on a URL of that scheme. @return 0, -EINVAL, or -EACCES (a password

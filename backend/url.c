@@ -23,14 +23,23 @@
 
 #include "scheme.h"
 
-int url_fail(char *err, size_t errlen, int r, const char *fmt, ...)
+int bk_vfail(char *err, size_t errlen, int r, const char *fmt, va_list ap)
+{
+	if (!err || !errlen)
+		return r;
+	vsnprintf(err, errlen, fmt, ap);
+	for (char *p = err; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return r;
+}
+
+int bk_fail(char *err, size_t errlen, int r, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!err || !errlen)
-		return r;
 	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
+	r = bk_vfail(err, errlen, r, fmt, ap);
 	va_end(ap);
 	return r;
 }
@@ -40,7 +49,7 @@ int url_scheme(char *url, char *err, size_t errlen)
 	const char *sep = strstr(url, "://");
 
 	if (!sep || sep == url)
-		return url_fail(err, errlen, -EINVAL, "URL %s: no scheme %s", url, URL_SCHEMES);
+		return bk_fail(err, errlen, -EINVAL, "URL %s: no scheme %s", url, URL_SCHEMES);
 	for (char *p = url; *p != ':'; p++)
 		if (*p >= 'A' && *p <= 'Z')
 			*p = (char)(*p - 'A' + 'a');
@@ -56,7 +65,7 @@ static int authority(const char *url, const char **ret_a, size_t *ret_n, char *e
 	const char *at = memchr(a, '@', n);
 
 	if (at && memchr(a, ':', (size_t)(at - a)))
-		return url_fail(err, errlen, -EACCES, "URL: a password in the URL");
+		return bk_fail(err, errlen, -EACCES, "URL: a password in the URL");
 	*ret_a = a;
 	*ret_n = n;
 	return 0;
@@ -69,7 +78,7 @@ int s3_url_check(const char *url, char *err, size_t errlen)
 	int r = authority(url, &a, &n, err, errlen);
 
 	if (r == 0 && !n)
-		r = url_fail(err, errlen, -EINVAL,
+		r = bk_fail(err, errlen, -EINVAL,
 			     "URL %s: no bucket name (use s3://BUCKET or s3://BUCKET/PREFIX)", url);
 	return r;
 }
@@ -81,7 +90,7 @@ int http_url_check(const char *url, char *err, size_t errlen)
 	int r = authority(url, &a, &n, err, errlen);
 
 	if (r == 0 && !n)
-		r = url_fail(err, errlen, -EINVAL, "URL %s: no host name", url);
+		r = bk_fail(err, errlen, -EINVAL, "URL %s: no host name", url);
 	return r;
 }
 
@@ -92,6 +101,6 @@ int file_url_check(const char *url, char *err, size_t errlen)
 	int r = authority(url, &a, &n, err, errlen);
 
 	if (r == 0 && a[0] != '/')
-		r = url_fail(err, errlen, -EINVAL, "URL %s: use file:///ABSOLUTE/PATH", url);
+		r = bk_fail(err, errlen, -EINVAL, "URL %s: use file:///ABSOLUTE/PATH", url);
 	return r;
 }

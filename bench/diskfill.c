@@ -19,9 +19,10 @@
 
 #include "disk.h"
 
-static void log_line(void *arg, const char *msg)
+static void log_line(void *arg, int level, const char *msg)
 {
 	(void)arg;
+	(void)level;
 	fprintf(stderr, "diskfill: %s\n", msg);
 }
 

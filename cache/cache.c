@@ -319,6 +319,12 @@ const char *cache_tier_name(enum cache_tier t)
 	return (unsigned)t < CACHE_NTIERS ? tier_names[t] : NULL;
 }
 
+unsigned cache_chain(const struct cache *c, const struct tier **ret)
+{
+	*ret = c->chain.t;
+	return c->chain.n;
+}
+
 const char *cache_source_name(const struct cache *c, unsigned from)
 {
 	if (from < CACHE_NTIERS)
@@ -1278,8 +1284,9 @@ static void park(struct cache *c, const struct rq *q, struct pread *pr)
 	}
 }
 
-void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
-		size_t len, uint64_t ticket, cache_reply_fn reply, void *req)
+/* cache_read without the plug. */
+static void read_blocks(struct cache *c, const struct cache_obj *o, struct cache_stream *s,
+			uint64_t off, size_t len, uint64_t ticket, cache_reply_fn reply, void *req)
 {
 	struct piece stack_p[STACK_PIECES], *p = stack_p;
 	struct pread *pr = NULL;
@@ -1324,6 +1331,18 @@ void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream 
 		park(c, &q, pr);
 	}
 	readahead(c, o, ra_from, ra_to, q.tier, q.now);
+}
+
+void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
+		size_t len, uint64_t ticket, cache_reply_fn reply, void *req)
+{
+	/* the read's blocks and its readahead reach the store together (env->plug, around the
+	 * chain's own plugs): consecutive blocks can go out as one request */
+	if (c->env.plug)
+		c->env.plug(c->env.arg);
+	read_blocks(c, o, s, off, len, ticket, reply, req);
+	if (c->env.unplug)
+		c->env.unplug(c->env.arg);
 }
 
 uint64_t cache_ticket(struct cache *c)

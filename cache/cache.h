@@ -231,7 +231,8 @@ void cache_free(struct cache *c);
  * completes the last fetch, or from cache_cancel. @s may be NULL (no readahead). @ticket (from
  * cache_ticket, or 0) names the read for cache_cancel while it waits. @o and its ctx must stay
  * valid until cache_read returns, even when the reply came first; @s is not touched after the
- * reply.
+ * reply. The store's reads it starts (the read's blocks and their readahead) are handed over
+ * together, between env->plug and unplug: the caller need not plug.
  */
 void cache_read(struct cache *c, const struct cache_obj *o, struct cache_stream *s, uint64_t off,
 		size_t len, uint64_t ticket, cache_reply_fn reply, void *req);
@@ -313,5 +314,9 @@ void cache_get_stats(struct cache *c, struct cache_stats *ret);
 const char *cache_source_name(const struct cache *c, unsigned from);
 
 uint32_t cache_block_size(const struct cache *c);
+
+/* The chain below the memory tiers, in order (the store last): its tiers into *@ret (valid as
+ * long as @c), their number returned. For what loops over the tiers (the residency listing). */
+unsigned cache_chain(const struct cache *c, const struct tier **ret);
 
 #endif

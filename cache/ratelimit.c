@@ -1,5 +1,5 @@
 /*
- * ratelimit.c - the lagging tier's token bucket (DESIGN.md invariants 1 and 4).
+ * ratelimit.c - the lagging tier's token bucket (docs/design.md invariants 1 and 4).
  *
  * What: every lagging-tier miss is charged here before its fetch is started. rl_take() never
  * sleeps: it either charges the request and returns 0, or charges nothing and returns the

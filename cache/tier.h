@@ -78,6 +78,12 @@ struct tier_ops {
 	 * space); UINT64_MAX when it never lacks room, or would not keep them anyway. Blocks
 	 * written through the mount are offered at this pace (cache_publish). NULL: UINT64_MAX. */
 	uint64_t (*room)(void *self);
+	/* Call @fn for each block of @oid the tier holds (any order): the residency listing
+	 * (user.tierfs.cached, the control directory), one " NAME=ranges" per tier that lists.
+	 * From its index only; @fn may run under the tier's lock and must not call into it.
+	 * NULL: the tier lists nothing. */
+	void (*each)(void *self, struct cache_oid oid, void (*fn)(void *arg, uint64_t blk),
+		     void *arg);
 };
 
 struct gate;

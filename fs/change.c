@@ -39,7 +39,7 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs_i.h"
+#include "fs_fuse.h"
 
 static struct mount *M(fuse_req_t req)
 {

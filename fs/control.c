@@ -248,15 +248,17 @@ static int cmp_blk(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* " disk=0-15,32": the disk tier's blocks of @o as ranges (the first RESIDENCY_RANGES, then a
- * count), after what the memory tiers hold; nothing when it holds none. The cost is a walk
- * of the disk tier's index, bounded by disk_size, never by the object's size. */
-static void disk_residency(struct mount *m, const struct fobj *o, struct text *t, bool first)
+/* " disk=0-15,32": the blocks of @o that tier @tr of the chain lists (tier_ops.each), as
+ * ranges (the first RESIDENCY_RANGES, then a count), after what the memory tiers hold; nothing
+ * when it holds none. The cost is a walk of the tier's index (the disk tier's is bounded by
+ * disk_size), never of the object's size. */
+static void tier_residency(const struct tier *tr, const struct fobj *o, struct text *t,
+			   bool first)
 {
 	struct blocks b = {0};
 	size_t ranges = 0;
 
-	disk_each_block(m->disk, o->id, blocks_add, &b);
+	tr->ops->each(tr->self, o->id, blocks_add, &b);
 	if (b.oom) {
 		t->oom = true;
 		goto out;
@@ -264,7 +266,7 @@ static void disk_residency(struct mount *m, const struct fobj *o, struct text *t
 	if (!b.n)
 		goto out;
 	qsort(b.v, b.n, sizeof(*b.v), cmp_blk);
-	put(t, "%sdisk=", first ? "" : " ");
+	put(t, "%s%s=", first ? "" : " ", tr->ops->name);
 	for (size_t i = 0; i < b.n;) {
 		size_t j = i;
 
@@ -287,19 +289,25 @@ out:
 }
 
 /* "hot=0-15,32 lagging=16-20 disk=0-40", "none", or the first RESIDENCY_RANGES ranges and a
- * count (the disk tier's ranges counted on their own: a block on disk is often in memory too). */
+ * count (each chain tier's ranges counted on their own: a block on disk is often in memory
+ * too). The chain's tiers that list their blocks (tier_ops.each) follow the memory tiers, in
+ * chain order. */
 static void residency_text(struct mount *m, const struct fobj *o, struct text *t)
 {
 	struct cache_obj co = {.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
 	char buf[4096];
 	int n = cache_residency_text(m->c, &co, RESIDENCY_RANGES, buf, sizeof(buf));
+	const struct tier *chain;
+	unsigned nchain = cache_chain(m->c, &chain), listing = 0;
 	size_t before;
 
 	if (n < 0) {
 		t->oom = true;
 		return;
 	}
-	if (!m->disk) {
+	for (unsigned i = 0; i < nchain; i++)
+		listing += chain[i].ops->each != NULL;
+	if (!listing) {
 		put(t, "%s", buf); /* 64 ranges of two 20-digit numbers fit: never truncated */
 		return;
 	}
@@ -308,7 +316,9 @@ static void residency_text(struct mount *m, const struct fobj *o, struct text *t
 	if (!none)
 		put(t, "%s", buf);
 	before = t->len;
-	disk_residency(m, o, t, none);
+	for (unsigned i = 0; i < nchain && !t->oom; i++)
+		if (chain[i].ops->each)
+			tier_residency(&chain[i], o, t, none && t->len == before);
 	if (none && t->len == before && !t->oom)
 		put(t, "none");
 }

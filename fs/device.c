@@ -39,7 +39,7 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs_i.h"
+#include "fs_fuse.h"
 
 static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata)
 {

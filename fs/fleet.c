@@ -141,7 +141,7 @@ struct sfetch {
 	bool locked;              /* this fetch holds the block's fetch lock: DEL it when done */
 	bool waited;              /* it lost the lock and waited for the holder's value */
 	bool answered;            /* Redis answered it once (a miss is counted once) */
-	uint64_t deadline;        /* a loser misses after this (mono_ns) */
+	uint64_t deadline;        /* a loser misses after this (fs_now_ns) */
 	uint64_t poll_ns;         /* its next re-GET's delay */
 	struct bk_redis_into into; /* a value of the block's size: header to hdr, data to dst */
 	unsigned char hdr[FV_HDR_LEN];
@@ -178,14 +178,6 @@ struct fs_fleet {
 
 #define STAT_ADD(sh, f, v) __atomic_fetch_add(&(sh)->st.f, (v), __ATOMIC_RELAXED)
 #define MAC(sh)            ((sh)->mac ? &(sh)->fvm : NULL)
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the fleet budget: the gate's source ------------------------------------------------------- */
 
@@ -227,7 +219,7 @@ static void grant_apply(void *src, void *arg)
 	if (g->err < 0) {
 		g->log_down = !sh->fallback;
 		__atomic_store_n(&sh->fallback, true, __ATOMIC_RELAXED);
-		sh->fallback_until = mono_ns() + FLEET_RETRY_NS;
+		sh->fallback_until = fs_now_ns() + FLEET_RETRY_NS;
 		return;
 	}
 	g->log_back = sh->fallback;
@@ -383,7 +375,7 @@ static void poll_again(void *arg)
 static void lost_lock(struct sfetch *f)
 {
 	struct fs_fleet *sh = f->sh;
-	uint64_t now = mono_ns(), d = f->poll_ns;
+	uint64_t now = fs_now_ns(), d = f->poll_ns;
 
 	if (!f->waited) {
 		f->waited = true;

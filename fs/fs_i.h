@@ -1,7 +1,9 @@
 /*
  * fs_i.h - declarations shared only inside fs/: the mount's state (ops.c, control.c, mount.c),
  * the fleet tier (fleet.c) and what mount.c asks of ops.c. The namespace has its own header
- * (ns.h), and so has logging (log.h).
+ * (ns.h), and so has logging (log.h). No FUSE request types here: what speaks FUSE (the
+ * operations' table and the operations that change the store) is in fs_fuse.h, so
+ * <fuse_lowlevel.h> reaches only the files that answer requests.
  */
 #ifndef TIERFS_FS_I_H
 #define TIERFS_FS_I_H
@@ -21,6 +23,7 @@
 #include "cache.h"
 #include "tier.h"
 #include "disk.h"
+#include "store.h"
 #include "fs.h"
 #include "log.h"
 #include "ns.h"
@@ -44,7 +47,7 @@ struct fs_device {
 #define FS_MEMORY_SLACK (64ull << 20)
 
 /* Where a read's slowest block came from: its latency histogram (struct mount.read_lat). The
- * memory tiers keep cache.h's numbers; the chain's tiers are matched by name (ops.c). */
+ * memory tiers keep cache.h's numbers; the chain's tiers are matched by name (metrics.c). */
 enum fs_read_from {
 	FS_FROM_HOT = CACHE_HOT,
 	FS_FROM_LAG = CACHE_LAG,
@@ -60,6 +63,7 @@ enum fs_read_from {
  * ------------------------------------------------------------------------------------------ */
 
 struct fs_fleet;
+struct fuse_session;
 struct mount;
 struct fs_opts;
 struct bk_redis_stats;
@@ -96,9 +100,6 @@ void fs_fleet_free(struct fs_fleet *sh);
  * @sh must outlive the cache. */
 struct tier fs_fleet_tier(struct fs_fleet *sh);
 
-/* store.c: the store as the last tier of the cache's chain (reads of fobj blocks through @b,
- * at the priority of their memory tier). */
-struct tier fs_store_tier(struct backend *b);
 void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
 			 struct bk_redis_stats *ret_redis);
 
@@ -110,6 +111,7 @@ struct mount {
 	struct cache *c;
 	struct disk *disk;        /* the disk tier, or NULL (no cache_dir, or it could not open);
 				   * set before the cache */
+	struct store_tier store;  /* the chain's last tier: the backend */
 	struct ns *ns;
 	struct wpool *wpool;      /* write buffers (write.c), or NULL on a read-only mount */
 	bool writable;            /* allow_write, allow_overwrite or allow_delete */
@@ -290,8 +292,6 @@ void fs_trace_close(struct mount *m);
  * ops.c for mount.c: the operations and what the mount's setup and teardown ask of them.
  * ------------------------------------------------------------------------------------------ */
 
-extern const struct fuse_lowlevel_ops fs_ops;
-
 /* env.c: what the cache is given (cache_new) besides its chain: the clocks, the I/O loop's
  * timers and plug, references on the fobjs. */
 struct cache_env fs_cache_env(struct mount *m);
@@ -342,26 +342,5 @@ pid_t fs_proc_tgid(pid_t pid);
 int fs_proc_holds(pid_t tgid, uint64_t ino, const char *path);
 /* The same for the children of @tgid (each of its threads' children). @return 1, 0 or -errno. */
 int fs_proc_children_hold(pid_t tgid, uint64_t ino, const char *path);
-
-/* ---------------------------------------------------------------------------------------------
- * change.c: the FUSE operations that change the store (allow_write, allow_overwrite,
- * allow_delete). ops.c's table points at them.
- * ------------------------------------------------------------------------------------------ */
-
-void fs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-		  struct fuse_file_info *fi);
-/* open for writing (O_WRONLY, O_RDWR, O_TRUNC, O_APPEND): ops.c's op_open hands them over. */
-void fs_op_open_write(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void fs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		 struct fuse_file_info *fi);
-void fs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi);
-void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
-		   struct fuse_file_info *fi);
-void fs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
-void fs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
-void fs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
-void fs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-		  const char *newname, unsigned int flags);
 
 #endif

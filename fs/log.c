@@ -20,15 +20,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "fs_i.h" /* fs_now_ns */
 #include "log.h"
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t log_hash(uint64_t h, const char *s, bool skip_digits)
 {
@@ -54,7 +47,7 @@ static uint64_t log_key(const char *obj, const char *cause, bool skip_digits)
 static int64_t log_admit(struct fs_log *l, uint64_t key)
 {
 	const uint64_t interval = (uint64_t)FS_LOG_INTERVAL_S * 1000000000ULL;
-	uint64_t now = mono_ns();
+	uint64_t now = fs_now_ns();
 	struct fs_log_slot *slot = NULL, *oldest = &l->seen[0];
 	int64_t held = -1;
 
@@ -92,7 +85,7 @@ static int64_t log_admit(struct fs_log *l, uint64_t key)
 
 void fs_log_init(struct fs_log *l)
 {
-	*l = (struct fs_log){.tokens = FS_LOG_BURST, .refill_ns = mono_ns()};
+	*l = (struct fs_log){.tokens = FS_LOG_BURST, .refill_ns = fs_now_ns()};
 	pthread_mutex_init(&l->lock, NULL);
 }
 

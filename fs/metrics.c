@@ -417,37 +417,34 @@ void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
 
 /* ---- the mount's own histograms --------------------------------------------------------------- */
 
-/* The chain's tiers by name (tier_ops.name), as the read histograms' places. */
+/* The tiers by name (cache_served.from: the memory tiers' and tier_ops.name), as the read
+ * histograms' places. */
 static const struct {
 	const char *name;
 	enum fs_read_from at;
-} chain_names[] = {
+} source_names[] = {
+    {"hot", FS_FROM_HOT},
+    {"lagging", FS_FROM_LAG},
     {"disk", FS_FROM_DISK},
     {"shared", FS_FROM_SHARED},
     {"store", FS_FROM_STORE},
 };
 
-static enum fs_read_from read_from(struct mount *m, unsigned from)
+static enum fs_read_from read_from(const char *name)
 {
-	const char *name;
-
-	if (from < CACHE_NTIERS)
-		return (enum fs_read_from)from;
-	name = cache_source_name(m->c, from);
-	for (size_t i = 0; name && i < N_OF(chain_names); i++)
-		if (!strcmp(name, chain_names[i].name))
-			return chain_names[i].at;
+	for (size_t i = 0; name && i < N_OF(source_names); i++)
+		if (!strcmp(name, source_names[i].name))
+			return source_names[i].at;
 	return FS_FROM_STORE; /* a tier of the chain without a place of its own */
 }
 
-void fs_metrics_read(struct mount *m, const struct cache_iov *iov, int n, uint64_t start_ns)
+void fs_metrics_read(struct mount *m, uint64_t start_ns)
 {
-	unsigned from = 0;
+	/* the cache says what served the read (its deepest source), as it does for the trace */
+	const struct cache_served *sv = cache_reply_served();
 
-	for (int i = 0; i < n; i++)
-		if (iov[i].from > from)
-			from = iov[i].from;
-	bk_hist_observe(&m->read_lat[read_from(m, from)], fs_now_ns() - start_ns);
+	if (sv)
+		bk_hist_observe(&m->read_lat[read_from(sv->from)], fs_now_ns() - start_ns);
 }
 
 /* ---- the writer ----------------------------------------------------------------------------- */

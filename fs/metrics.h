@@ -54,9 +54,9 @@ struct fs_metrics_snap {
 void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret);
 
 
-/* Count a read of @m answered with data (@iov, @n > 0 pieces, cache_reply_fn's) that came at
- * @start_ns: its latency, in the histogram of where its slowest piece came from. */
-void fs_metrics_read(struct mount *m, const struct cache_iov *iov, int n, uint64_t start_ns);
+/* Inside the cache's reply to a read of @m answered with data, that came at @start_ns: its
+ * latency, in the histogram of where its slowest piece came from (cache_reply_served). */
+void fs_metrics_read(struct mount *m, uint64_t start_ns);
 
 /* Where the writer's text goes. @write gets the text in order, a piece at a time (@s is not
  * NUL-terminated), and returns 0 or a -errno that stops the writer. */

@@ -42,7 +42,7 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs_i.h"
+#include "fs_fuse.h"
 
 static void syslog_func(enum fuse_log_level level, const char *fmt, va_list ap)
 {
@@ -90,6 +90,15 @@ static char *store_name(const char *url)
 	return out;
 }
 
+/* What the store tier reads an object by: the fobj's path and ETag. */
+static void store_object(const void *ctx, const char **ret_path, const char **ret_etag)
+{
+	const struct fobj *o = ctx;
+
+	*ret_path = o->path;
+	*ret_etag = o->etag;
+}
+
 /*
  * The cache's chain below its memory tiers (cache/tier.h), in the order a miss asks them: the
  * disk tier (cache_dir), the fleet (shared=), the store. A tier is one line here. @return the
@@ -103,7 +112,8 @@ static unsigned chain_of(struct mount *m, struct tier *ret)
 		ret[n++] = disk_tier(m->disk);
 	if (m->fleet)
 		ret[n++] = fs_fleet_tier(m->fleet);
-	ret[n++] = fs_store_tier(m->b);
+	m->store = (struct store_tier){.b = m->b, .object = store_object};
+	ret[n++] = store_tier(&m->store);
 	return n;
 }
 
@@ -116,9 +126,11 @@ static void ns_log(void *arg, const char *dir, int err, bool kept)
 }
 
 /* The disk tier's state changes (wipe, writes off): one line each. */
-static void disk_log(void *arg, const char *msg)
+static void disk_log(void *arg, int level, const char *line)
 {
-	fuse_log(FUSE_LOG_WARNING, "tierfs: %s\n", msg);
+	(void)arg;
+	(void)level; /* the disk tier's lines are all warnings */
+	fuse_log(FUSE_LOG_WARNING, "tierfs: %s\n", line);
 }
 
 /*

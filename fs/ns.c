@@ -53,7 +53,7 @@
  * kept in the node (a lazy one's in the listing) and ANDed in, so the mount never shows a
  * wider mode than the store.
  *
- * Freshness (stale-while-revalidate, DESIGN.md invariant 11): a listing is fresh for
+ * Freshness (stale-while-revalidate, docs/design.md invariant 11): a listing is fresh for
  * metadata_ttl seconds; past that it still answers lookups and opendirs at once, and one
  * refresh goes out behind them. A name missing from it is asked of the store (stat / HEAD),
  * after the refresh if the listing is old: found, it joins the listing; missing, the answer is
@@ -1502,7 +1502,7 @@ static void neg_del(struct dirst *d, const char *name)
  *                                                  └ REVAL_WAIT_NS ─ reval_timer ─► run (each
  *                                                    waiter that may take a stale version)
  *
- * What waits (stale-while-revalidate, DESIGN.md invariant 11): only what memory cannot answer.
+ * What waits (stale-while-revalidate, docs/design.md invariant 11): only what memory cannot answer.
  *   - lookup: a directory never listed waits for its first listing; a name missing from the
  *     listing held, unless found missing less than negative_ttl ago, waits for the refresh
  *     when the listing is older than metadata_ttl (the name may be a new prefix, which no HEAD

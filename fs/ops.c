@@ -69,7 +69,7 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs_i.h"
+#include "fs_fuse.h"
 #include "metrics.h"
 
 #define DROP_KEEP   (4u << 20) /* lagging pages kept either side of the newest read */
@@ -203,11 +203,8 @@ static void ctl_grace_done(void *arg)
  * listing: what is left of CTL_GRACE_NS since the mount started it, 0 once it is over. */
 static uint64_t ctl_grace_left(const struct mount *m)
 {
-	struct timespec ts;
-	uint64_t now, end = m->mounted_ns + CTL_GRACE_NS;
+	uint64_t now = fs_now_ns(), end = m->mounted_ns + CTL_GRACE_NS;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 	return now < end ? end - now : 0;
 }
 
@@ -656,7 +653,7 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 			total += iov[i].len;
 		__atomic_fetch_add(&rr->m->read_bytes, total, __ATOMIC_RELAXED);
 		if (n)
-			fs_metrics_read(rr->m, iov, n, rr->start_ns);
+			fs_metrics_read(rr->m, rr->start_ns);
 	}
 	reply_read(rr->req, iov, n, err);
 	/* after the answer, off the reader's wait; still inside the cache's reply */
@@ -827,11 +824,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (fh->drop_behind)
 		drop_behind(m, ino, fh, (uint64_t)off, size);
 	fobj_get(hold);
-	/* the block and its readahead reach the I/O thread together: consecutive blocks can go
-	 * to the store as one request */
-	backend_plug(m->b);
 	cache_read(m->c, &co, &fh->s, (uint64_t)off, size, ticket, reply_read_logged, rr);
-	backend_unplug(m->b);
 	fobj_put(hold);
 }
 

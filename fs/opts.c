@@ -460,20 +460,16 @@ static int strbuf_add(struct strbuf *b, const char *p, size_t n)
 	return 0;
 }
 
-/* Write one line into @err (if any) and return @r. Control characters become '?'. */
+/* One line into @err (if any) and @r returned: the backend's bk_vfail, the one helper of URLs
+ * and options (control characters become '?'), under the short name this file uses. */
 __attribute__((format(printf, 4, 5))) static int fail(char *err, size_t errlen, int r,
 						      const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!err || !errlen)
-		return r;
 	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
+	r = bk_vfail(err, errlen, r, fmt, ap);
 	va_end(ap);
-	for (char *p = err; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
 	return r;
 }
 
@@ -489,7 +485,7 @@ static const char *errstr(int e, char *buf, size_t len)
 }
 
 /* 4194304 -> "4M": the largest of K, M, G, T that divides @v exactly, else plain bytes. */
-static const char *human(uint64_t v, char *buf, size_t len)
+const char *fs_human(uint64_t v, char *buf, size_t len)
 {
 	static const char suffix[] = "TGMK";
 	int shift = 40;
@@ -884,8 +880,8 @@ static void range_text(const struct opt *d, char *buf, size_t len)
 	char lo[32], hi[32];
 
 	if (d->kind == OPT_SIZE) {
-		human(d->min, lo, sizeof(lo));
-		human(d->max, hi, sizeof(hi));
+		fs_human(d->min, lo, sizeof(lo));
+		fs_human(d->max, hi, sizeof(hi));
 	} else {
 		snprintf(lo, sizeof(lo), "%" PRIu64, d->min);
 		snprintf(hi, sizeof(hi), "%" PRIu64, d->max);
@@ -933,8 +929,8 @@ static int set_number(struct fs_opts *o, const struct opt *d, const char *value,
 		return fail(err, errlen, r, "%s=%s: too large (%s)", d->name, value, range);
 	if (d->check == CHECK_POW2 && ((v & (v - 1)) || v < d->min || v > d->max))
 		return fail(err, errlen, -EINVAL, "%s=%s: not a power of two between %s and %s",
-			    d->name, value, human(d->min, lo, sizeof(lo)),
-			    human(d->max, hi, sizeof(hi)));
+			    d->name, value, fs_human(d->min, lo, sizeof(lo)),
+			    fs_human(d->max, hi, sizeof(hi)));
 	if ((v < d->min && !(d->zero_ok && v == 0)) || v > d->max)
 		return fail(err, errlen, -EINVAL, "%s=%s: %s", d->name, value, range);
 	*u64_at(o, d) = v;
@@ -1029,7 +1025,7 @@ int fs_opts_live_value(const struct fs_opts *o, const char *name, char *buf, siz
 	if (d->kind != OPT_SIZE && !d->in_force)
 		return fs_opts_value(o, name, buf, len);
 	if (d->kind == OPT_SIZE)
-		human(d->in_force ? d->in_force(o) : u64_of(o, d), v, sizeof(v));
+		fs_human(d->in_force ? d->in_force(o) : u64_of(o, d), v, sizeof(v));
 	else
 		snprintf(v, sizeof(v), "%" PRIu64, d->in_force(o));
 	return (size_t)snprintf(buf, len, "%s", v) < len ? 0 : -ERANGE;
@@ -1341,21 +1337,22 @@ static int check_cross(const struct parse *p, char *err, size_t errlen)
 	if (cache_tier_check(o->hot_size, (uint32_t)o->block_size) == -EINVAL)
 		return fail(err, errlen, -EINVAL,
 			    "hot_size=%s: must be at least 8 x block_size=%s (%s)",
-			    human(o->hot_size, a, sizeof(a)), human(o->block_size, b, sizeof(b)),
-			    human(8 * o->block_size, c, sizeof(c)));
+			    fs_human(o->hot_size, a, sizeof(a)),
+			    fs_human(o->block_size, b, sizeof(b)),
+			    fs_human(8 * o->block_size, c, sizeof(c)));
 	if (o->lagging && cache_tier_check(o->lagging_size, (uint32_t)o->block_size) == -EINVAL)
 		return fail(err, errlen, -EINVAL,
 			    "lagging_size=%s: must be at least 8 x block_size=%s (%s) when lagging "
 			    "is on",
-			    human(o->lagging_size, a, sizeof(a)),
-			    human(o->block_size, b, sizeof(b)),
-			    human(8 * o->block_size, c, sizeof(c)));
+			    fs_human(o->lagging_size, a, sizeof(a)),
+			    fs_human(o->block_size, b, sizeof(b)),
+			    fs_human(8 * o->block_size, c, sizeof(c)));
 	if (o->cache_dir && disk_geometry(o->disk_size, (uint32_t)o->block_size) < 0)
 		return fail(err, errlen, -EINVAL,
 			    "disk_size=%s: must be at least %s with block_size=%s",
-			    human(o->disk_size, a, sizeof(a)),
-			    human(disk_min_size((uint32_t)o->block_size), c, sizeof(c)),
-			    human(o->block_size, b, sizeof(b)));
+			    fs_human(o->disk_size, a, sizeof(a)),
+			    fs_human(disk_min_size((uint32_t)o->block_size), c, sizeof(c)),
+			    fs_human(o->block_size, b, sizeof(b)));
 	if (p->allow_other && p->allow_root)
 		return fail(err, errlen, -EINVAL,
 			    "allow_other and allow_root cannot be used together");
@@ -1367,7 +1364,8 @@ static int check_cross(const struct parse *p, char *err, size_t errlen)
 			    "allow_overwrite" : "allow_delete");
 	if (o->write_buffer < o->part_size)
 		return fail(err, errlen, -EINVAL, "write_buffer=%s: must hold one part, part_size=%s",
-			    human(o->write_buffer, a, sizeof(a)), human(o->part_size, b, sizeof(b)));
+			    fs_human(o->write_buffer, a, sizeof(a)),
+			    fs_human(o->part_size, b, sizeof(b)));
 	return 0;
 }
 
@@ -1531,7 +1529,7 @@ static void opt_row(const struct opt *d, char *left, size_t leftlen, char *text,
 	if (d->def_help)
 		snprintf(def, sizeof(def), " (%s)", d->def_help);
 	else if (d->kind == OPT_SIZE)
-		snprintf(def, sizeof(def), " (%s)", human(d->def, num, sizeof(num)));
+		snprintf(def, sizeof(def), " (%s)", fs_human(d->def, num, sizeof(num)));
 	else if (d->kind == OPT_MODE)
 		snprintf(def, sizeof(def), " (0%" PRIo64 ")", d->def);
 	else if (d->kind == OPT_SECONDS || d->kind == OPT_COUNT)

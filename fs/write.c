@@ -1,7 +1,7 @@
 /*
  * write.c - files written through the mount: a new object, written from offset 0 to the end,
  * becomes an object of the store when it is closed (or fsynced), whole or not at all, and its
- * blocks fill the cache's tiers on the way (DESIGN.md, the write path; invariant 9).
+ * blocks fill the cache's tiers on the way (docs/design.md, the write path; invariant 9).
  *
  *   create / open O_TRUNC ─► struct wfile: an upload (backend_upload_new), a provisional oid
  *   write(off == size) ─► copy into the part being filled ─┬─► each block complete: cache_put
@@ -63,7 +63,7 @@
 
 #include <fuse_lowlevel.h>
 
-#include "fs_i.h"
+#include "fs_fuse.h"
 #include "write.h"
 
 /* One part's bytes. */

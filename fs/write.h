@@ -9,9 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include <fuse_lowlevel.h>
-
 struct fs_opts;
+struct fuse_req; /* fuse_req_t: FUSE's header stays in the files that answer requests */
 struct mount;
 struct wfile;
 struct wpool;
@@ -41,16 +40,16 @@ void wpool_get_stats(struct wpool *p, struct wpool_stats *ret);
 int wfile_new(struct mount *m, uint64_t ino, bool overwrite, pid_t owner, struct wfile **ret);
 
 /* A write of @size bytes at @off: answered at once, or when a buffer frees (parked). */
-void wfile_write(fuse_req_t req, struct wfile *w, const char *buf, size_t size, off_t off);
+void wfile_write(struct fuse_req *req, struct wfile *w, const char *buf, size_t size, off_t off);
 
 /* fsync: the object is committed, @req answered when the store has it, or with its error. */
-void wfile_commit(fuse_req_t req, struct wfile *w);
+void wfile_commit(struct fuse_req *req, struct wfile *w);
 
 /* A FLUSH (a close(2) of some descriptor of the file) from thread @pid: the writer's last
  * close commits like fsync; another process's close (a forked child's copy) and a close of a
  * dup while the writer holds another descriptor answer 0 at once and commit nothing (write.c,
  * flush_rule; docs/semantics.md). */
-void wfile_flush(fuse_req_t req, struct wfile *w, pid_t pid);
+void wfile_flush(struct fuse_req *req, struct wfile *w, pid_t pid);
 
 /* The handle is closed (its last reference went): committed if it was not, errors logged
  * and counted (release_failed), and freed once the store has answered. */

@@ -372,22 +372,6 @@ static void find_sweep(const char *opts, struct sweep *sw)
 	}
 }
 
-/* "256M" when it is a whole number of K, M, G or T, else the number. */
-static void human(uint64_t v, char *buf, size_t len)
-{
-	static const char units[] = "TGMK";
-
-	for (int i = 0; i < 4 && v; i++) {
-		uint64_t u = 1ULL << (10 * (4 - i));
-
-		if (v % u == 0) {
-			snprintf(buf, len, "%llu%c", (unsigned long long)(v / u), units[i]);
-			return;
-		}
-	}
-	snprintf(buf, len, "%llu", (unsigned long long)v);
-}
-
 /* The options with the swept one at value @v. */
 static char *sweep_opts(const struct sweep *sw, uint64_t v)
 {
@@ -433,7 +417,7 @@ static int plot(const char *png, const struct sweep *sw, struct sim_run *runs,
 		"0.04, 0, 0\n%sset xtics (",
 		png, sw->name, sw->name, sw->geometric ? "set logscale x 2\n" : "");
 	for (unsigned i = 0; i < sw->n; i++) {
-		human(sw->v[i], label, sizeof(label));
+		fs_human(sw->v[i], label, sizeof(label));
 		fprintf(g, "%s'%s' %llu", i ? ", " : "", label, (unsigned long long)sw->v[i]);
 	}
 	fprintf(g, ")\nplot");
@@ -494,7 +478,7 @@ static int run_sweep(struct cli *c, struct sweep *sw)
 			sim_report_json_fleet(stdout, &runs[i], &c->cfg);
 			printf("}");
 		} else {
-			human(sw->v[i], label, sizeof(label));
+			fs_human(sw->v[i], label, sizeof(label));
 			sim_report_row(stdout, label, &runs[i], &c->cfg, i == 0);
 		}
 		fflush(stdout);

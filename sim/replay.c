@@ -8,7 +8,7 @@
  *             read is answered, so the file is in answer order: the heap holds what was
  *             asked within the longest latency seen, plus a margin) ─► next read at T_i
  *   fleet:    heap of mounts by T_i ─► the earliest: run the events due by T_i, then
- *             cache_read(mount i) under its store's plug, as op_read does
+ *             cache_read(mount i), which plugs its store (env.plug) as it does a mount's
  *
  *   mount:  struct sim_mount { clock (env arg) | cache | chain: [port of the fleet's Redis]
  *           ─► its store | streams (one cache_stream per traced file handle) | results }
@@ -352,9 +352,7 @@ static int issue(struct sim_mount *m, const struct trace_read *r)
 	if (!m->res.reads && !m->outstanding)
 		m->first_t = w->q.now;
 	m->outstanding++;
-	sim_store_plug(m->store);
 	cache_read(m->c, &st->o->co, &st->s, r->off, r->len, 0, replied, q);
-	sim_store_unplug(m->store);
 	return 0;
 }
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_disk.c - whole segment files through cache/disk.c: the scan at disk_open and the
+ * fuzz_disk.c - whole segment files through tiers/disk.c: the scan at disk_open and the
  * record reads after it (issue 28: a segment file may be corrupt, so every length and offset
  * in it is input).
  *
@@ -308,7 +308,7 @@ static void put_and_read(struct disk *d)
 	}
 }
 
-static void no_log(void *arg, const char *msg)
+static void no_log(void *arg, int level, const char *msg)
 {
 }
 

@@ -4,7 +4,7 @@
     tests/fuzz/mkcorpus_disk.py [DIR]
 
 Each seed is fuzz_disk.c's input: a flags byte, then segment files cut by b"SEG\\xff". The
-segments are the disk tier's format (cache/disk.c, format 2) for fuzz_disk's geometry
+segments are the disk tier's format (tiers/disk.c, format 2) for fuzz_disk's geometry
 (block_size 4 KiB, 4 segments of 64 KiB): a valid one of a few records, and the corrupt and
 hostile variants a crash, a bad disk or an older tierfs could leave. The replay test
 (meson test fuzz-disk) runs them all; valid-* seeds are the ones whose records are recovered.

@@ -15,7 +15,7 @@ What is checked here (issue 8, items 5 and 6):
   attribute held is stale and still answered at once (stat, ls, the control directory,
   getxattr, open + read of a known cached file), with 8 lookups of unknown names waiting;
   once the store is back, they are answered and the refresh brings a new object within a
-  bound (stale-while-revalidate, DESIGN.md invariant 11);
+  bound (stale-while-revalidate, docs/design.md invariant 11);
 - the control directory and its files have the mount's uid= and gid=;
 - listings are single-flight: 20 lookups and opendirs of one directory while its listing is
   in flight send one listing (counted at the proxy) and are all answered by it;

@@ -474,7 +474,6 @@ def test_endpoint_under_load(mount, corpus64k):
     m = mount(corpus64k.url, OPTS + [f"metrics={port}"])
     read_all(m, old_objects(corpus64k, 3))
     idle = idle_connections(port, 200)
-    opened = time.monotonic()
     try:
         p99s, worst = [], 0.0
         for rnd in range(3):
@@ -491,13 +490,19 @@ def test_endpoint_under_load(mount, corpus64k):
         if not harness.sanitizer():
             assert sorted(p99s)[1] < 0.050, [f"{p * 1000:.1f} ms" for p in p99s]
             assert worst < 0.5, f"a scrape took {worst * 1000:.0f} ms"
-        # the idle ones: still open while the timeout cannot have run out, closed after it
-        if time.monotonic() - opened < IDLE_S - 1:
-            assert not any(closed_by_server(s) for s in idle), "idle ones cut before the timeout"
+        # the idle ones held through the load: closed by the server in the end
         harness.wait_until(lambda: all(closed_by_server(s) for s in idle), IDLE_S + 10,
                            "the server to close the idle connections")
+        # not before the timeout: the rounds above can take longer than it on a busy machine,
+        # so a fresh few are watched from the moment they open, and the first close is timed
+        idle += idle_connections(port, 8)
+        fresh, opened = idle[-8:], time.monotonic()
+        harness.wait_until(lambda: any(closed_by_server(s) for s in fresh), IDLE_S + 10,
+                           "the server to close a fresh idle connection")
         cut = time.monotonic() - opened
-        assert cut >= IDLE_S - 1, f"idle connections closed after {cut:.1f} s"
+        assert cut >= IDLE_S - 1, f"an idle connection was closed after {cut:.1f} s"
+        harness.wait_until(lambda: all(closed_by_server(s) for s in fresh), IDLE_S + 10,
+                           "the server to close the fresh idle connections")
     finally:
         for s in idle:
             s.close()
@@ -741,7 +746,7 @@ def test_status_once(mount, corpus64k, tmp_path):
     assert int(m_reads.group(2)) > reads0 and int(m_reads.group(3)) == 0
     # the hot tier served the re-reads: a hit ratio over the interval
     assert re.search(r"^hot\s+\d+\.\d%", out, re.M), out
-    assert "rate 10.0MB/s" in rows["limiter"] or "rate 10.0MB/s" in " ".join(rows["limiter"])
+    assert rows["limiter"][1:3] == ["rate", "10.0MB/s"], rows["limiter"]
 
 
 def test_status_errors(tmp_path):
@@ -854,16 +859,25 @@ def test_mtime_keeps_nanoseconds(mount, corpus64k):
 # the systemd unit
 
 
-def test_unit_file(tmp_path):
+def _unit_text():
     unit = Path(harness.tierfs_bin()).parent / "mount-helpers" / "tierfs@.service"
     assert unit.is_file(), f"{unit}: meson generates it"
-    text = unit.read_text()
+    return unit.read_text()
+
+
+def test_unit_file():
+    text = _unit_text()
     for want in ("Type=notify", "NotifyAccess=main", "WatchdogSec=", "Restart=on-failure",
                  "CacheDirectory=tierfs/%i", "CacheDirectoryMode=0700", " -f -o "):
         assert want in text, want
+
+
+def test_unit_file_verifies(tmp_path):
+    """systemd-analyze verify finds nothing to say of the unit (a skip where it is missing)."""
+    text = _unit_text()
     analyze = shutil.which("systemd-analyze")
     if not analyze:
-        return
+        pytest.skip("systemd-analyze is not installed: the unit cannot be verified here")
     # verify a copy whose ExecStart is this build and whose environment is inline
     copy = tmp_path / "tierfs@mnt-x.service"
     copy.write_text(re.sub(r"(?m)^ExecStart=\S+", f"ExecStart={harness.tierfs_bin()}",

@@ -1923,6 +1923,23 @@ static void tt_hold(uint64_t id, uint64_t blk)
 /* A read walks down the chain: a block the lower tier has stops there, one the test tier has
  * stops there, the rest reach the store. Each block is then put into every tier its walk
  * passed, and only those: TT never gets the block it served nor the one above it served. */
+/* cache_chain gives what loops over the tiers (the residency listing) the chain in order: a
+ * new tier shows up there with no other change. */
+static void test_chain_lists_its_tiers(void **state)
+{
+	struct cache_cfg cfg = base_cfg();
+	struct cache *c = chain_tt(&cfg);
+	const struct tier *t;
+
+	(void)state;
+	assert_int_equal(cache_chain(c, &t), 3);
+	assert_string_equal(t[0].ops->name, "disk");
+	assert_string_equal(t[1].ops->name, "test");
+	assert_ptr_equal(t[1].ops, &TT_OPS);
+	assert_string_equal(t[2].ops->name, "store");
+	shut(c);
+}
+
 static void test_chain_walks_down_and_puts_up(void **state)
 {
 	struct cache_cfg cfg = base_cfg();
@@ -2122,7 +2139,7 @@ static void test_chain_refused(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Throttling (DESIGN.md invariants 1 and 4)
+ * Throttling (docs/design.md invariants 1 and 4)
  * ------------------------------------------------------------------------------------------ */
 
 /* ns for @bytes at @rate, rounded up */
@@ -4397,6 +4414,7 @@ int main(void)
 	    cmocka_unit_test(test_lower_async_window),
 	    cmocka_unit_test(test_lower_async_fails_later),
 	    cmocka_unit_test(test_lower_async_cancel),
+	    cmocka_unit_test(test_chain_lists_its_tiers),
 	    cmocka_unit_test(test_chain_walks_down_and_puts_up),
 	    cmocka_unit_test(test_chain_batch_reaches_the_store_together),
 	    cmocka_unit_test(test_chain_detached_block_goes_alone),

@@ -1,5 +1,5 @@
 /*
- * test_disk.c - cache/disk.c in a fresh directory under /tmp: round trip, restart, torn and
+ * test_disk.c - tiers/disk.c in a fresh directory under /tmp: round trip, restart, torn and
  * flipped records caught, a cache of another format or block_size wiped, rotation evicting the
  * oldest segment whole, a full queue dropping instead of blocking, a write error turning
  * writes off while reads go on, a second tier on the same directory refused, and reads on the
@@ -40,8 +40,9 @@ static char dir[64];
 static int logs;
 static char last_log[512];
 
-static void log_cb(void *arg, const char *msg)
+static void log_cb(void *arg, int level, const char *msg)
 {
+	(void)level;
 	logs++;
 	snprintf(last_log, sizeof(last_log), "%s", msg);
 }

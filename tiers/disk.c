@@ -253,7 +253,7 @@ static void logf_(struct disk *d, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	d->cfg.log(d->cfg.log_arg, buf);
+	d->cfg.log(d->cfg.log_arg, 1, buf);
 }
 
 static uint64_t mono_ms(void)
@@ -1411,12 +1411,19 @@ static uint64_t tier_room(void *self)
 	return room;
 }
 
+static void tier_each(void *self, struct cache_oid oid, void (*fn)(void *arg, uint64_t blk),
+		      void *arg)
+{
+	disk_each_block(self, oid, fn, arg);
+}
+
 static const struct tier_ops disk_ops = {
 	.name = "disk",
 	.get = tier_get,
 	.has = tier_has,
 	.put = tier_put,
 	.room = tier_room,
+	.each = tier_each,
 };
 
 struct tier disk_tier(struct disk *d)

@@ -89,6 +89,10 @@ struct fs_opts {
  * "B"/"iB"); no sign, no fraction, no overflow. @return 0 or -EINVAL / -ERANGE. */
 int fs_parse_size(const char *s, uint64_t *ret);
 
+/* @v as the options write it (fs_parse_size reads it back): 4194304 -> "4M", the largest of
+ * K, M, G, T that divides @v exactly, else plain bytes. @return @buf. */
+const char *fs_human(uint64_t v, char *buf, size_t len);
+
 /* Whole seconds, no suffix or an "s" suffix. @return 0 or -EINVAL / -ERANGE. */
 int fs_parse_seconds(const char *s, uint64_t *ret);
 

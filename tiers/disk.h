@@ -29,8 +29,9 @@ struct disk_cfg {
 			       * off, only hot and written ones are, so that a replay does not
 			       * wash the tail's blocks out */
 	/* One line about a state change (wipe, write errors, ...), no newline. May be NULL.
-	 * Called from any thread, never with a lock of the tier held. */
-	void (*log)(void *arg, const char *msg);
+	 * Called from any thread, never with a lock of the tier held. The backend's shape
+	 * (backend_cfg.log): level 0 error, 1 warning, 2 info, 3 debug; the tier's are warnings. */
+	void (*log)(void *log_arg, int level, const char *line);
 	void *log_arg;
 };
 

@@ -1,5 +1,5 @@
 /*
- * store.c - the object store as the last tier of the cache's chain (cache/tier.h).
+ * store.c - the object store as the last tier of the cache's chain (tier.h).
  *
  *     cache ─► [disk] ─► [fleet] ─► store: backend_read(path, ETag, off, len) ─► tier_answer
  *
@@ -8,9 +8,10 @@
  * slots the tail's reads need (the backend keeps some for urgent reads). Nothing is kept:
  * the store holds everything already, and a written object reaches it by the write path.
  *
- * No state, no locking: the backend's I/O thread answers.
+ * No state of its own, no locking: the backend's I/O thread answers. What the object is (its
+ * path and ETag) the mount says (store_tier.object): the tier does not know fs/'s objects.
  */
-#include "fs_i.h"
+#include "store.h"
 
 static void store_answered(void *arg, int err)
 {
@@ -19,9 +20,11 @@ static void store_answered(void *arg, int err)
 
 static int store_get(void *self, struct tier_io *io)
 {
-	const struct fobj *o = io->ctx;
+	const struct store_tier *st = self;
+	const char *path, *etag;
 
-	return backend_read(self, o->path, o->etag, io->off, io->len, io->dst,
+	st->object(io->ctx, &path, &etag);
+	return backend_read(st->b, path, etag, io->off, io->len, io->dst,
 			    io->lagging ? BK_BACKGROUND : BK_URGENT, store_answered, io);
 }
 
@@ -30,7 +33,7 @@ static const struct tier_ops store_ops = {
 	.get = store_get,
 };
 
-struct tier fs_store_tier(struct backend *b)
+struct tier store_tier(struct store_tier *st)
 {
-	return (struct tier){.ops = &store_ops, .self = b};
+	return (struct tier){.ops = &store_ops, .self = st};
 }

@@ -1,0 +1,5 @@
+/* sim/ must not include FUSE: the build refuses this file */
+#include <fuse3/fuse_lowlevel.h>
+
+int fence_sim_fuse(void);
+int fence_sim_fuse(void) { return 0; }
