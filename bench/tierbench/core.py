@@ -7,7 +7,6 @@ from .common import *  # noqa: F401,F403
 class BenchCore:
     FILL_IDLE = 3  # s: see redis_fill
 
-class Bench:
     def __init__(self, args):
         self.args = args
         self.quick = args.quick
