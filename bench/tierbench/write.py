@@ -5,6 +5,7 @@ from .common import *  # noqa: F401,F403
 
 class WriteScenario:
     WRITE_FILE_TARGET = 0.5
+    WRITE_CEILING_TARGET = 0.8  # issue 40: file:// writes >= 0.8x the FUSE write ceiling
 
     def scen_write(self):
         """Writing through the mount (issue 29), `--only write`. Each part is its own row: one
@@ -39,6 +40,9 @@ class WriteScenario:
         if system == "tierfs-file":
             return Tierfs("tierfs-file", mp, f"file://{self.wstore}",
                           dict({"allow_write": None}, **(extra or {})), logp)
+        if system == "nullfs-w":  # the FUSE write ceiling: pwrite per request, fsync at close
+            return Mount("nullfs-w", mp, [str(common.NULLFS), str(mp), "x=4K", "-w",
+                                          str(self.wnull), "-f"], log_path=logp)
         if system == "s3fs":
             return Mount("s3fs", mp, [
                 "s3fs", self.wbucket, str(mp), "-f", "-o",
@@ -98,10 +102,11 @@ class WriteScenario:
             t = self.write_file(path, bs, self.wdata, fsync=True)
             got = path.stat().st_size
             path.unlink()
-        elif system == "tierfs-file":
+        elif system in ("tierfs-file", "nullfs-w"):
+            under = self.wstore if system == "tierfs-file" else self.wnull
             t = self.write_file(m.path(key), bs, self.wdata)
-            got = (self.wstore / key).stat().st_size
-            (self.wstore / key).unlink()  # behind tierfs's back: every key is new anyway
+            got = (under / key).stat().st_size
+            (under / key).unlink()  # behind the mount's back: every key is new anyway
         else:
             t0 = time.monotonic()
             self.write_file(m.path(key), bs, self.wdata)
@@ -169,7 +174,8 @@ class WriteScenario:
         p, size = self.p, len(self.wdata)
         self.wstore = self.run_dir / "wstore"
         self.wlocal = self.run_dir / "wlocal"  # the same filesystem as the store directory
-        for d in (self.wstore, self.wlocal):
+        self.wnull = self.run_dir / "wnull"  # nullfs -w's files, likewise
+        for d in (self.wstore, self.wlocal, self.wnull):
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
         systems = ["tierfs-s3"]
@@ -181,7 +187,7 @@ class WriteScenario:
                 skipped[peer] = f"{peer} is not installed (scripts/bench could not install it)"
             else:
                 systems.append(peer)
-        systems += ["tierfs-file", "local"]
+        systems += ["tierfs-file", "nullfs-w", "local"]
         bss = [MiB, 8 * 1024]
         res = {"size": size, "skipped": skipped, "mbps": {s: {str(bs): [] for bs in bss}
                                                            for s in systems}, "stats": {},
@@ -243,6 +249,7 @@ class WriteScenario:
                 self.close_mount(m, "scenario write W1")
             shutil.rmtree(self.wstore, ignore_errors=True)
             shutil.rmtree(self.wlocal, ignore_errors=True)
+            shutil.rmtree(self.wnull, ignore_errors=True)
         return res
 
     def write_wait_published(self, m, blocks, timeout=60):
@@ -433,6 +440,25 @@ def write_report(b, cols):
                 r is not None and r >= lim))
             targets.append((f"write {mib} MiB, {bl} writes, file://: tierfs / local", r, lim,
                             "min"))
+            nw = mb.get("nullfs-w", {}).get(bs) or []
+            rc = per_run_ratio(tf, nw) if nw else None
+            lim = WriteScenario.WRITE_CEILING_TARGET
+            cpu = {s: w["cpu"].get(s, {}).get(bs) or [] for s in ("tierfs-file", "nullfs-w")}
+            cps = {s: median([c.get("fs") for c in cs]) for s, cs in cpu.items() if cs}
+            per_gib = {s: (cps[s] / median(mb[s][bs]) * GiB / 1e6)
+                       for s in cps if cps[s] is not None and mb.get(s, {}).get(bs)}
+            rows.append((
+                f"W1 ceiling. the same {mib} MiB, {bl} writes: the FUSE write ceiling (bench/"
+                f"nullfs -w: one pwrite per request into a local file, fsync at close, tierfs's "
+                f"max_write and threads), a local file + fsync, and tierfs file://, side by side; "
+                f"CPU s per GiB written of each mount's process",
+                f"ceiling {cell(nw, ' MB/s')}, local {cell(lo, ' MB/s')}, tierfs "
+                f"{cell(tf, ' MB/s')}: tierfs {fmt_num(rc)}x the ceiling; CPU s/GiB tierfs "
+                f"{fmt_num(per_gib.get('tierfs-file'))}, ceiling "
+                f"{fmt_num(per_gib.get('nullfs-w'))}", none, f">= {lim}x the FUSE ceiling",
+                rc is not None and rc >= lim))
+            targets.append((f"write {mib} MiB, {bl} writes, file://: tierfs / FUSE ceiling", rc,
+                            lim, "min"))
     rb = res.get("readback")
     if rb:
         size, mib = rb["size"], rb["size"] // MiB
