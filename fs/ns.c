@@ -106,11 +106,6 @@
 
 #include "ns_i.h"
 
-uint64_t ns_clock_ns(struct ns *ns)
-{
-	return ns->cfg.now_ns(ns->cfg.clock_arg);
-}
-
 static size_t msize(const void *p)
 {
 	return p ? malloc_usable_size((void *)p) : 0;
@@ -897,7 +892,7 @@ int ns_entry_link(struct ns *ns, struct node *p, const char *name, struct node *
 		take_perm(n, m);
 	if (!is_dir && m && !(listed && ns_is_lazy(n)))
 		e = ns_set_version(ns, n, m, confirmed,
-				   listed ? p->dir->list->time_ns : ns_clock_ns(ns));
+				   listed ? p->dir->list->time_ns : clock_ns(ns));
 	if (e == 0) {
 		if (n->nlookup < UINT32_MAX)
 			n->nlookup++;
@@ -990,7 +985,7 @@ int ns_move(struct ns *ns, uint64_t ino, struct fobj *old, uint64_t serves, stru
 		e = -ESTALE;
 		goto out;
 	}
-	e = ns_set_version(ns, n, &m, true, ns_clock_ns(ns));
+	e = ns_set_version(ns, n, &m, true, clock_ns(ns));
 	if (e < 0)
 		goto out;
 	n->f->last_open_id = n->f->cur->id;

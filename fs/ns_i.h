@@ -196,8 +196,12 @@ struct ns {
 			       * entry), or when reqs left 0 */
 };
 
+static inline uint64_t clock_ns(struct ns *ns)
+{
+	return ns->cfg.now_ns(ns->cfg.clock_arg);
+}
+
 /* ns.c */
-uint64_t ns_clock_ns(struct ns *ns);
 uint64_t ns_pino(const struct node *n);
 struct node *ns_parent_of(const struct node *n);
 char *ns_node_path(const struct node *n);

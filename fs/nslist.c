@@ -330,7 +330,7 @@ bool ns_fresh(struct ns *ns, uint64_t t, uint64_t now)
 bool ns_listing_fresh(struct ns *ns, const struct dirst *d)
 {
 	return d->list && (ns->cfg.immutable ||
-			   (!d->list->stale && ns_fresh(ns, d->list->time_ns, ns_clock_ns(ns))));
+			   (!d->list->stale && ns_fresh(ns, d->list->time_ns, clock_ns(ns))));
 }
 
 void ns_negs_free(struct negs *g)

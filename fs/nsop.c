@@ -142,12 +142,12 @@ static void run(struct nsop *op);
 static void req_sent(struct ns *ns)
 {
 	if (__atomic_fetch_add(&ns->reqs, 1, __ATOMIC_ACQ_REL) == 0)
-		__atomic_store_n(&ns->progress_ns, ns_clock_ns(ns), __ATOMIC_RELEASE);
+		__atomic_store_n(&ns->progress_ns, clock_ns(ns), __ATOMIC_RELEASE);
 }
 
 static void store_alive(struct ns *ns)
 {
-	__atomic_store_n(&ns->progress_ns, ns_clock_ns(ns), __ATOMIC_RELEASE);
+	__atomic_store_n(&ns->progress_ns, clock_ns(ns), __ATOMIC_RELEASE);
 }
 
 static void req_done(struct ns *ns, int err)
@@ -184,7 +184,7 @@ static int start_listing(struct ns *ns, struct node *n, struct nsop *op, struct 
 		free(path);
 		lf->ns = ns;
 		lf->ino = n->ino;
-		lf->started = ns_clock_ns(ns); /* a change after this may be missing from it */
+		lf->started = clock_ns(ns); /* a change after this may be missing from it */
 		n->dir->inflight = lf;
 		*ret_lf = lf;
 	}
@@ -375,7 +375,7 @@ static int reval_apply(struct ns *ns, struct node *n, int err, const struct bk_m
 		return -ESTALE;
 	}
 	changed = ns_changes(n, m); /* before ns_set_version, which may free the old one */
-	e = ns_set_version(ns, n, m, true, ns_clock_ns(ns));
+	e = ns_set_version(ns, n, m, true, clock_ns(ns));
 	if (e == 0 && changed)
 		n->f->attr_changed = true;
 	return e;
@@ -452,7 +452,7 @@ static struct lent *ask_apply(struct ns *ns, struct node *p, struct nsop *op, in
 	int e = op->stat_err;
 
 	if (e == -ENOENT || e == -ENOTDIR) {
-		ns_neg_add(ns, d, op->name, ns_clock_ns(ns));
+		ns_neg_add(ns, d, op->name, clock_ns(ns));
 		*ret_err = -ENOENT;
 		return NULL;
 	}
@@ -524,7 +524,7 @@ static int lookup_meta(struct ns *ns, struct node *p, struct nsop *op, struct no
 		return 0;
 	}
 	if (n && n->f) {
-		op->stale = !ns->cfg.immutable && !ns_fresh(ns, n->f->meta_ns, ns_clock_ns(ns));
+		op->stale = !ns->cfg.immutable && !ns_fresh(ns, n->f->meta_ns, clock_ns(ns));
 		if (op->stale && !n->f->reval)
 			reval_start(ns, n, &sub->rv); /* out of memory: the next lookup tries */
 		own_meta(n, m);
@@ -571,7 +571,7 @@ static int step_lookup(struct ns *ns, struct nsop *op, struct sub *sub)
 		ent = ns_find_entry(p->dir->list, op->name);
 		if (!ent) {
 			/* negative_ttl=0: nothing is believed, every lookup asks */
-			if (ns_neg_fresh(ns, p->dir, op->name, ns_clock_ns(ns)))
+			if (ns_neg_fresh(ns, p->dir, op->name, clock_ns(ns)))
 				return -ENOENT;
 			/* a name never seen may be in the refresh (a new prefix, which no HEAD
 			 * finds): it waits for that, then asks */
@@ -614,7 +614,7 @@ static int open_reval(struct ns *ns, struct node *n, struct nsop *op, struct sub
 	int e;
 
 	op->strict = n->f->stale || !n->f->cur->etag[0];
-	if (!op->strict && ((rv && rv->expired) || store_stalled(ns, ns_clock_ns(ns)))) {
+	if (!op->strict && ((rv && rv->expired) || store_stalled(ns, clock_ns(ns)))) {
 		if (!rv)
 			reval_start(ns, n, &sub->rv); /* out of memory: the next open tries */
 		return 0;
@@ -653,7 +653,7 @@ static int step_open(struct ns *ns, struct nsop *op, struct sub *sub)
 		    (e < 0 && op->strict))
 			return e;
 	} else if (f->stale || !f->cur->etag[0] ||
-		   (!ns->cfg.immutable && !ns_fresh(ns, f->meta_ns, ns_clock_ns(ns)))) {
+		   (!ns->cfg.immutable && !ns_fresh(ns, f->meta_ns, clock_ns(ns)))) {
 		if ((e = open_reval(ns, n, op, sub)) != 0)
 			return e;
 	}

@@ -89,7 +89,7 @@ static int ov_add(struct ns *ns, struct dirst *d, const char *name, bool gone, b
 			break;
 		}
 	}
-	o->time_ns = ns_clock_ns(ns);
+	o->time_ns = clock_ns(ns);
 	o->gone = gone;
 	o->is_dir = is_dir;
 	o->sticky = sticky;
@@ -209,7 +209,7 @@ int ns_written(struct ns *ns, uint64_t ino, const struct bk_meta *meta, struct c
 	}
 	n->f->writing = false;
 	n->f->reval = NULL; /* an answer sent before the commit would undo it */
-	r = ns_set_version(ns, n, meta, true, ns_clock_ns(ns));
+	r = ns_set_version(ns, n, meta, true, clock_ns(ns));
 	if (r == 0) {
 		*ret_id = n->f->cur->id;
 		n->f->opened = false; /* the next open drops the pages of the writes */
@@ -274,7 +274,7 @@ int ns_mkdir(struct ns *ns, uint64_t parent, const char *name, bool sticky, stru
 	if (r == 0 && !(n = ns_node_new(ns, p, name, true)))
 		r = -ENOMEM;
 	if (r == 0 && !n->dir->list && (n->dir->list = ns_listing_new()))
-		n->dir->list->time_ns = ns_clock_ns(ns); /* empty, known so: no listing needed */
+		n->dir->list->time_ns = clock_ns(ns); /* empty, and known so: no listing needed */
 	if (r == 0)
 		r = ov_add(ns, p->dir, name, false, true, sticky, NULL);
 	if (r == 0) {
