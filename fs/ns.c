@@ -86,7 +86,8 @@
  * published listing shared with handles is immutable but for ETags rewritten in place.
  *
  * Workload: brokers look up a few hundred segment files and open them repeatedly; operators
- * list directories of thousands to millions of keys (`ls -l`: a node per name, no version). *
+ * list directories of thousands to millions of keys (`ls -l`: a node per name, no version).
+ *
  * The files: ns.c has the tables, the nodes and their versions, and what ns answers from
  * memory (ns_forget, ns_getattr, ns_peek, ns_dir_*, ns_mem...); nslist.c the listings (the
  * string pool, finding and inserting names, copy on write) and the names missing from them;

@@ -196,6 +196,7 @@ struct ns {
 			       * entry), or when reqs left 0 */
 };
 
+/* Now, by the mount's clock (cfg.now_ns). */
 static inline uint64_t clock_ns(struct ns *ns)
 {
 	return ns->cfg.now_ns(ns->cfg.clock_arg);
@@ -257,6 +258,7 @@ struct dirst *ns_dirst_new(void);
 bool ns_neg_fresh(struct ns *ns, struct dirst *d, const char *name, uint64_t now);
 void ns_neg_add(struct ns *ns, struct dirst *d, const char *name, uint64_t now);
 void ns_neg_del(struct dirst *d, const char *name);
+
 /* nswrite.c */
 void ns_ov_apply(struct dirst *d);
 
