@@ -336,9 +336,9 @@ static inline int fs_reply_errno(int r)
  * request's caller). @return it, or -errno (-ESRCH for pid 0: outside tierfs's pid namespace). */
 pid_t fs_proc_tgid(pid_t pid);
 /* Does process @tgid hold a descriptor of inode @ino, open for writing, whose path ends with
- * "/@path"? @return 1, 0, -E2BIG when its descriptor table has room for more than
- * FS_PROC_SCAN_MAX (not read), or -errno when its descriptors cannot be read. */
-#define FS_PROC_SCAN_MAX 1024
+ * "/@path"? @return 1, 0, -E2BIG when it has more than FS_PROC_SCAN_MAX descriptors open (not
+ * read past them), or -errno when its descriptors cannot be read. */
+#define FS_PROC_SCAN_MAX 4096
 int fs_proc_holds(pid_t tgid, uint64_t ino, const char *path);
 /* The same for the children of @tgid (each of its threads' children). @return 1, 0 or -errno. */
 int fs_proc_children_hold(pid_t tgid, uint64_t ino, const char *path);

@@ -22,9 +22,10 @@
  * readlink and fdinfo of a descriptor never call into FUSE.
  *
  * Cost: one readlink per descriptor the writer holds, at each of its closes of the file, about
- * 20 us each in a VM. A process whose descriptor table has room for more than
- * FS_PROC_SCAN_MAX (its status's FDSize: a broker, a JVM) is not read (-E2BIG): a shell, which
- * is what dups a file it writes, has a few dozen.
+ * 20 us each in a VM. A process with more than FS_PROC_SCAN_MAX descriptors open is not read
+ * past them (-E2BIG): a shell, which is what dups a file it writes, has a few dozen. It counts
+ * the descriptors open, not the table's room (FDSize): the table never shrinks, so a process
+ * that once held a thousand descriptors and holds ten now is read like any other.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -96,16 +97,12 @@ int fs_proc_holds(pid_t tgid, uint64_t ino, const char *path)
 	char dir[64], link[330], target[4096];
 	size_t plen = strlen(path);
 	struct dirent *de;
+	unsigned seen = 0;
 	DIR *d;
 	int r = 0;
 
 	if (tgid <= 0)
 		return -ESRCH;
-	r = proc_field(tgid, "status", "FDSize:", target, sizeof(target));
-	if (r < 0)
-		return r;
-	if (strtol(target, NULL, 10) > FS_PROC_SCAN_MAX)
-		return -E2BIG; /* a readlink each would cost more than the close */
 	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)tgid);
 	d = opendir(dir);
 	if (!d)
@@ -115,6 +112,10 @@ int fs_proc_holds(pid_t tgid, uint64_t ino, const char *path)
 
 		if (de->d_name[0] == '.')
 			continue;
+		if (++seen > FS_PROC_SCAN_MAX) { /* a readlink each would cost more than the close */
+			r = -E2BIG;
+			break;
+		}
 		snprintf(link, sizeof(link), "%s/%s", dir, de->d_name);
 		n = readlink(link, target, sizeof(target) - 1);
 		if (n <= (ssize_t)plen || target[0] != '/')

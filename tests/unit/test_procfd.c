@@ -83,7 +83,34 @@ static void test_holds(void **state)
 	rmdir(dir);
 }
 
-/* A process whose descriptor table has room for more than FS_PROC_SCAN_MAX is not read. */
+/* A process whose descriptor table grew past FS_PROC_SCAN_MAX once (FDSize never shrinks) but
+ * holds few descriptors now is read: the test harness's own process, after a thousand sockets,
+ * made a Popen child's output commit at the parent's close when FDSize was the rule. */
+static void test_big_table_few_open(void **state)
+{
+	struct rlimit rl = {FS_PROC_SCAN_MAX + 200, FS_PROC_SCAN_MAX + 200}, old;
+	char dir[] = "/tmp/procfd-XXXXXX", path[64];
+	uint64_t ino = tmpfile_ino(dir, "big", path);
+	int high, fd;
+
+	(void)state;
+	getrlimit(RLIMIT_NOFILE, &old);
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		skip();
+	high = fcntl(0, F_DUPFD, FS_PROC_SCAN_MAX + 100); /* the table grows past the cap */
+	assert_true(high >= 0);
+	close(high);
+	fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(fs_proc_holds(getpid(), ino, "big"), 1);
+	close(fd);
+	assert_int_equal(fs_proc_holds(getpid(), ino, "big"), 0);
+	setrlimit(RLIMIT_NOFILE, &old);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* A process with more than FS_PROC_SCAN_MAX descriptors open is not read past them. */
 static void test_too_many(void **state)
 {
 	struct rlimit rl = {FS_PROC_SCAN_MAX + 200, FS_PROC_SCAN_MAX + 200}, old;
@@ -139,6 +166,7 @@ int main(void)
 	    cmocka_unit_test(test_tgid),
 	    cmocka_unit_test(test_holds),
 	    cmocka_unit_test(test_children_hold),
+	    cmocka_unit_test(test_big_table_few_open),
 	    cmocka_unit_test(test_too_many),
 	};
 
