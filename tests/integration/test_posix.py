@@ -55,11 +55,24 @@ class Store:
     def path(self, key):
         return self.m.path(key)
 
+    def clean(self):
+        """Delete what the test left in the shared bucket under its prefix (other tests list
+        the whole bucket)."""
+        if self.kind == "file":
+            return
+        pages = self.cli.get_paginator("list_objects_v2").paginate(
+            Bucket=harness.BUCKET, Prefix=self.prefix + "/")
+        for page in pages:
+            for o in page.get("Contents", []):
+                self.cli.delete_object(Bucket=harness.BUCKET, Key=o["Key"])
+
 
 @pytest.fixture(params=["file", "s3"])
 def st(request, mount, tmp_path):
     s3 = request.getfixturevalue("s3") if request.param == "s3" else None
-    return Store(request.param, mount, tmp_path, s3)
+    store = Store(request.param, mount, tmp_path, s3)
+    yield store
+    store.clean()
 
 
 def sh(script, **kw):
@@ -412,15 +425,18 @@ def test_new_names_are_not_backend_errors(mount, s3, tmp_path):
     backend_absent_total, not in backend_errors_total (an alert on errors fired on every
     write)."""
     st = Store("s3", mount, tmp_path, s3)
-    lu.stats(st.m.mnt)  # the mount answers
-    s0 = lu.stats(st.m.mnt)
-    for i in range(3):
-        with open(st.path(f"n{i}"), "wb") as f:
-            f.write(b"n")
-    s1 = lu.stats(st.m.mnt)
-    assert s1.d(s0, "backend_errors_total") == 0
-    assert s1.d(s0, "backend_absent_total") >= 3
-    assert [st.get(f"n{i}") for i in range(3)] == [b"n"] * 3
+    try:
+        lu.stats(st.m.mnt)  # the mount answers
+        s0 = lu.stats(st.m.mnt)
+        for i in range(3):
+            with open(st.path(f"n{i}"), "wb") as f:
+                f.write(b"n")
+        s1 = lu.stats(st.m.mnt)
+        assert s1.d(s0, "backend_errors_total") == 0
+        assert s1.d(s0, "backend_absent_total") >= 3
+        assert [st.get(f"n{i}") for i in range(3)] == [b"n"] * 3
+    finally:
+        st.clean()
 
 
 def test_an_upload_retry_says_why(mount):
