@@ -105,6 +105,8 @@ struct world {
 	char *err;
 	size_t errlen;
 	int error;
+	unsigned incomplete;	     /* files whose header does not say complete */
+	const char *incomplete_path; /* the first */
 };
 
 /* ---- objects and streams -------------------------------------------------------------------- */
@@ -468,6 +470,8 @@ static int group(struct world *w, char *const *paths, unsigned n)
 			break;
 		const struct trace_hdr *h = trace_reader_hdr(rd);
 		f[i] = (struct file){paths[i], h->id, h->start_wall_ns, h->part, i};
+		if (!h->complete && !w->incomplete++)
+			w->incomplete_path = paths[i];
 		for (unsigned k = 0; k < i; k++)
 			if (f[k].id == h->id)
 				f[i].order = f[k].order;
@@ -747,6 +751,8 @@ static int replay(struct world *w, const struct fs_opts *o, char *const *paths, 
 {
 	int r = group(w, paths, n);
 
+	ret->incomplete = w->incomplete;
+	ret->incomplete_path = w->incomplete_path;
 	if (r == 0 && o->shared && !(w->redis = sim_redis_new(&w->q, w->cfg)))
 		r = -ENOMEM;
 	if (r == 0)

@@ -204,10 +204,10 @@ void sim_report_json_fleet(FILE *f, const struct sim_run *r, const struct sim_cf
 	fprintf(f,
 		",\"redis\":{\"used\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"limit\":%" PRIu64
 		",\"evictions\":%" PRIu64 "},\"overloaded\":%s,\"overload_at_s\":%.3f,"
-		"\"cpu_s\":%.3f,\"events\":%" PRIu64,
+		"\"cpu_s\":%.3f,\"events\":%" PRIu64 ",\"incomplete_files\":%u",
 		r->fleet.redis_used, r->fleet.redis_peak, c->redis_mem, r->fleet.redis_evictions,
 		r->overloaded ? "true" : "false", (double)r->overload_at_ns / 1e9, r->cpu_s,
-		r->events);
+		r->events, r->incomplete);
 }
 
 void sim_report_json(FILE *f, const struct sim_run *r, const struct sim_cfg *c)

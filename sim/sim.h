@@ -79,6 +79,9 @@ struct sim_run {
 	bool overloaded;	 /* stopped: a mount had more than max_queued reads waiting */
 	uint64_t overload_at_ns; /* when, since the start */
 	uint64_t events;	 /* events the queue ran */
+	unsigned incomplete;	     /* trace files their writer had not finished: a mount still
+				      * running (a live trace) or killed; their reads so far count */
+	const char *incomplete_path; /* the first of them (one of the caller's paths) */
 	double cpu_s;		 /* CPU time the replay took */
 };
 
