@@ -479,8 +479,7 @@ static void replay_once(const struct cli *c, const char *opts, struct sim_run *r
 		fprintf(stderr,
 			"tierfs-sim: warning: %s%s is incomplete (its mount is still writing it, "
 			"or died): only the reads it holds so far are replayed\n",
-			ret->incomplete_path,
-			ret->incomplete > 1 ? " and other trace files" : "");
+			ret->incomplete_path, ret->incomplete > 1 ? " and other trace files" : "");
 	}
 }
 

@@ -383,8 +383,14 @@ static void test_replay(void **state)
 	struct fs_opts o;
 	struct sim_run run;
 	char *argv[] = {"t", "file:///", "/", "-o", "block_size=64K,hot_size=1M", NULL};
-	struct trace_read r = {
-	    .obj = 9, .ver = 1, .stream = 1, .len = 4096, .size = 1 << 20, .mtime = 1700000000};
+	struct trace_read r = {.obj = 9,
+			       .ver = 1,
+			       .stream = 1,
+			       .len = 4096,
+			       .size = 1 << 20,
+			       .mtime = 1700000000,
+			       .tier = TRACE_STORE,
+			       .fetched = BS};
 
 	(void)state;
 	assert_non_null(mkdtemp(dir));
@@ -420,8 +426,13 @@ static void replay_old(const char *rate, struct sim_run *run)
 	struct trace_writer *w;
 	struct fs_opts o;
 	char *argv[] = {"t", "file:///", "/", "-o", opts, NULL};
-	struct trace_read r = {
-	    .obj = 7, .ver = 1, .len = 64 * KIB, .size = 64 * BS, .mtime = 1500000000};
+	struct trace_read r = {.obj = 7,
+			       .ver = 1,
+			       .len = 64 * KIB,
+			       .size = 64 * BS,
+			       .mtime = 1500000000,
+			       .tier = TRACE_STORE,
+			       .fetched = BS};
 
 	snprintf(opts, sizeof(opts),
 		 "block_size=64K,hot_size=1M,lagging_size=1M,readahead=0,lagging_rate=%s", rate);
@@ -465,6 +476,95 @@ static void test_unlimited_is_never_throttled(void **state)
 	sim_run_free(&run);
 }
 
+/* Writes are not in a trace: a version whose first read on a mount was a hot hit with nothing
+ * fetched was written through that mount, and the replay puts it in the hot tier (every
+ * block) and offers it to Redis, as a write does. Mount A reads back the 4 blocks it wrote:
+ * 4 hits, no GET; mount B, sharing Redis, reads them from there: no GET either. A version
+ * whose first read was fetched (another object on A) is a miss, as before. */
+static void test_written_blocks(void **state)
+{
+	char dir[] = "/tmp/test_sim.XXXXXX", pa[64], pb[64], err[256];
+	struct trace_wcfg wc = {.max_size = 1 << 20,
+				.start_wall_ns = 1700000000ULL * 1000000000ULL};
+	uint8_t salt[TRACE_SALT_LEN] = "0123456789abcdef";
+	struct trace_writer *w;
+	struct fs_opts o;
+	struct sim_run run;
+	char *argv[] = {"t",
+			"file:///",
+			"/",
+			"-o",
+			"block_size=64K,hot_size=1M,readahead=0,shared=redis://127.0.0.1:1",
+			NULL};
+	struct trace_read r = {.obj = 5,
+			       .ver = 1,
+			       .stream = 1,
+			       .len = 64 * KIB,
+			       .size = 4 * BS,
+			       .mtime = 1700000000,
+			       .tier = TRACE_HOT,
+			       .flags = TRACE_F_OPEN};
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(pa, sizeof(pa), "%s/a", dir);
+	snprintf(pb, sizeof(pb), "%s/b", dir);
+	wc.salt = salt;
+	wc.path = pa;
+	assert_int_equal(trace_writer_open(&wc, &w), 0);
+	for (unsigned i = 0; i < 4; i++) {
+		r.off = (uint64_t)i * BS;
+		r.t_ns = i * MS;
+		assert_true(trace_push(w, &r));
+	}
+	r = (struct trace_read){.obj = 6,
+				.ver = 1,
+				.stream = 2,
+				.len = 64 * KIB,
+				.size = BS,
+				.mtime = 1700000000,
+				.tier = TRACE_STORE,
+				.fetched = BS,
+				.t_ns = 10 * MS,
+				.flags = TRACE_F_OPEN};
+	assert_true(trace_push(w, &r));
+	trace_writer_close(w);
+	wc.path = pb; /* B reads A's object a second later, from Redis */
+	assert_int_equal(trace_writer_open(&wc, &w), 0);
+	r = (struct trace_read){.obj = 5,
+				.ver = 1,
+				.stream = 3,
+				.len = 64 * KIB,
+				.size = 4 * BS,
+				.mtime = 1700000000,
+				.tier = TRACE_SHARED,
+				.t_ns = 1000 * MS,
+				.flags = TRACE_F_OPEN};
+	for (unsigned i = 0; i < 4; i++) {
+		r.off = (uint64_t)i * BS;
+		r.t_ns += MS;
+		assert_true(trace_push(w, &r));
+		r.flags = 0;
+	}
+	trace_writer_close(w);
+	assert_int_equal(fs_opts_parse(5, argv, &o, err, sizeof(err)), 0);
+	assert_int_equal(sim_replay(&o, &CFG, (char *[]){pa, pb}, 2, &run, err, sizeof(err)), 0);
+	assert_int_equal(run.nmounts, 2);
+	assert_int_equal(run.mount[0].written_objects, 1);
+	assert_int_equal(run.mount[0].cache.tier[CACHE_HOT].hits, 4);
+	assert_int_equal(run.mount[0].cache.tier[CACHE_HOT].misses, 1);
+	assert_int_equal(run.mount[0].cache.tier[CACHE_HOT].written, 4);
+	assert_int_equal(run.mount[0].store_gets, 1); /* the other object only */
+	assert_int_equal(run.mount[1].written_objects, 0);
+	assert_int_equal(run.mount[1].shared_hits, 4);
+	assert_int_equal(run.mount[1].store_gets, 0);
+	sim_run_free(&run);
+	fs_opts_done(&o);
+	unlink(pa);
+	unlink(pb);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -480,6 +580,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_replay, world_setup, world_teardown),
 	    cmocka_unit_test_setup_teardown(test_unlimited_is_never_throttled, world_setup,
 					    world_teardown),
+	    cmocka_unit_test_setup_teardown(test_written_blocks, world_setup, world_teardown),
 	};
 
 	return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
