@@ -83,7 +83,8 @@ static bool arm(struct gate *g, uint64_t now, uint64_t wait)
 }
 
 /* Take the head's tokens if it may go (g->lock held). @return 0 (taken), else the answer of
- * the source (a wait, or GATE_LATER), or GATE_LATER for the running cap. */
+ * the source (a wait, or GATE_LATER), or GATE_LATER for the running cap. A source that says
+ * wait is holding the queue back: g->holds counts it (see drain). */
 static uint64_t try_take(struct gate *g, uint64_t bytes, uint64_t now)
 {
 	uint64_t wait;
@@ -93,6 +94,8 @@ static uint64_t try_take(struct gate *g, uint64_t bytes, uint64_t now)
 	wait = g->ops->take(g->src, bytes, now);
 	if (wait == 0 && g->max_running)
 		g->running++;
+	if (wait)
+		g->holds++;
 	return wait;
 }
 
@@ -123,8 +126,12 @@ static struct gate_waiter *drain(struct gate *g, uint64_t now, bool *ret_ask)
 		w->next = NULL;
 		w->queued = false;
 		g->nqueued--;
-		g->waits++;
-		g->waited_ns += now > w->since_ns ? now - w->since_ns : 0;
+		/* throttled: the source held the queue while it waited. A wait for the running
+		 * cap alone (room in the ring) is not: lagging_rate=0 is never throttled. */
+		if (g->holds != w->holds) {
+			g->waits++;
+			g->waited_ns += now > w->since_ns ? now - w->since_ns : 0;
+		}
 		*tail = w;
 		tail = &w->next;
 	}
@@ -175,6 +182,7 @@ bool gate_enter(struct gate *g, struct gate_waiter *w, uint64_t bytes)
 	w->next = NULL;
 	w->since_ns = 0;
 	pthread_mutex_lock(&g->lock);
+	w->holds = g->holds;
 	if (!g->head) {
 		wait = try_take(g, bytes, now);
 		if (wait == 0) {

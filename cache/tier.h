@@ -130,6 +130,7 @@ struct gate_waiter {
 	struct gate_waiter *next; /* the FIFO; the gate's lock */
 	uint64_t bytes;           /* what it takes */
 	uint64_t since_ns;        /* when it queued (0: it did not) */
+	uint64_t holds;           /* the gate's holds when it came: throttled if they grew */
 	bool queued;              /* in the FIFO now; the gate's lock */
 	/* Let through: called once, with no lock held, from the thread that drains the gate
 	 * (a timer, a kick, a gate_done), never from gate_enter. */
@@ -137,7 +138,7 @@ struct gate_waiter {
 };
 
 struct gate_stats {
-	uint64_t waits;       /* waiters that had to queue */
+	uint64_t waits;       /* waiters throttled: queued while the source held the queue */
 	uint64_t waited_ns;   /* their total time queued */
 	uint64_t queued;      /* waiting now */
 	uint64_t running;     /* let through and not done (with a cap) */
@@ -158,6 +159,7 @@ struct gate {
 	int (*defer)(void *arg, uint64_t delay_ns, void (*cb)(void *), void *cb_arg);
 	void *env_arg;
 	uint64_t waits, waited_ns, nqueued; /* stats; lock */
+	uint64_t holds;           /* times the source said wait (try_take); lock */
 };
 
 /* Set up @g over token source @ops/@src, with the clock and timers of @env (mono_ns, defer,

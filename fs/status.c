@@ -168,23 +168,30 @@ static double rate(const struct sample *a, const struct sample *b, const char *n
 
 /* The tiers a mount may have, and the families that count their hits and misses. */
 static const struct tier_row {
-	const char *tier, *hits, *misses;
+	const char *tier, *hits, *misses, *joins; /* joins: NULL for a tier without */
 } tier_rows[] = {
-    {"hot", "cache_hits_total", "cache_misses_total"},
-    {"lagging", "cache_hits_total", "cache_misses_total"},
-    {"disk", "cache_hits_total", "cache_misses_total"},
-    {"shared", "shared_hits_total", "shared_misses_total"},
+    {"hot", "cache_hits_total", "cache_misses_total", "cache_singleflight_joins_total"},
+    {"lagging", "cache_hits_total", "cache_misses_total", "cache_singleflight_joins_total"},
+    {"disk", "cache_hits_total", "cache_misses_total", NULL},
+    {"shared", "shared_hits_total", "shared_misses_total", NULL},
 };
 
-/* hits / (hits + misses) of tier @t between the samples (@a NULL: since the mount). */
+/* The hit ratio of tier @t between the samples (@a NULL: since the mount): (hits + joins) /
+ * (hits + joins + misses). A read that joins a fetch under way (readahead's, another
+ * reader's) started no fetch of its own: a hit, whether the fetch had ended when it came or
+ * not; tierfs-sim counts the same (docs/sizing.md). */
 static double hit_ratio(const struct sample *a, const struct sample *b, const struct tier_row *t)
 {
 	double h = get(b, t->hits, t->tier), m = get(b, t->misses, t->tier);
+	double j = t->joins ? get(b, t->joins, t->tier) : 0;
 
 	if (a) {
 		h -= get(a, t->hits, t->tier);
 		m -= get(a, t->misses, t->tier);
+		j -= t->joins ? get(a, t->joins, t->tier) : 0;
 	}
+	if (!isnan(j))
+		h += j;
 	return h + m > 0 ? h / (h + m) : NAN;
 }
 

@@ -446,6 +446,7 @@ static int plot(const char *png, const struct sweep *sw, struct sim_run *runs,
  * for traces that cannot be read. */
 static void replay_once(const struct cli *c, const char *opts, struct sim_run *ret)
 {
+	static bool warned;
 	struct fs_opts o;
 	char err[512];
 	int r;
@@ -456,6 +457,13 @@ static void replay_once(const struct cli *c, const char *opts, struct sim_run *r
 	if (r < 0) {
 		fprintf(stderr, "tierfs-sim: %s\n", err);
 		exit(r == -EINVAL || r == -EFBIG ? 2 : 1);
+	}
+	if (ret->incomplete && !warned) { /* once, not once per sweep row */
+		warned = true;
+		fprintf(stderr,
+			"tierfs-sim: warning: %s%s is incomplete (its mount is still writing it, "
+			"or died): only the reads it holds so far are replayed\n",
+			ret->incomplete_path, ret->incomplete > 1 ? " and other trace files" : "");
 	}
 }
 

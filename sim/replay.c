@@ -50,6 +50,7 @@
 struct sim_obj {
 	struct sim_obj *hnext;
 	struct cache_obj co; /* co.ctx is the sim_obj itself */
+	uint8_t *seen;	     /* a bit per mount: it has read this version (NULL: none has) */
 };
 
 /* An open file of the traced mount, by the hash of its handle. */
@@ -105,6 +106,10 @@ struct world {
 	char *err;
 	size_t errlen;
 	int error;
+	uint64_t block_size;	     /* the mounts' (one set of options for all) */
+	void *zeros;		     /* block_size zeros: the bytes of written blocks */
+	unsigned incomplete;	     /* files whose header does not say complete */
+	const char *incomplete_path; /* the first */
 };
 
 /* ---- objects and streams -------------------------------------------------------------------- */
@@ -336,6 +341,36 @@ static void replied(void *req, const struct cache_iov *iov, int n, int err)
 	m->w->free_reqs = q;
 }
 
+/* Writes are not in a trace. A version whose first read on a mount was answered from the hot
+ * tier with nothing fetched was put there by what the trace does not show: the mount's own
+ * write of it (or reads before the trace began). Put it there too, every block, and offer it
+ * to the chain's tiers, as a write does (cache_put, then cache_publish once the store has
+ * it). Without this, a broker's tail reads of what it wrote replay as misses, and its Redis
+ * holds nothing for the other mounts. @return 0 or -ENOMEM. */
+static int written_before(struct sim_mount *m, struct sim_obj *o, const struct trace_read *r)
+{
+	struct world *w = m->w;
+	uint64_t nblk;
+
+	if (!o->seen && !(o->seen = calloc((w->nm + 7) / 8, 1)))
+		return -ENOMEM;
+	if (o->seen[m->idx / 8] & (1u << (m->idx % 8)))
+		return 0;
+	o->seen[m->idx / 8] |= (uint8_t)(1u << (m->idx % 8));
+	if (r->tier != TRACE_HOT || r->fetched || (r->flags & TRACE_F_ERROR) || !w->zeros)
+		return 0;
+	nblk = (o->co.size + w->block_size - 1) / w->block_size;
+	for (uint64_t b = 0; b < nblk; b++) {
+		uint64_t len = o->co.size - b * w->block_size;
+
+		cache_put(m->c, (struct cache_key){o->co.id, b}, w->zeros,
+			  (uint32_t)(len < w->block_size ? len : w->block_size));
+	}
+	m->res.written_objects++;
+	cache_publish(m->c, &o->co);
+	return 0;
+}
+
 /* Hand read @r to @m's cache now. @return 0 or -ENOMEM. */
 static int issue(struct sim_mount *m, const struct trace_read *r)
 {
@@ -343,7 +378,7 @@ static int issue(struct sim_mount *m, const struct trace_read *r)
 	struct sim_stream *st = stream_of(m, r);
 	struct sim_req *q = w->free_reqs;
 
-	if (!st || (!q && !(q = malloc(sizeof(*q)))))
+	if (!st || written_before(m, st->o, r) < 0 || (!q && !(q = malloc(sizeof(*q)))))
 		return -ENOMEM;
 	if (q == w->free_reqs)
 		w->free_reqs = q->next;
@@ -417,6 +452,11 @@ static int mount_open(struct world *w, struct sim_mount *m, const struct fs_opts
 		chain[n++] = sim_redis_tier(m->port);
 	}
 	chain[n++] = sim_store_tier(m->store);
+	if (!w->zeros) {
+		w->block_size = o->block_size;
+		if (!(w->zeros = calloc(1, o->block_size)))
+			return -ENOMEM;
+	}
 	fs_cache_cfg(o, false, &cc);
 	cc.prefault = false;
 	cc.chain = chain;
@@ -466,6 +506,8 @@ static int group(struct world *w, char *const *paths, unsigned n)
 			break;
 		const struct trace_hdr *h = trace_reader_hdr(rd);
 		f[i] = (struct file){paths[i], h->id, h->start_wall_ns, h->part, i};
+		if (!h->complete && !w->incomplete++)
+			w->incomplete_path = paths[i];
 		for (unsigned k = 0; k < i; k++)
 			if (f[k].id == h->id)
 				f[i].order = f[k].order;
@@ -615,6 +657,7 @@ static void add_result(struct sim_result *into, const struct sim_result *r)
 	into->store_gets += r->store_gets;
 	into->store_bytes += r->store_bytes;
 	into->store_merged += r->store_merged;
+	into->written_objects += r->written_objects;
 	sim_lat_merge(&into->lat, &r->lat);
 }
 
@@ -666,11 +709,13 @@ static void world_free(struct world *w)
 		free(m->streams);
 	}
 	sim_redis_free(w->redis);
+	free(w->zeros);
 	for (uint64_t i = 0; w->objs && i <= w->omask; i++)
 		while (w->objs[i]) {
 			struct sim_obj *o = w->objs[i];
 
 			w->objs[i] = o->hnext;
+			free(o->seen);
 			free(o);
 		}
 	while (w->free_reqs) {
@@ -745,6 +790,8 @@ static int replay(struct world *w, const struct fs_opts *o, char *const *paths, 
 {
 	int r = group(w, paths, n);
 
+	ret->incomplete = w->incomplete;
+	ret->incomplete_path = w->incomplete_path;
 	if (r == 0 && o->shared && !(w->redis = sim_redis_new(&w->q, w->cfg)))
 		r = -ENOMEM;
 	if (r == 0)

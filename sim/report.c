@@ -9,9 +9,13 @@
  *                                                   Redis: memory used, peak, evictions
  *                                                   latency of reads: p50, p99, p99.9, max
  *
- * A tier's hit ratio is hits / (hits + misses), as the mount's own counters give it (a read
- * that joins a fetch under way counts in neither), so a replay and the mount it was recorded
- * on can be compared figure for figure. Per-day figures scale the trace's span to 24 hours.
+ * A memory tier's hit ratio is (hits + joins) / (hits + joins + misses) of the cache's own
+ * counters, as `tierfs status` computes it from the mount's: a read that joins a fetch under
+ * way started no fetch of its own. Counted apart, the figure would hang on timing the trace
+ * does not fix: with a store slower than the recorded one, readahead is still in flight when
+ * the reader comes (a join) where the mount had it resident (a hit). So a replay and the
+ * mount it was recorded on can be compared figure for figure. Per-day figures scale the trace's
+ * span to 24 hours.
  *
  * No state, no locking.
  */
@@ -25,6 +29,12 @@
 static double ratio(uint64_t hits, uint64_t misses)
 {
 	return hits + misses ? (double)hits / (double)(hits + misses) : -1.0;
+}
+
+/* A memory tier's hit ratio: joins are hits (above). */
+static double tier_ratio(const struct cache_tier_stats *s)
+{
+	return ratio(s->hits + s->joins, s->misses);
 }
 
 static double per_day(const struct sim_result *r)
@@ -69,8 +79,8 @@ static void text_tiers(FILE *f, const struct sim_result *r, bool shared)
 		fprintf(f,
 			"  %-8s hit ratio %s (hits %" PRIu64 ", misses %" PRIu64 ", joins %" PRIu64
 			"), fetched %.1f MiB",
-			cache_tier_name(t), ratio_text(ratio(s->hits, s->misses), b, sizeof(b)),
-			s->hits, s->misses, s->joins, (double)s->bytes_fetched / MIB);
+			cache_tier_name(t), ratio_text(tier_ratio(s), b, sizeof(b)), s->hits,
+			s->misses, s->joins, (double)s->bytes_fetched / MIB);
 		if (s->limited)
 			fprintf(f, ", throttled %.1f s over %" PRIu64 " fetches",
 				(double)s->throttled_ns / 1e9, s->throttle_waits);
@@ -147,7 +157,7 @@ static void json_tiers(FILE *f, const struct sim_result *r)
 
 		fprintf(f, "\"%s\":{\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"hit_ratio\":",
 			cache_tier_name(t), s->hits, s->misses);
-		json_ratio(f, ratio(s->hits, s->misses));
+		json_ratio(f, tier_ratio(s));
 		fprintf(f,
 			",\"joins\":%" PRIu64 ",\"bytes_served\":%" PRIu64
 			",\"bytes_fetched\":%" PRIu64 ",\"throttled_s\":%.6f,"
@@ -169,8 +179,9 @@ static void json_result(FILE *f, const struct sim_result *r, const struct sim_cf
 
 	fprintf(f,
 		"\"reads\":%" PRIu64 ",\"read_bytes\":%" PRIu64 ",\"read_errors\":%" PRIu64
-		",\"span_s\":%.6f,",
-		r->reads, r->read_bytes, r->read_errors, (double)r->span_ns / 1e9);
+		",\"span_s\":%.6f,\"written_objects\":%" PRIu64 ",",
+		r->reads, r->read_bytes, r->read_errors, (double)r->span_ns / 1e9,
+		r->written_objects);
 	json_tiers(f, r);
 	fprintf(f,
 		",\"store\":{\"gets\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"merged\":%" PRIu64
@@ -204,10 +215,10 @@ void sim_report_json_fleet(FILE *f, const struct sim_run *r, const struct sim_cf
 	fprintf(f,
 		",\"redis\":{\"used\":%" PRIu64 ",\"peak\":%" PRIu64 ",\"limit\":%" PRIu64
 		",\"evictions\":%" PRIu64 "},\"overloaded\":%s,\"overload_at_s\":%.3f,"
-		"\"cpu_s\":%.3f,\"events\":%" PRIu64,
+		"\"cpu_s\":%.3f,\"events\":%" PRIu64 ",\"incomplete_files\":%u",
 		r->fleet.redis_used, r->fleet.redis_peak, c->redis_mem, r->fleet.redis_evictions,
 		r->overloaded ? "true" : "false", (double)r->overload_at_ns / 1e9, r->cpu_s,
-		r->events);
+		r->events, r->incomplete);
 }
 
 void sim_report_json(FILE *f, const struct sim_run *r, const struct sim_cfg *c)
@@ -238,10 +249,8 @@ void sim_report_row(FILE *f, const char *label, const struct sim_run *r, const s
 			"lagging", "shared", "store GETs", "store GiB", "$/day", "redis MiB",
 			"throttle s", "p99 ms");
 	fprintf(f, "%-14s %7s %7s %7s %12" PRIu64 " %10.2f %10.2f %10.1f %10.1f %9.2f%s\n", label,
-		ratio_text(ratio(x->cache.tier[CACHE_HOT].hits, x->cache.tier[CACHE_HOT].misses), h,
-			   sizeof(h)),
-		ratio_text(ratio(x->cache.tier[CACHE_LAG].hits, x->cache.tier[CACHE_LAG].misses), l,
-			   sizeof(l)),
+		ratio_text(tier_ratio(&x->cache.tier[CACHE_HOT]), h, sizeof(h)),
+		ratio_text(tier_ratio(&x->cache.tier[CACHE_LAG]), l, sizeof(l)),
 		ratio_text(ratio(x->shared_hits, x->shared_misses), s, sizeof(s)), x->store_gets,
 		(double)x->store_bytes / (MIB * 1024),
 		(cost_gets(x, c) + cost_bytes(x, c)) * per_day(x), (double)x->redis_peak / MIB,

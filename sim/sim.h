@@ -65,6 +65,7 @@ struct sim_result {
 	uint64_t shared_lock_waits;	     /* misses that waited for another mount's fetch */
 	uint64_t store_gets, store_bytes;    /* GETs sent to the store, bytes received */
 	uint64_t store_merged;		     /* block reads carried inside another's GET */
+	uint64_t written_objects;	     /* versions found written by the mount (replay.c) */
 	uint64_t redis_used, redis_peak;     /* fleet only: value bytes held now / at most */
 	uint64_t redis_evictions;	     /* fleet only */
 	struct sim_lat lat;		     /* request to answer of every read */
@@ -76,10 +77,13 @@ struct sim_run {
 	char **names;		  /* each mount's first trace file */
 	struct sim_result *mount; /* nmounts */
 	struct sim_result fleet;
-	bool overloaded;	 /* stopped: a mount had more than max_queued reads waiting */
-	uint64_t overload_at_ns; /* when, since the start */
-	uint64_t events;	 /* events the queue ran */
-	double cpu_s;		 /* CPU time the replay took */
+	bool overloaded;	     /* stopped: a mount had more than max_queued reads waiting */
+	uint64_t overload_at_ns;     /* when, since the start */
+	uint64_t events;	     /* events the queue ran */
+	unsigned incomplete;	     /* trace files their writer had not finished: a mount still
+				      * running (a live trace) or killed; their reads so far count */
+	const char *incomplete_path; /* the first of them (one of the caller's paths) */
+	double cpu_s;		     /* CPU time the replay took */
 };
 
 /*

@@ -22,13 +22,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TRACE_MAGIC    "TIERFSTR" /* the first 8 bytes of every file */
-#define TRACE_VERSION  1
-#define TRACE_HDR_LEN  64 /* bytes of the header */
-#define TRACE_OBJ_LEN  32 /* bytes of an object record */
-#define TRACE_READ_LEN 40 /* bytes of a read record */
-#define TRACE_SALT_LEN 16
-#define TRACE_LAT_MAX  UINT32_MAX /* lat_us and fetched saturate here */
+#define TRACE_MAGIC	   "TIERFSTR" /* the first 8 bytes of every file */
+#define TRACE_VERSION	   1
+#define TRACE_HDR_LEN	   64	/* bytes of the header */
+#define TRACE_HDR_FLAGS	   56	/* the header's flags byte: */
+#define TRACE_HDR_COMPLETE 0x01 /* the writer finished the file: no more records will come */
+#define TRACE_OBJ_LEN	   32	/* bytes of an object record */
+#define TRACE_READ_LEN	   40	/* bytes of a read record */
+#define TRACE_SALT_LEN	   16
+#define TRACE_LAT_MAX	   UINT32_MAX /* lat_us and fetched saturate here */
 
 /* Which tier served a read: the deepest source of its blocks (cache.h, cache_served). */
 enum trace_tier {
@@ -57,6 +59,7 @@ struct trace_hdr {
 	uint32_t block_size;	/* the mount's block_size, for the replay's default */
 	uint64_t start_wall_ns; /* CLOCK_REALTIME at the trace's start; t_ns counts from it */
 	uint8_t salt[TRACE_SALT_LEN];
+	bool complete; /* the writer finished the file (closed it, or filled it and went on) */
 };
 
 /* One read request, as the mount answered it. */

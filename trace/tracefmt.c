@@ -7,7 +7,7 @@
  *
  *   header (64)  "TIERFSTR" | version u16 | header, object and read record lengths u16 x3 |
  *                trace id u64 | part u32 | block_size u32 | start (CLOCK_REALTIME ns) u64 |
- *                salt 16 bytes | reserved u64
+ *                salt 16 bytes | flags u8 (1: complete) | reserved 7 bytes
  *   object (32)  'O' 0 0 0 | ver u32 | obj u64 | size u64 | mtime i64
  *   read (40)    'R' tier flags 0 | object ref u32 | t_ns u64 | off u64 | len u32 |
  *                lat_us u32 | fetched u32 | stream u32
@@ -100,6 +100,7 @@ void trace_put_hdr(uint8_t *buf, const struct trace_hdr *h)
 	put32(buf + 28, h->block_size);
 	put64(buf + 32, h->start_wall_ns);
 	memcpy(buf + 40, h->salt, TRACE_SALT_LEN);
+	buf[TRACE_HDR_FLAGS] = h->complete ? TRACE_HDR_COMPLETE : 0;
 }
 
 int trace_get_hdr(const uint8_t *buf, struct trace_hdr *ret)
@@ -114,6 +115,7 @@ int trace_get_hdr(const uint8_t *buf, struct trace_hdr *ret)
 	ret->block_size = get32(buf + 28);
 	ret->start_wall_ns = get64(buf + 32);
 	memcpy(ret->salt, buf + 40, TRACE_SALT_LEN);
+	ret->complete = buf[TRACE_HDR_FLAGS] & TRACE_HDR_COMPLETE;
 	return 0;
 }
 

@@ -267,11 +267,25 @@ static int put_buf(struct trace_writer *w)
 	return r;
 }
 
+/* Mark the current file complete: its header's flags byte, written last, once every record
+ * is (drain_lock held, or closing). A reader of a file without it knows it reads a trace
+ * its mount is still writing, or one whose mount died. */
+static int mark_complete(struct trace_writer *w)
+{
+	const uint8_t f = TRACE_HDR_COMPLETE;
+
+	if (w->fd < 0)
+		return -EBADF;
+	return pwrite(w->fd, &f, 1, TRACE_HDR_FLAGS) == 1 ? 0 : -errno;
+}
+
 /* The file is full: write what is buffered, start the next part (drain_lock held). */
 static int rotate(struct trace_writer *w)
 {
 	int r = put_buf(w);
 
+	if (r == 0)
+		r = mark_complete(w);
 	close(w->fd);
 	w->fd = -1;
 	if (r < 0)
@@ -499,6 +513,8 @@ void trace_writer_close(struct trace_writer *w)
 	}
 	if (w->cells && w->buf)
 		trace_writer_flush(w);
+	if (w->fd >= 0 && !w->error)
+		mark_complete(w);
 	if (w->fd >= 0)
 		close(w->fd);
 	pthread_mutex_destroy(&w->drain_lock);

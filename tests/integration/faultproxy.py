@@ -489,6 +489,8 @@ class _Conn:
         """Ask the store; return (status, reason, headers, body) with the body read whole."""
         hdrs = [(k, v) for k, v in req.raw_headers if k.lower() not in HOP_BY_HOP
                 and k.lower() not in drop]
+        if req.body or req.method in ("PUT", "POST"):  # a body (or an empty one) says its length
+            hdrs.append(("Content-Length", str(len(req.body or b""))))
         for attempt in range(2):
             if self.px.stopping or self.closed:
                 raise _Closed()

@@ -164,6 +164,13 @@ static void test_header_round_trip(void **state)
 	assert_int_equal(g.block_size, 4 << 20);
 	assert_int_equal(g.start_wall_ns, h.start_wall_ns);
 	assert_memory_equal(g.salt, h.salt, TRACE_SALT_LEN);
+	assert_false(g.complete);
+	assert_int_equal(buf[TRACE_HDR_FLAGS], 0);
+	h.complete = true;
+	trace_put_hdr(buf, &h);
+	assert_int_equal(buf[TRACE_HDR_FLAGS], TRACE_HDR_COMPLETE);
+	assert_int_equal(trace_get_hdr(buf, &g), 0);
+	assert_true(g.complete);
 	buf[8] = 2; /* another version */
 	assert_int_equal(trace_get_hdr(buf, &g), -EPROTO);
 	buf[0] = 'X';
@@ -257,8 +264,12 @@ static void test_round_trip(void **state)
 			assert_int_equal(trace_writer_flush(w), 0);
 	}
 	trace_writer_stats(w, &ws);
+	/* read live, as the mount writes it: every read flushed so far, and not complete */
+	assert_int_equal(read_all(path, got, N, &h), N);
+	assert_false(h.complete);
 	trace_writer_close(w);
 	assert_int_equal(read_all(path, got, N, &h), N);
+	assert_true(h.complete); /* closed: the header says so */
 	for (size_t i = 0; i < N; i++)
 		assert_same(&want[i], &got[i]);
 	assert_int_equal(h.part, 0);
@@ -332,6 +343,7 @@ static void test_rotation(void **state)
 		assert_true(file_size(p) <= max);
 		n = read_all(p, got + seen, N - seen, &h);
 		assert_int_equal(h.part, ws.rotations - (unsigned)k);
+		assert_true(h.complete); /* full and rotated, or closed */
 		seen += n;
 		parts++;
 	}
