@@ -371,15 +371,21 @@ static bool same_version(const struct fobj *o, const struct bk_meta *m)
 	return !m->etag[0] || strcmp(o->etag, m->etag) == 0;
 }
 
-/* The oid of version @m of @path: by its ETag, or by size and mtime for a store without. */
+/* The oid of version @m of @path: by its ETag and size, or by size and mtime for a store
+ * without ETags. The size is part of it even with an ETag: a store that acknowledges an upload
+ * before its bytes are all there (s3rver does) answers a HEAD or a listing with the final ETag
+ * and a partial size for a moment, and blocks cached for that size (a short last block) must
+ * never be served for the whole object under the same key. */
 static struct cache_oid version_oid(struct ns *ns, const char *path, const struct bk_meta *m)
 {
-	char v[64];
+	char v[BK_ETAG_MAX + 32];
 
 	if (m->etag[0])
-		return cache_oid_make(ns->store, path, m->etag);
-	snprintf(v, sizeof(v), "size=%llu mtime=%lld", (unsigned long long)m->size,
-		 (long long)m->mtime);
+		snprintf(v, sizeof(v), "%.*s size=%llu", (int)strnlen(m->etag, BK_ETAG_MAX),
+			 m->etag, (unsigned long long)m->size);
+	else
+		snprintf(v, sizeof(v), "size=%llu mtime=%lld", (unsigned long long)m->size,
+			 (long long)m->mtime);
 	return cache_oid_make(ns->store, path, v);
 }
 
