@@ -11,8 +11,11 @@
  *
  *   FLUSH from tid ──► /proc/<tid>/status "Tgid:" ──► != opener's: another process, no commit
  *                                                └─► == opener's: /proc/<tgid>/fd/<n>
- *        readlink ends with "/<path>"? ──► /proc/<tgid>/fdinfo/<n>: "ino:" the file's and
+ *        readlink ends with "/<name>"? ──► /proc/<tgid>/fdinfo/<n>: "ino:" the file's and
  *        "flags:" open for writing ──► another descriptor of it: no commit yet
+ *
+ * The link is matched by the file's last name only: through a bind mount of a directory of
+ * the mount (a container's volume, a Kubernetes subPath) the path above it differs.
  *
  * A file being written is open for writing through one handle only (a second write open is
  * EBUSY), so a descriptor of that inode open for writing is a dup of the writer's. An answer
@@ -92,36 +95,57 @@ static bool fd_writes(pid_t pid, const char *fd, uint64_t ino)
 	return i == ino && (flags & O_ACCMODE) != O_RDONLY;
 }
 
+/* How many descriptors @tgid has open, counted in @dir (/proc/TGID/fd) without reading any:
+ * up to FS_PROC_SCAN_MAX + 1. @return the count, or -errno. */
+static int count_fds(const char *dir)
+{
+	struct dirent *de;
+	DIR *d = opendir(dir);
+	int n = 0;
+
+	if (!d)
+		return -errno;
+	while (n <= FS_PROC_SCAN_MAX && (de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 int fs_proc_holds(pid_t tgid, uint64_t ino, const char *path)
 {
 	char dir[64], link[330], target[4096];
-	size_t plen = strlen(path);
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	size_t blen = strlen(base);
 	struct dirent *de;
-	unsigned seen = 0;
 	DIR *d;
 	int r = 0;
 
 	if (tgid <= 0)
 		return -ESRCH;
 	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)tgid);
+	r = count_fds(dir);
+	if (r < 0)
+		return r;
+	if (r > FS_PROC_SCAN_MAX)
+		return -E2BIG; /* a readlink each would cost more than the close */
 	d = opendir(dir);
 	if (!d)
 		return -errno;
+	r = 0;
 	while (r == 0 && (de = readdir(d))) {
 		ssize_t n;
 
 		if (de->d_name[0] == '.')
 			continue;
-		if (++seen > FS_PROC_SCAN_MAX) { /* a readlink each would cost more than the close */
-			r = -E2BIG;
-			break;
-		}
 		snprintf(link, sizeof(link), "%s/%s", dir, de->d_name);
 		n = readlink(link, target, sizeof(target) - 1);
-		if (n <= (ssize_t)plen || target[0] != '/')
+		if (n <= (ssize_t)blen || target[0] != '/')
 			continue; /* a pipe, a socket, a shorter path */
 		target[n] = '\0';
-		if (target[n - plen - 1] != '/' || strcmp(target + n - plen, path) != 0)
+		/* the last name only: through a bind mount of a directory of the mount (a
+		 * container's volume) the path above it is another; the inode and the write mode
+		 * (fd_writes) say the rest */
+		if (target[n - blen - 1] != '/' || strcmp(target + n - blen, base) != 0)
 			continue;
 		if (fd_writes(tgid, de->d_name, ino))
 			r = 1;

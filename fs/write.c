@@ -767,9 +767,7 @@ static enum flush_rule flush_rule(struct wfile *w, pid_t pid)
 	if (tgid != w->owner)
 		return FLUSH_KEEP;
 	held = fs_proc_holds(tgid, w->ino, w->path);
-	if (held == -E2BIG)
-		return FLUSH_COMMIT; /* too many descriptors to read: taken for its last */
-	if (held < 0)
+	if (held < 0) /* unreadable, or too many descriptors to read (-E2BIG, a large JVM) */
 		return FLUSH_BYTES;
 	if (held == 0 && !__atomic_load_n(&w->owner_wrote, __ATOMIC_RELAXED))
 		held = fs_proc_children_hold(tgid, w->ino, w->path) == 1;

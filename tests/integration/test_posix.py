@@ -11,6 +11,7 @@ and utimensat, the way a POSIX test suite (pjdfstest) asks them.
 import errno
 import os
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -187,6 +188,45 @@ def test_a_popen_child_writes_a_file_its_parent_closed_unwritten(st):
     assert p.wait(timeout=30) == 0
     harness.wait_until(lambda: st.get("popen.out") is not None, 10, "the child's output")
     assert st.get("popen.out") == b"hi\nthere\n"
+
+
+def test_a_shell_writes_through_a_bind_mount_of_a_directory(st, tmp_path):
+    """A directory of the mount bound elsewhere (a container's volume, a Kubernetes subPath):
+    the shell's `>` (open, dup2 onto 1, close) and `exec 3>` patterns commit whole at the last
+    close. The descriptors' paths are the bind mount's, not the mount's: matched by the whole
+    path, the dup went unseen, an empty object was committed, and the write was EINVAL."""
+    os.mkdir(st.path("vol"))
+    bind = tmp_path / "bind"
+    bind.mkdir()
+    subprocess.run(["mount", "--bind", st.path("vol"), str(bind)], check=True)
+    try:
+        sh(f"echo hi > {bind}/b; {{ echo one; /bin/true; echo two; }} > {bind}/c")
+        sh(f"exec 3>{bind}/d; echo a >&3; sh -c 'echo b' >&3; exec 3>&-")
+    finally:
+        subprocess.run(["umount", str(bind)], check=True)
+    assert (st.get("vol/b"), st.get("vol/c"), st.get("vol/d")) == (
+        b"hi\n", b"one\ntwo\n", b"a\nb\n")
+
+
+def test_a_process_with_thousands_of_descriptors_hands_a_file_to_a_child(st):
+    """A broker-sized process (5000 descriptors open, past what tierfs reads) opens a file,
+    hands it to a child's stdout and closes its own copy before the child writes (Java's
+    ProcessBuilder.redirectOutput, Popen(stdout=open(...))): nothing is committed at that
+    close, and the child's output arrives whole (an empty object was committed there, and
+    the child's write failed)."""
+    code = f"""
+import os, resource, subprocess, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
+held = [os.open("/dev/null", os.O_RDONLY) for _ in range(5000)]
+with open({st.path('big.out')!r}, "w") as f:
+    p = subprocess.Popen(["sh", "-c", "read x; echo x"], stdout=f, stdin=subprocess.PIPE)
+p.stdin.close()
+sys.exit(p.wait())
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    harness.wait_until(lambda: st.get("big.out") is not None, 10, "the child's output")
+    assert st.get("big.out") == b"x\n"
 
 
 def test_another_thread_of_the_writer_closes(st):
