@@ -299,7 +299,7 @@ struct ns *ns_new(const struct ns_cfg *cfg)
 		return NULL;
 	ns->cfg = *cfg;
 	ns->store = strdup(cfg->store ? cfg->store : "");
-	ns->started = time(NULL);
+	ns->started = ns_wall_now();
 	ns->nbuckets = 1024;
 	ns->by_ino = calloc(ns->nbuckets, sizeof(struct node *));
 	ns->by_name = calloc(ns->nbuckets, sizeof(struct node *));
@@ -759,7 +759,8 @@ void ns_fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 
 	if (!n->is_dir && n->f && n->f->writing) {
 		size = n->f->wsize;
-		mtime = n->f->wmtime;
+		mtime = n->f->wmtime.tv_sec;
+		mtime_ns = (uint32_t)n->f->wmtime.tv_nsec;
 	} else if (!n->is_dir && n->f) {
 		size = n->f->cur->size;
 		mtime = n->f->cur->mtime;
@@ -788,9 +789,9 @@ void ns_fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 		 * it was last made or removed through the mount (POSIX's parent times) */
 		st->st_mode = S_IFDIR | mode;
 		st->st_nlink = 2;
-		st->st_mtime = st->st_ctime = st->st_atime = ns->started;
-		if (n->dir && n->dir->changed > ns->started)
-			st->st_mtime = st->st_ctime = n->dir->changed;
+		st->st_mtim = st->st_ctim = st->st_atim = ns->started;
+		if (n->dir && ns_ts_after(n->dir->changed, ns->started))
+			st->st_mtim = st->st_ctim = n->dir->changed;
 		return;
 	}
 	st->st_mode = S_IFREG | mode;

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "ns.h"
 
@@ -105,7 +106,7 @@ struct dirst {
 	uint32_t kids;           /* nodes whose up is this one: it is freed after them */
 	struct negs *negs;       /* names found missing, NULL if none */
 	struct ov *ov;           /* changes made through the mount a listing may not show yet */
-	int64_t changed;         /* when a name in it was last made or removed through the mount
+	struct timespec changed; /* when a name in it was last made or removed through the mount
 				  * (its mtime and ctime, if after the mount started), 0 never */
 };
 
@@ -131,7 +132,7 @@ struct fstate {
 			      * wsize and wmtime what stat shows, and it cannot be opened for
 			      * reading until the store has it */
 	uint64_t wsize;      /* writing: bytes written so far */
-	int64_t wmtime;      /* writing: when the last were */
+	struct timespec wmtime; /* writing: when the last were */
 };
 
 /*
@@ -187,7 +188,7 @@ struct ns {
 	size_t nbuckets, count;
 	uint64_t next_ino;
 	char *store;         /* cfg.store, owned */
-	time_t started;      /* mount time: the directories' times */
+	struct timespec started; /* mount time: the directories' times */
 	struct forgotten *forgotten; /* listings of forgotten directories, newest first */
 	size_t nforgotten, forgotten_bytes;
 	/* Is the store answering? (atomics, no lock: see store_stalled) */
@@ -195,6 +196,22 @@ struct ns {
 	uint64_t progress_ns; /* the store's last sign of life for them (an answer, a listing
 			       * entry), or when reqs left 0 */
 };
+
+/* The wall clock, to the nanosecond, for the times stat shows of what the mount changed:
+ * time(2) reads a coarse clock that can still show the last second after a process's
+ * clock_gettime shows the next, and so a change made just after it looks as old as the mount. */
+static inline struct timespec ns_wall_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts;
+}
+
+static inline bool ns_ts_after(struct timespec a, struct timespec b)
+{
+	return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+}
 
 /* Now, by the mount's clock (cfg.now_ns). */
 static inline uint64_t clock_ns(struct ns *ns)

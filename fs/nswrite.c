@@ -98,7 +98,7 @@ static int ov_add(struct ns *ns, struct dirst *d, const char *name, bool gone, b
 	strcpy(o->name, name);
 	o->next = d->ov;
 	d->ov = o;
-	d->changed = time(NULL);
+	d->changed = ns_wall_now();
 	ov_show(d, o);
 	if (!gone)
 		ns_neg_del(d, name);
@@ -122,7 +122,8 @@ static struct node *change_dir(struct ns *ns, uint64_t parent, const char *name,
 
 int ns_create(struct ns *ns, uint64_t parent, const char *name, struct stat *ret_st)
 {
-	struct bk_meta m = {.mtime = time(NULL)};
+	struct timespec now = ns_wall_now();
+	struct bk_meta m = {.mtime = now.tv_sec, .mtime_ns = (uint32_t)now.tv_nsec};
 	struct node *p, *n;
 	int r;
 
@@ -136,10 +137,10 @@ int ns_create(struct ns *ns, uint64_t parent, const char *name, struct stat *ret
 		ns_drop_unused(ns, n);
 	if (r == 0) {
 		n->f->writing = true;
-		n->f->wmtime = m.mtime;
+		n->f->wmtime = now;
 		n->nlookup++;
 		ns_neg_del(p->dir, name);
-		p->dir->changed = m.mtime;
+		p->dir->changed = now;
 		ns_fill_stat(ns, n, ret_st);
 	}
 	pthread_mutex_unlock(&ns->lock);
@@ -164,7 +165,7 @@ int ns_truncate(struct ns *ns, uint64_t ino)
 	if (r == 0) {
 		n->f->writing = true;
 		n->f->wsize = 0;
-		n->f->wmtime = time(NULL);
+		n->f->wmtime = ns_wall_now();
 		n->f->reval = NULL; /* what the store says of the old version no longer applies */
 	}
 	pthread_mutex_unlock(&ns->lock);
@@ -179,7 +180,7 @@ void ns_set_size(struct ns *ns, uint64_t ino, uint64_t size)
 	n = ns_find_ino(ns, ino);
 	if (n && !n->is_dir && n->f && n->f->writing) {
 		n->f->wsize = size;
-		n->f->wmtime = time(NULL);
+		n->f->wmtime = ns_wall_now();
 	}
 	pthread_mutex_unlock(&ns->lock);
 }
