@@ -157,7 +157,13 @@ int backend_check(struct backend *b, char *err, size_t errlen)
 int backend_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct bk_meta m = {0}; /* what a store does not say stays zero */
-	int e = b->ops->stat(b, path, &m);
+	struct io_req *r;
+	int e;
+
+	if (b->ops->object_req)
+		e = (r = b->ops->object_req(b, path)) ? io_head(b->io, r, &m) : -ENOMEM;
+	else
+		e = b->ops->stat(b, path, &m);
 
 	if (e == 0)
 		*ret = m;
@@ -232,7 +238,12 @@ int backend_list(struct backend *b, const char *dir, bk_list_fn fn, void *arg)
 int backend_read(struct backend *b, const char *path, const char *etag, uint64_t off, uint32_t len,
 		 void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
 {
-	return b->ops->read(b, path, etag, off, len, dst, prio, done, arg);
+	struct io_req *r;
+
+	if (!b->ops->object_req)
+		return b->ops->read(b, path, etag, off, len, dst, prio, done, arg);
+	r = b->ops->object_req(b, path);
+	return r ? io_read(b->io, r, etag, off, len, dst, prio, done, arg) : -ENOMEM;
 }
 
 int backend_defer(struct backend *b, uint64_t delay_ns, void (*cb)(void *arg), void *arg)
@@ -339,9 +350,12 @@ static int meta_job(struct backend *b, bool list, const char *path, bk_stat_done
 
 int backend_stat_async(struct backend *b, const char *path, bk_stat_done_fn done, void *arg)
 {
+	struct io_req *r;
 	int e = -EOPNOTSUPP;
 
-	if (b->ops->stat_async)
+	if (b->ops->object_req)
+		e = (r = b->ops->object_req(b, path)) ? io_head_async(b->io, r, done, arg) : -ENOMEM;
+	else if (b->ops->stat_async)
 		e = b->ops->stat_async(b, path, done, arg);
 	if (e == -EOPNOTSUPP)
 		e = meta_job(b, false, path, done, NULL, NULL, arg);

@@ -164,11 +164,9 @@ static int http_list(struct backend *b, const char *dir, bk_list_fn fn, void *ar
 	return e;
 }
 
-static int http_stat(struct backend *b, const char *path, struct bk_meta *ret)
+static struct io_req *http_object_req(struct backend *b, const char *path)
 {
-	struct io_req *r = new_req(b->priv, path, false);
-
-	return r ? io_head(b->io, r, ret) : -ENOMEM;
+	return new_req(b->priv, path, false);
 }
 
 static int ignore(void *arg, const char *name, bool is_dir, uint64_t size, int64_t mtime)
@@ -204,23 +202,6 @@ static int http_check(struct backend *b, char *err, size_t errlen)
 	}
 	io_req_free(r);
 	return e;
-}
-
-static int http_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		     uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
-{
-	struct io_req *r = new_req(b->priv, path, false);
-
-	if (!r)
-		return -ENOMEM;
-	return io_read(b->io, r, etag, off, len, dst, prio, done, arg);
-}
-
-static int http_stat_async(struct backend *b, const char *path, bk_stat_done_fn done, void *arg)
-{
-	struct io_req *r = new_req(b->priv, path, false);
-
-	return r ? io_head_async(b->io, r, done, arg) : -ENOMEM;
 }
 
 struct list_async {
@@ -271,11 +252,9 @@ static int http_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk
 
 static const struct bk_ops http_ops = {
     .check = http_check,
-    .stat = http_stat,
+    .object_req = http_object_req,
     .list = http_list,
-    .read = http_read,
     .free = http_free,
-    .stat_async = http_stat_async,
     .list_async = http_list_async,
 };
 

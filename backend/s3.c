@@ -358,28 +358,9 @@ static int s3_check(struct backend *b, char *err, size_t errlen)
 	return e;
 }
 
-static int s3_stat(struct backend *b, const char *path, struct bk_meta *ret)
+static struct io_req *s3_object_req(struct backend *b, const char *path)
 {
-	struct io_req *r = s3_new_req(b->priv, path, NULL);
-
-	return r ? io_head(b->io, r, ret) : -ENOMEM;
-}
-
-static int s3_read(struct backend *b, const char *path, const char *etag, uint64_t off,
-		   uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg)
-{
-	struct io_req *r = s3_new_req(b->priv, path, NULL);
-
-	if (!r)
-		return -ENOMEM;
-	return io_read(b->io, r, etag, off, len, dst, prio, done, arg);
-}
-
-static int s3_stat_async(struct backend *b, const char *path, bk_stat_done_fn done, void *arg)
-{
-	struct io_req *r = s3_new_req(b->priv, path, NULL);
-
-	return r ? io_head_async(b->io, r, done, arg) : -ENOMEM;
+	return s3_new_req(b->priv, path, NULL);
 }
 
 /* A listing in flight: one ListObjectsV2 page at a time, the next asked when one arrives. */
@@ -472,11 +453,9 @@ static int s3_list_async(struct backend *b, const char *dir, bk_list_fn fn, bk_d
 
 static const struct bk_ops s3_ops = {
     .check = s3_check,
-    .stat = s3_stat,
+    .object_req = s3_object_req,
     .list = s3_list,
-    .read = s3_read,
     .free = s3_free,
-    .stat_async = s3_stat_async,
     .list_async = s3_list_async,
     .min_part = BK_PART_SIZE_MIN,
     .max_parts = BK_PARTS_MAX,

@@ -10,16 +10,22 @@
 #include "backend.h"
 
 struct bk_part;
+struct io_req;
 
 struct bk_ops {
 	int (*check)(struct backend *b, char *err, size_t errlen);
+	/* A scheme that speaks HTTP gives the request for an object, and backend.c stats and
+	 * reads it through io.c (io_head, io_read, io_head_async): @return a new request, or NULL
+	 * (no memory). NULL: the scheme has stat and read of its own (file). */
+	struct io_req *(*object_req)(struct backend *b, const char *path);
 	int (*stat)(struct backend *b, const char *path, struct bk_meta *ret);
 	int (*list)(struct backend *b, const char *dir, bk_list_fn fn, void *arg);
 	int (*read)(struct backend *b, const char *path, const char *etag, uint64_t off,
 		    uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg);
 	void (*free)(struct backend *b);
-	/* asynchronous metadata (backend.h); NULL, or -EOPNOTSUPP from the call: the
-	 * synchronous op runs as a job on the I/O thread instead (a local store, a manifest) */
+	/* asynchronous metadata (backend.h); NULL (with no object_req), or -EOPNOTSUPP from the
+	 * call: the synchronous op runs as a job on the I/O thread instead (a local store, a
+	 * manifest) */
 	int (*stat_async)(struct backend *b, const char *path, bk_stat_done_fn done, void *arg);
 	int (*list_async)(struct backend *b, const char *dir, bk_list_fn fn, bk_done_fn done,
 			  void *arg);
