@@ -22,7 +22,6 @@ import harness
 import lagging_util as lu
 from fakes3 import MIB, FakeS3, faults
 
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 WD = ["allow_write", "allow_delete", "allow_overwrite"]
 
 
@@ -428,31 +427,6 @@ def test_truncate_and_times(st):
     finally:
         os.close(fd)
     assert st.get("w") == b"w"
-
-
-def test_nobody_gets_eacces(mount, tmp_path, request):
-    """uid 65534 on an allow_other mount with the default modes: EACCES for create, mkdir,
-    unlink, rmdir, O_TRUNC and utimensat (default_permissions), as a POSIX suite's
-    unprivileged cases expect."""
-    tmp_path.chmod(0o755)
-    root = tmp_path / "pub"
-    root.mkdir(mode=0o755)
-    (root / "f").write_bytes(b"f")
-    (root / "d").mkdir()
-    m = mount("file://" + str(root), [*WD, "allow_other"], name="shared")
-    code = ("import os, sys, json; m=sys.argv[1]; r={}\n"
-            "for n, f in [('create', lambda: open(m+'/x','wb')), ('mkdir', lambda: os.mkdir(m+'/e')),"
-            " ('unlink', lambda: os.unlink(m+'/f')), ('rmdir', lambda: os.rmdir(m+'/d')),"
-            " ('trunc', lambda: open(m+'/f','wb')), ('utime', lambda: os.utime(m+'/f', (1, 1)))]:\n"
-            "  try: f(); r[n]='ok'\n"
-            "  except OSError as e: r[n]=e.errno\n"
-            "print(json.dumps(r))")
-    p = subprocess.run(NOBODY + ["/usr/bin/python3", "-c", code, m.mnt], capture_output=True,
-                       text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    import json
-    got = json.loads(p.stdout)
-    assert got == dict.fromkeys(got, errno.EACCES), got
 
 
 # ---------------------------------------------------------------------------------------------
