@@ -202,9 +202,30 @@ void fs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_
 		fuse_reply_err(req, 0);
 }
 
-/* Attributes of a file being written: its times and mode are the mount's, so setting them
- * changes nothing, and a size of 0 is what it has (an O_TRUNC the kernel sends as a
+/* An owner and mode set to what they are already change nothing, on any file or directory,
+ * so they succeed (cp -p, install, tar and sed -i set them on what they make). Beyond that,
+ * only a file being written takes attributes: its times and mode are the mount's, so setting
+ * them changes nothing, and a size of 0 is what it has (an O_TRUNC the kernel sends as a
  * setattr). Everything else is the store's to change, and it changes nothing in place. */
+static int setattr_ok(struct mount *m, fuse_ino_t ino, const struct stat *attr, int to_set,
+		      struct fuse_file_info *fi, const struct stat *st)
+{
+	const int owner = FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID;
+	const int noop = owner | FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_CTIME;
+
+	if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != st->st_uid) ||
+	    ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != st->st_gid))
+		return -EPERM;
+	if (!(to_set & ~noop) && (!(to_set & FUSE_SET_ATTR_MODE) ||
+				  (attr->st_mode & 07777) == (st->st_mode & 07777)))
+		return 0;
+	if (!ns_writing(m->ns, ino) || ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size != 0))
+		return -EPERM;
+	if ((to_set & FUSE_SET_ATTR_SIZE) && fi && wfile_of(fi) && wfile_size(wfile_of(fi)))
+		return -EPERM; /* written already: cut nothing */
+	return 0;
+}
+
 void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		   struct fuse_file_info *fi)
 {
@@ -216,17 +237,9 @@ void fs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	if (!ns_writing(m->ns, ino) ||
-	    ((to_set & FUSE_SET_ATTR_SIZE) && (uint64_t)attr->st_size != 0) ||
-	    (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) {
-		fuse_reply_err(req, EPERM);
-		return;
-	}
-	if ((to_set & FUSE_SET_ATTR_SIZE) && fi && wfile_of(fi) && wfile_size(wfile_of(fi))) {
-		fuse_reply_err(req, EPERM); /* written already: cut nothing */
-		return;
-	}
 	r = ns_getattr(m->ns, ino, &st);
+	if (r == 0)
+		r = setattr_ok(m, ino, attr, to_set, fi, &st);
 	if (r < 0)
 		fuse_reply_err(req, fs_reply_errno(r));
 	else

@@ -478,7 +478,8 @@ int ctl_setxattr(struct mount *m, uid_t uid, pid_t pid, uint64_t ino, const char
 	char val[128], err[256];
 
 	if (ino != 1 && ino != CTL_DIR_INO)
-		return -EROFS;
+		return m->writable ? -ENOTSUP : -EROFS; /* no attributes kept: no ACL either, and
+							 * sed -i, cp -a go on without them */
 	if (strncmp(name, XATTR_PREFIX, strlen(XATTR_PREFIX)) != 0)
 		return may_steer(uid, pid) ? -ENOTSUP : -EPERM;
 	name += strlen(XATTR_PREFIX);

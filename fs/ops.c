@@ -10,7 +10,8 @@
  * Changing the store (create, write, unlink, mkdir, rmdir, rename) is change.c's and write.c's:
  * a mount without allow_write, allow_overwrite and allow_delete is read-only in the kernel,
  * and the operator steers it through the control socket (ctlsock.c). mknod, symlink, link
- * and removexattr answer EROFS (EPERM on a writable mount): objects have none of them.
+ * and removexattr answer EROFS (EPERM on a writable mount): objects have none of them;
+ * setxattr on a file answers ENOTSUP on a writable mount (control.c).
  *
  * Page cache: a file opened as hot keeps the kernel's page cache across opens while its
  * version is unchanged (keep_cache). A file opened as lagging goes through the page cache too

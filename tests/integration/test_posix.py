@@ -429,6 +429,33 @@ def test_truncate_and_times(st):
     assert st.get("w") == b"w"
 
 
+def test_what_cp_install_and_sed_set_changes_nothing_and_succeeds(st, tmp_path):
+    """An owner and mode set to what they are already succeed, on any file or directory, and a
+    POSIX ACL (an extended attribute) is not supported (ENOTSUP, which tools take as "no ACLs
+    here"): `sed -i` said "preserving permissions ...: Read-only file system" (EROFS), and
+    `chown` to the owner it has, as tar and cp -p do as root, was EPERM. What would change
+    something stays EPERM: the store keeps no owners, modes or times."""
+    src = tmp_path / "src"
+    src.write_bytes(b"one\ntwo\n")
+    src.chmod(0o644)
+    sh(f"cp {src} {st.path('s')}")
+    if st.kind == "file":  # sed -i renames its new file over the old: S3 has no rename (EXDEV)
+        sh(f"sed -i s/one/1/ {st.path('s')}")
+        assert st.get("s") == b"1\ntwo\n"
+    sh(f"install -m 644 {src} {st.path('i')} && cp -p {src} {st.path('p')}")
+    assert st.get("i") == st.get("p") == b"one\ntwo\n"
+    os.mkdir(st.path("d"))
+    for n in ("s", "d"):
+        s0 = os.stat(st.path(n))
+        os.chown(st.path(n), s0.st_uid, s0.st_gid)
+        os.chmod(st.path(n), s0.st_mode & 0o7777)
+        assert os.stat(st.path(n)).st_mode == s0.st_mode
+        assert errno_of(lambda: os.chmod(st.path(n), 0o600)) == "EPERM"
+        assert errno_of(lambda: os.chown(st.path(n), s0.st_uid + 1, -1)) == "EPERM"
+        assert errno_of(lambda: os.setxattr(st.path(n), "user.x", b"1")) == "ENOTSUP"
+    assert errno_of(lambda: os.utime(st.path("d"), (1, 1))) == "EPERM"
+
+
 # ---------------------------------------------------------------------------------------------
 # metrics that do not cry wolf
 
