@@ -154,6 +154,11 @@ int backend_check(struct backend *b, char *err, size_t errlen)
 	return b->ops->check(b, err, errlen);
 }
 
+int backend_space(struct backend *b, struct statvfs *ret)
+{
+	return b->ops->space ? b->ops->space(b, ret) : -ENOTSUP;
+}
+
 int backend_stat(struct backend *b, const char *path, struct bk_meta *ret)
 {
 	struct bk_meta m = {0}; /* what a store does not say stays zero */

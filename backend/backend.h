@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/statvfs.h>
 
 #include "hist.h"
 
@@ -101,6 +102,10 @@ void backend_stop(struct backend *b);
  * @return 0, or -errno with one line for the user in @err.
  */
 int backend_check(struct backend *b, char *err, size_t errlen);
+
+/* The store's room, where it can tell (file: the statvfs of the filesystem it is on), into
+ * *ret. @return 0, or -ENOTSUP: an object store's API tells no capacity. */
+int backend_space(struct backend *b, struct statvfs *ret);
 
 /* HEAD (or stat) one object; *ret is written whole (fields a store lacks are zero).
  * @return 0 and *ret, -ENOENT, -EACCES, -EIO, -ETIMEDOUT... */

@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -611,12 +612,20 @@ static int file_check(struct backend *b, char *err, size_t errlen)
 	return 0;
 }
 
+static int file_space(struct backend *b, struct statvfs *ret)
+{
+	struct file *f = b->priv;
+
+	return fstatvfs(f->rootfd, ret) < 0 ? -errno : 0;
+}
+
 static const struct bk_ops file_ops = {
     .check = file_check,
     .stat = file_stat,
     .list = file_list,
     .read = file_read,
     .free = file_free,
+    .space = file_space,
     .start = file_write_start,
     .stop = file_write_stop,
     .min_part = 1,

@@ -23,6 +23,8 @@ struct bk_ops {
 	int (*read)(struct backend *b, const char *path, const char *etag, uint64_t off,
 		    uint32_t len, void *dst, enum bk_prio prio, bk_done_fn done, void *arg);
 	void (*free)(struct backend *b);
+	/* backend_space; NULL: -ENOTSUP */
+	int (*space)(struct backend *b, struct statvfs *ret);
 	/* asynchronous metadata (backend.h); NULL (with no object_req), or -EOPNOTSUPP from the
 	 * call: the synchronous op runs as a job on the I/O thread instead (a local store, a
 	 * manifest) */

@@ -985,17 +985,34 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
+/* What df shows. A read-only mount: its caches' size, none of it free (as a read-only
+ * filesystem says). A writable one: the room of a file:// store's filesystem, or, for an object
+ * store, whose API tells no capacity, 1 PiB free (as s3fs does): 0 free made programs that
+ * check for room refuse to write, and "disk full" alerts fire on a healthy mount. */
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
+	const uint64_t unbounded = 1ULL << 50, files = 1ULL << 32;
 	struct mount *m = M(req);
-	struct statvfs sv = {0};
+	struct statvfs sv = {0}, st;
+	uint64_t bs = m->o->block_size;
 
-	sv.f_bsize = m->o->block_size;
-	sv.f_frsize = m->o->block_size;
-	sv.f_blocks = (m->o->hot_size + (m->o->lagging ? m->o->lagging_size : 0)) /
-		      m->o->block_size;
+	sv.f_bsize = bs;
+	sv.f_frsize = bs;
 	sv.f_namemax = 255;
 	sv.f_flag = (m->writable ? 0 : ST_RDONLY) | ST_NOSUID | ST_NODEV;
+	if (!m->writable) {
+		sv.f_blocks = (m->o->hot_size + (m->o->lagging ? m->o->lagging_size : 0)) / bs;
+	} else if (backend_space(m->b, &st) == 0 && st.f_frsize) {
+		sv.f_blocks = (fsblkcnt_t)((unsigned __int128)st.f_blocks * st.f_frsize / bs);
+		sv.f_bfree = (fsblkcnt_t)((unsigned __int128)st.f_bfree * st.f_frsize / bs);
+		sv.f_bavail = (fsblkcnt_t)((unsigned __int128)st.f_bavail * st.f_frsize / bs);
+		sv.f_files = st.f_files;
+		sv.f_ffree = st.f_ffree;
+		sv.f_favail = st.f_favail;
+	} else {
+		sv.f_blocks = sv.f_bfree = sv.f_bavail = unbounded / bs;
+		sv.f_files = sv.f_ffree = sv.f_favail = files;
+	}
 	fuse_reply_statfs(req, &sv);
 }
 

@@ -456,6 +456,28 @@ def test_what_cp_install_and_sed_set_changes_nothing_and_succeeds(st, tmp_path):
     assert errno_of(lambda: os.utime(st.path("d"), (1, 1))) == "EPERM"
 
 
+def test_df_shows_room_on_a_writable_mount(st, mount, tmp_path):
+    """statfs of a writable mount: a file:// store's own filesystem (its size and free space),
+    an object store 1 PiB free (its API tells no capacity). It said 0 free, 100% used, so a
+    program checking for room refused to write and a "filesystem almost full" alert fired. A
+    read-only mount still says read-only and nothing free."""
+    v = os.statvfs(st.path(""))
+    assert not v.f_flag & os.ST_RDONLY and v.f_namemax == 255
+    if st.kind == "file":
+        r = os.statvfs(st.root)
+        assert abs(v.f_blocks * v.f_frsize - r.f_blocks * r.f_frsize) <= v.f_frsize
+        assert abs(v.f_bavail * v.f_frsize - r.f_bavail * r.f_frsize) <= 1 << 30  # others write
+        assert v.f_files == r.f_files
+    else:
+        assert v.f_bavail * v.f_frsize == v.f_blocks * v.f_frsize == 1 << 50
+        assert v.f_ffree > 0
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    m = mount("file://" + str(ro), ["block_size=1M"], name="ro")
+    v = os.statvfs(m.mnt)
+    assert v.f_flag & os.ST_RDONLY and v.f_bavail == 0 and v.f_blocks > 0
+
+
 # ---------------------------------------------------------------------------------------------
 # metrics that do not cry wolf
 
