@@ -248,10 +248,10 @@ static int cmp_blk(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* " disk=0-15,32": the blocks of @o that tier @tr of the chain lists (tier_ops.each), as
+/* " NAME=0-15,32": the blocks of @o that tier @tr of the chain lists (tier_ops.each), as
  * ranges (the first RESIDENCY_RANGES, then a count), after what the memory tiers hold; nothing
- * when it holds none. The cost is a walk of the tier's index (the disk tier's is bounded by
- * disk_size), never of the object's size. */
+ * when it holds none. The cost is a walk of the tier's index (bounded by the tier's size),
+ * never of the object's size. */
 static void tier_residency(const struct tier *tr, const struct fobj *o, struct text *t,
 			   bool first)
 {
@@ -288,9 +288,9 @@ out:
 	free(b.v);
 }
 
-/* "hot=0-15,32 lagging=16-20 disk=0-40", "none", or the first RESIDENCY_RANGES ranges and a
- * count (each chain tier's ranges counted on their own: a block on disk is often in memory
- * too). The chain's tiers that list their blocks (tier_ops.each) follow the memory tiers, in
+/* "hot=0-15,32 lagging=16-20 NAME=0-40", "none", or the first RESIDENCY_RANGES ranges and a
+ * count (each chain tier's ranges counted on their own: a block in a tier of the chain is
+ * often in memory too). The chain's tiers that list their blocks (tier_ops.each) follow the memory tiers, in
  * chain order. */
 static void residency_text(struct mount *m, const struct fobj *o, struct text *t)
 {

@@ -565,18 +565,129 @@ static uint64_t fleet_room(void *self)
 	return room > FV_HDR_LEN ? room - FV_HDR_LEN : 0;
 }
 
-static const struct tier_ops fleet_ops = {
-	.name = "shared",
+/* The fleet tier's rows of /metrics (tier="fleet"): its lookups, its Redis client's calls,
+ * the fetch locks, and the fleet budget. */
+static void fleet_metrics(void *self, void (*fn)(void *arg, const struct tier_metric *m),
+			  void *arg)
+{
+	struct fs_fleet_stats f;
+	struct bk_redis_stats r;
+
+	fs_fleet_get_stats(self, &f, &r);
+	_Static_assert(BK_REDIS_LAT_BUCKETS <= TIER_HIST_MAX, "a histogram too long");
+	/* clang-format off */
+	const struct tier_metric rows[] = {
+#define ROW(name, type, v, help) {name, TIER_##type, help, v, 0, NULL, NULL, 0}
+	ROW("fleet_hits_total", COUNTER, f.hits,
+	    "Blocks served from the fleet tier, their value checked."),
+	ROW("fleet_served_bytes_total", COUNTER, f.hit_bytes,
+	    "Bytes of blocks served from the fleet tier."),
+	ROW("fleet_misses_total", COUNTER, f.misses, "Blocks the fleet tier did not hold."),
+	ROW("fleet_rejected_total", COUNTER, f.rejected,
+	    "Values refused by the check (wrong bytes, truncated, another block's, foreign): read "
+	    "from the store instead."),
+	ROW("fleet_mac_rejected_total", COUNTER, f.mac_rejected,
+	    "Values of those refused by their MAC (shared_key): forged, written without the key, "
+	    "or with another key."),
+	ROW("fleet_unavailable_total", COUNTER, f.unavailable,
+	    "Lookups Redis did not answer in time, or answered with an error, or could not take "
+	    "(down)."),
+	ROW("fleet_timeouts_total", COUNTER, r.timeouts,
+	    "Redis calls abandoned after shared_timeout."),
+	ROW("fleet_timeouts_extended_total", COUNTER, r.extended,
+	    "Timeouts a call waited past because the server was sending other replies, or "
+	    "answering the ones written before it."),
+	ROW("fleet_errors_total", COUNTER, r.errors,
+	    "Redis calls failed: server down, connection lost, error reply."),
+	ROW("fleet_bad_replies_total", COUNTER, r.bad_replies,
+	    "Connections closed for a reply tierfs does not take: longer than a value, an array "
+	    "too long or too deep, not RESP, not asked for, or still coming long after its turn."),
+	ROW("fleet_received_bytes_total", COUNTER, r.bytes_in, "Value bytes received from Redis."),
+	ROW("fleet_puts_total", COUNTER, r.puts, "Blocks written to Redis."),
+	ROW("fleet_put_bytes_total", COUNTER, r.put_bytes, "Value bytes written to Redis."),
+	ROW("fleet_put_drops_total", COUNTER, r.put_drops,
+	    "Blocks not written: too many bytes queued, or the server down."),
+	ROW("fleet_put_errors_total", COUNTER, r.put_errors,
+	    "Writes refused by Redis or lost with the connection."),
+	ROW("fleet_put_queued_bytes", GAUGE, r.put_queued,
+	    "Bytes of writes sent to Redis and not answered yet."),
+	ROW("fleet_store_fetches_total", COUNTER, f.store_fetches,
+	    "Blocks fetched from the store after the fleet tier."),
+	ROW("fleet_lock_wins_total", COUNTER, f.lock_wins,
+	    "Misses that took the block's fetch lock and fetched it from the store."),
+	ROW("fleet_lock_waits_total", COUNTER, f.lock_waits,
+	    "Misses that found another mount fetching the block, and waited for it."),
+	ROW("fleet_lock_wait_hits_total", COUNTER, f.lock_wait_hits,
+	    "Waits served the other mount's value."),
+	ROW("fleet_lock_gave_up_total", COUNTER, f.lock_gave_up,
+	    "Waits that went to the store after the bound (10 x shared_timeout)."),
+	{"fleet_get_seconds", TIER_HISTOGRAM,
+	 "Time from a GET written to Redis to its answer (a value or none), late answers "
+	 "included: compare with shared_timeout.",
+	 0, BK_REDIS_LAT_BUCKETS, r.get_lat, bk_redis_lat_bounds_us, r.get_lat_sum_us},
+	ROW("fleet_servers", GAUGE, r.servers,
+	    "Redis servers configured, and a cluster's masters found since."),
+	ROW("fleet_servers_down", GAUGE, r.servers_down, "Redis servers thought down now."),
+	ROW("fleet_redirects_total", COUNTER, r.redirects,
+	    "MOVED and ASK answers from a Redis Cluster: a slot moved, or moving."),
+	ROW("fleet_slot_maps_total", COUNTER, r.maps,
+	    "Slot maps asked of a Redis Cluster (CLUSTER NODES)."),
+	ROW("fleet_budget_calls_total", COUNTER, f.fleet_calls,
+	    "Fleet budget grant scripts called."),
+	ROW("fleet_budget_grants_total", COUNTER, f.fleet_grants, "Fleet budget chunks granted."),
+	ROW("fleet_budget_waits_total", COUNTER, f.fleet_waits,
+	    "Fleet budget calls told to wait (a chunk lent ahead, or refused): the fleet is at its "
+	    "rate."),
+	ROW("fleet_budget_errors_total", COUNTER, f.fleet_errors,
+	    "Fleet budget calls that failed."),
+	ROW("fleet_budget_queued_fetches_total", COUNTER, f.fleet_queued,
+	    "Lagging fetches that waited for fleet tokens."),
+	ROW("fleet_budget_fallbacks_total", COUNTER, f.fleet_fallbacks,
+	    "Times the fleet budget fell back to local limits (Redis failed)."),
+	ROW("fleet_budget_fallback", GAUGE, f.fleet_fallback,
+	    "1 while the fleet budget is on local limits only."),
+#undef ROW
+	};
+	/* clang-format on */
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		fn(arg, &rows[i]);
+}
+
+/* `tierfs status`: a row in the tiers' table, and a line of its own. */
+static const struct tier_status fleet_status = {
+	.hits = "fleet_hits_total",
+	.misses = "fleet_misses_total",
+	.served = "fleet_served_bytes_total",
+	.line = {
+		{"servers", "fleet_servers", TIER_ST_VALUE, NULL, NULL},
+		{"down", "fleet_servers_down", TIER_ST_VALUE, NULL, NULL},
+		{"timeouts", "fleet_timeouts_total", TIER_ST_RATE, NULL, NULL},
+		{"errors", "fleet_errors_total", TIER_ST_RATE, NULL, NULL},
+		{"budget", "fleet_budget_fallback", TIER_ST_FLAG, "ON LOCAL LIMITS", "ok"},
+	},
+};
+
+static void fleet_close(void *self)
+{
+	fs_fleet_free(self);
+}
+
+const struct tier_ops fs_fleet_tier_ops = {
+	.name = "fleet",
 	.get = fleet_get,
 	.put = fleet_put,
 	.room = fleet_room,
+	.metrics = fleet_metrics,
+	.status = &fleet_status,
+	.close = fleet_close,
 };
 
 struct tier fs_fleet_tier(struct fs_fleet *sh)
 {
 	bool budget = sh->fleet_rate || sh->fleet_ops;
 
-	return (struct tier){.ops = &fleet_ops, .self = sh, .gate = budget ? &sh->gate : NULL};
+	return (struct tier){.ops = &fs_fleet_tier_ops, .self = sh, .gate = budget ? &sh->gate : NULL};
 }
 
 /* ---- setup ------------------------------------------------------------------------------------- */

@@ -46,16 +46,10 @@ struct fs_device {
  * buffers, threads, the rest): the metrics' memory bound is hot_size + lagging_size + this. */
 #define FS_MEMORY_SLACK (64ull << 20)
 
-/* Where a read's slowest block came from: its latency histogram (struct mount.read_lat). The
- * memory tiers keep cache.h's numbers; the chain's tiers are matched by name (metrics.c). */
-enum fs_read_from {
-	FS_FROM_HOT = CACHE_HOT,
-	FS_FROM_LAG = CACHE_LAG,
-	FS_FROM_DISK = CACHE_NTIERS,
-	FS_FROM_SHARED,
-	FS_FROM_STORE,
-	FS_FROM_N,
-};
+/* Where a read's slowest block came from: its latency histogram (struct mount.read_lat), one
+ * per source as cache_iov.from numbers them: the memory tiers (enum cache_tier), then the
+ * chain's tiers in order (CACHE_NTIERS + i). */
+#define FS_FROM_N (CACHE_NTIERS + TIER_CHAIN_MAX)
 
 
 /* ---------------------------------------------------------------------------------------------
@@ -99,6 +93,8 @@ void fs_fleet_free(struct fs_fleet *sh);
 /* The fleet as a tier of the cache's chain, with the fleet budget as its gate when one is set.
  * @sh must outlive the cache. */
 struct tier fs_fleet_tier(struct fs_fleet *sh);
+/* Its operations, its rows of /metrics and its status line (fs_fleet_tier's ops). */
+extern const struct tier_ops fs_fleet_tier_ops;
 
 void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
 			 struct bk_redis_stats *ret_redis);
@@ -107,10 +103,11 @@ struct mount {
 	struct fs_opts *o;        /* settings; the live-changeable ones under opts_lock */
 	pthread_mutex_t opts_lock;
 	struct backend *b;
-	struct fs_fleet *fleet;  /* the shared tier, or NULL; set before the cache */
 	struct cache *c;
-	struct disk *disk;        /* the disk tier, or NULL (no cache_dir, or it could not open);
-				   * set before the cache */
+	/* the tiers between memory and the store, one slot per row of mount.c's table of
+	 * tiers, ops NULL where the options ask for none (or it could not open); set before the
+	 * cache, closed after it (tier_ops.stop, .close) */
+	struct tier below[TIER_CHAIN_MAX - 1];
 	struct store_tier store;  /* the chain's last tier: the backend */
 	struct ns *ns;
 	struct wpool *wpool;      /* write buffers (write.c), or NULL on a read-only mount */
