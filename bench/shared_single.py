@@ -82,7 +82,7 @@ def main():
                     pm = harness.Mount(ng.url, work / f"mnt-{i}-prime", o, logdir=work).start()
                     try:
                         read_all(pm, rels)
-                        queued = 'tierfs_shared_put_queued_bytes{tier="shared"} 0'
+                        queued = 'tierfs_fleet_put_queued_bytes{tier="fleet"} 0'
                         harness.wait_until(lambda: queued in (pm.mnt / ".tierfs" / "stats")
                                            .read_text().splitlines(),
                                            30, "the priming mount's SETs")
