@@ -23,4 +23,10 @@ const struct tier_ops *fs_tier_type(size_t i);
 int fs_status_print(FILE *out, const char *mnt, const char *text_a, const char *text_b,
 		    double secs, const struct tier_ops *const *types, size_t ntypes);
 
+/* The residency listing of @chain[0..@n) for object @oid, as user.tierfs.cached shows it after
+ * the memory tiers: "NAME=0-15,32 NAME2=7" for each tier that lists blocks (tier_ops.each)
+ * and holds some of @oid, "" when none does (control.c). @return 0 and *ret (the caller frees
+ * it), or -ENOMEM. */
+int fs_tier_residency(const struct tier *chain, unsigned n, struct cache_oid oid, char **ret);
+
 #endif

@@ -4,7 +4,8 @@
  * with its # HELP and # TYPE, every sample line well formed and under its own family), known
  * values printed as they should be (seconds from nanoseconds, negative tokens, a cumulative
  * histogram), a tier of the chain's own rows (a test tier: its families after the table, its
- * series inside the families it shares) and its lines in `tierfs status`, the families and
+ * series inside the families it shares), its lines in `tierfs status` and its residency
+ * listing (the proof that a tier needs no line of fs/ to be shown), the families and
  * series a mount without that tier leaves out, and a sink's error stopping the writer.
  *
  * No mount: the snapshots are filled by hand, as fs_metrics_snap would from the modules.
@@ -251,8 +252,21 @@ static const struct tier_status test_tier_lines = {
 	     {"", "testtier_ready", TIER_ST_FLAG, "ready", "NOT READY"}},
 };
 
+/* It holds blocks 5, 0, 1 and 2 of every object (listed in no order). */
+static void test_tier_each(void *self, struct cache_oid oid, void (*fn)(void *arg, uint64_t blk),
+			   void *arg)
+{
+	static const uint64_t blks[] = {5, 0, 1, 2};
+
+	(void)self;
+	(void)oid;
+	for (size_t i = 0; i < sizeof(blks) / sizeof(blks[0]); i++)
+		fn(arg, blks[i]);
+}
+
 static const struct tier_ops test_tier_ops = {
     .name = "testtier",
+    .each = test_tier_each,
     .metrics = test_tier_metrics,
     .status = &test_tier_lines,
 };
@@ -417,6 +431,25 @@ static void test_tier_status(void **state)
 	free(b);
 }
 
+/* The residency listing (user.tierfs.cached, after the memory tiers) shows the test tier's
+ * blocks as ranges under its name; a tier that lists nothing (the store) adds nothing. */
+static void test_tier_residency(void **state)
+{
+	static const struct tier_ops store_ops = {.name = "store"};
+	uint64_t n[2] = {0, 0};
+	struct tier chain[] = {{.ops = &test_tier_ops, .self = n}, {.ops = &store_ops}};
+	struct cache_oid oid = {0};
+	char *text;
+
+	(void)state;
+	assert_int_equal(fs_tier_residency(chain, 2, oid, &text), 0);
+	assert_string_equal(text, "testtier=0-2,5");
+	free(text);
+	assert_int_equal(fs_tier_residency(&chain[1], 1, oid, &text), 0);
+	assert_string_equal(text, "");
+	free(text);
+}
+
 /* A sink's error ends the text there, and is the writer's answer. */
 static void test_sink_error(void **state)
 {
@@ -437,6 +470,7 @@ int main(void)
 	    cmocka_unit_test(test_names),	 cmocka_unit_test(test_every_row_exported),
 	    cmocka_unit_test(test_known_values), cmocka_unit_test(test_tier_families),
 	    cmocka_unit_test(test_optional_tiers), cmocka_unit_test(test_tier_status),
+	    cmocka_unit_test(test_tier_residency),
 	    cmocka_unit_test(test_sink_error),
 	};
 
