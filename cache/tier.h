@@ -176,7 +176,7 @@ void tier_detach(struct tier_io *io);
 #define GATE_LATER UINT64_MAX
 
 /* Where a gate's tokens come from: a local token bucket (gate_rl_ops), or a budget granted
- * from elsewhere (the fleet's, fs/fleet.c). */
+ * from elsewhere (the fleet's, tiers/fleet.c). */
 struct gate_src_ops {
 	/* Take @bytes and one request now: @return 0 (taken); the nanoseconds after which to
 	 * ask again (nothing taken); or GATE_LATER (nothing taken; the source will gate_kick

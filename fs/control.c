@@ -291,8 +291,8 @@ out:
 
 /* "hot=0-15,32 lagging=16-20 NAME=0-40", "none", or the first RESIDENCY_RANGES ranges and a
  * count (each chain tier's ranges counted on their own: a block in a tier of the chain is
- * often in memory too). The chain's tiers that list their blocks (tier_ops.each) follow the memory tiers, in
- * chain order. */
+ * often in memory too). The chain's tiers that list their blocks (tier_ops.each) follow the
+ * memory tiers, in chain order. */
 static void residency_text(struct mount *m, const struct fobj *o, struct text *t)
 {
 	struct cache_obj co = {.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};

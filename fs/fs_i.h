@@ -1,6 +1,6 @@
 /*
- * fs_i.h - declarations shared only inside fs/: the mount's state (ops.c, control.c, mount.c),
- * the fleet tier (fleet.c) and what mount.c asks of ops.c. The namespace has its own header
+ * fs_i.h - declarations shared only inside fs/: the mount's state (ops.c, control.c, mount.c)
+ * and what mount.c asks of ops.c. The namespace has its own header
  * (ns.h), and so has logging (log.h). No FUSE request types here: what speaks FUSE (the
  * operations' table and the operations that change the store) is in fs_fuse.h, so
  * <fuse_lowlevel.h> reaches only the files that answer requests.
@@ -51,53 +51,6 @@ struct fs_device {
  * chain's tiers in order (CACHE_NTIERS + i). */
 #define FS_FROM_N (CACHE_NTIERS + TIER_CHAIN_MAX)
 
-
-/* ---------------------------------------------------------------------------------------------
- * fleet.c: the shared tier (Redis) and the fleet lagging budget, a tier of the cache's chain.
- * ------------------------------------------------------------------------------------------ */
-
-struct fs_fleet;
-struct fuse_session;
-struct mount;
-struct fs_opts;
-struct bk_redis_stats;
-
-struct fs_fleet_stats {
-	uint64_t hits;            /* blocks served from Redis (value checked) */
-	uint64_t hit_bytes;       /* their bytes */
-	uint64_t misses;          /* Redis had no value */
-	uint64_t rejected;        /* values refused by the check (wrong, truncated, foreign) */
-	uint64_t mac_rejected;    /* ... of them, refused by the MAC (shared_key): forged,
-				   * unsigned, or another key's */
-	uint64_t unavailable;     /* Redis did not answer in time, or is down, or erred */
-	uint64_t store_fetches;   /* blocks fetched from the store through the decorator */
-	uint64_t lock_wins;       /* misses that took the block's fetch lock and fetched it */
-	uint64_t lock_waits;      /* misses that found another mount fetching, and waited */
-	uint64_t lock_wait_hits;  /* ... and were served its value */
-	uint64_t lock_gave_up;    /* ... and went to the store after the bound */
-	uint64_t fleet_calls;     /* grant scripts called */
-	uint64_t fleet_grants;    /* chunks granted */
-	uint64_t fleet_waits;     /* calls told to wait */
-	uint64_t fleet_errors;    /* calls that failed (Redis down or slow) */
-	uint64_t fleet_queued;    /* lagging fetches that waited for fleet tokens */
-	uint64_t fleet_fallbacks; /* times the budget fell back to local limits */
-	bool fleet_fallback;      /* on local limits only now */
-};
-
-/* Connect the mount to the shared tier o->shared (no network until the first fetch).
- * @return 0 and *ret, or -errno with one line in @err. */
-int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret, char *err,
-		  size_t errlen);
-/* After backend_stop. Accepts NULL. */
-void fs_fleet_free(struct fs_fleet *sh);
-/* The fleet as a tier of the cache's chain, with the fleet budget as its gate when one is set.
- * @sh must outlive the cache. */
-struct tier fs_fleet_tier(struct fs_fleet *sh);
-/* Its operations, its rows of /metrics and its status line (fs_fleet_tier's ops). */
-extern const struct tier_ops fs_fleet_tier_ops;
-
-void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
-			 struct bk_redis_stats *ret_redis);
 
 struct mount {
 	struct fs_opts *o;        /* settings; the live-changeable ones under opts_lock */

@@ -182,7 +182,8 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "Read requests answered.")                                                               \
 	X(read_seconds, HISTOGRAM, READ_HIST(read_lat),                                            \
 	  "Time from a read request to its answer with data, by the tier of the slowest block it " \
-	  "waited for: hot or lagging (in memory, at once), or a tier of the chain, the store last.") \
+	  "waited for: hot or lagging (in memory, at once), or a tier of the chain (the store "    \
+	  "last).")                                                                                \
 	X(read_errors_total, COUNTER, MOUNT(read_errors),                                          \
 	  "Read requests answered with an error.")                                                 \
 	X(read_bytes_total, COUNTER, MOUNT(read_bytes),                                            \

@@ -5,7 +5,7 @@
  *   open_backend   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
  *   open_tiers             ──► tier_openers: each tier below memory from its options
  *                                              (cache_dir: the disk tier, rebuilt by a scan;
- *                                              shared=: the fleet tier, fleet.c)
+ *                                              shared=: the fleet tier, tiers/fleet.c)
  *   open_cache             ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, timers,
  *                                              references; chain_of: the tiers, the store)
  *   open_ns                ──► ns_cfg      ──► ns_new (the root's first listing starts once
@@ -42,6 +42,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include "fleet.h"
 #include "fs_fuse.h"
 #include "tiertypes.h"
 
@@ -243,19 +244,44 @@ static int open_endpoint(struct session *se, const char *spec)
 	return r < 0 ? setup_failed(r, err) : 0;
 }
 
-/* shared=: the fleet tier (Redis), attached to the backend's I/O loop (fleet.c). */
+/* The fleet tier's lines: held back by the mount's log when they repeat; at open, plain. */
+static void fleet_log(void *arg, int level, const char *obj, const char *cause, const char *line)
+{
+	if (obj)
+		fs_log_once(arg, (enum fuse_log_level)level, obj, cause, "%s", line);
+	else
+		fuse_log((enum fuse_log_level)level, "tierfs: %s\n", line);
+}
+
+/* shared=: the fleet tier (Redis), attached to the backend's I/O loop (tiers/fleet.c). */
 static int open_fleet(struct mount *m, struct tier *ret)
 {
-	struct fs_fleet *f;
+	const struct fs_opts *o = m->o;
+	struct fleet_cfg fc = {
+		.servers = o->shared,
+		.password_file = o->shared_password_file,
+		.key_file = o->shared_key,
+		.prefix = o->shared_prefix,
+		.timeout_ms = o->shared_timeout,
+		.fill_lagging = o->shared_fill_lagging,
+		.fleet_rate = o->fleet_lagging_rate,
+		.fleet_ops = o->fleet_lagging_ops,
+		.block_size = (uint32_t)o->block_size,
+		.b = m->b,
+		.env = fs_cache_env(m),
+		.log = fleet_log,
+		.log_arg = &m->log,
+	};
+	struct fleet *f;
 	char err[512] = "";
 	int r;
 
-	if (!m->o->shared)
+	if (!o->shared)
 		return 0;
-	r = fs_fleet_new(m, m->o, &f, err, sizeof(err));
+	r = fleet_new(&fc, &f, err, sizeof(err));
 	if (r < 0)
 		return setup_failed(r, err);
-	*ret = fs_fleet_tier(f);
+	*ret = fleet_tier(f);
 	return 0;
 }
 
@@ -272,7 +298,7 @@ static const struct tier_opener {
 	bool before_io;
 } tier_openers[] = {
     {&disk_tier_ops, open_disk, false},
-    {&fs_fleet_tier_ops, open_fleet, true},
+    {&fleet_tier_ops, open_fleet, true},
 };
 
 const struct tier_ops *fs_tier_type(size_t i)

@@ -31,7 +31,7 @@ HOT_TTL = 3 * 86400
 OLD_AGE = 30 * 86400
 PREFIX = "t:"
 MAXMEMORY = 512 << 20  # each test's redis-server
-HDR = 80  # a value's header (cache/fleetval.h)
+HDR = 80  # a value's header (tiers/fleet_value.h)
 
 
 # ---------------------------------------------------------------------------------------------
