@@ -22,7 +22,10 @@
 
 #include <cmocka.h>
 
+#include "disk.h"
+#include "fleet.h"
 #include "metrics.h"
+#include "trace.h"
 #include "tiertypes.h"
 
 /* A growing string: the test's sink. */
@@ -450,6 +453,17 @@ static void test_tier_residency(void **state)
 	free(text);
 }
 
+/* The read trace records a read's tier by code, from the served tier's name (fs/trace.c:
+ * trace_tier_code(cache_served.from)): every tier the mount may open has its code, or its
+ * reads would be recorded as served by none. */
+static void test_trace_codes(void **state)
+{
+	(void)state;
+	assert_int_equal(trace_tier_code(disk_tier_ops.name), TRACE_DISK);
+	assert_int_equal(trace_tier_code(fleet_tier_ops.name), TRACE_FLEET);
+	assert_int_equal(trace_tier_code("store"), TRACE_STORE);
+}
+
 /* A sink's error ends the text there, and is the writer's answer. */
 static void test_sink_error(void **state)
 {
@@ -470,7 +484,7 @@ int main(void)
 	    cmocka_unit_test(test_names),	 cmocka_unit_test(test_every_row_exported),
 	    cmocka_unit_test(test_known_values), cmocka_unit_test(test_tier_families),
 	    cmocka_unit_test(test_optional_tiers), cmocka_unit_test(test_tier_status),
-	    cmocka_unit_test(test_tier_residency),
+	    cmocka_unit_test(test_tier_residency), cmocka_unit_test(test_trace_codes),
 	    cmocka_unit_test(test_sink_error),
 	};
 
