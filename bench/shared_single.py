@@ -112,8 +112,8 @@ def main():
                     if r:  # what the shared tier did: timeouts, locks, a server paused
                         st = (m.mnt / ".tierfs" / "stats").read_text().splitlines()
                         print("  " + " ".join(
-                            ln.split("{")[0].replace("tierfs_shared_", "") + "=" + ln.split()[-1]
-                            for ln in st if ln.startswith("tierfs_shared_")
+                            ln.split("{")[0].replace("tierfs_fleet_", "") + "=" + ln.split()[-1]
+                            for ln in st if ln.startswith("tierfs_fleet_")
                             and not ln.endswith(" 0")), flush=True)
                 finally:
                     if p:
