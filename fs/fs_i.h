@@ -22,7 +22,6 @@
 #include "backend.h"
 #include "cache.h"
 #include "tier.h"
-#include "disk.h"
 #include "store.h"
 #include "fs.h"
 #include "log.h"

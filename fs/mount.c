@@ -42,6 +42,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include "disk.h"
 #include "fleet.h"
 #include "fs_fuse.h"
 #include "tiertypes.h"
