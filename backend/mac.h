@@ -1,8 +1,8 @@
 /*
- * mac.h - the fleet's keyed MAC over shared-tier values (shared_key), from OpenSSL.
+ * mac.h - the fleet's keyed MAC over the fleet tier's values (shared_key), from OpenSSL.
  *
- * cache/fleetval.c frames and checks values but holds no cryptography (cache/ may not include
- * OpenSSL); fs/ hands it bk_mac_tag as a function (struct fv_mac). The MAC is GMAC (AES-256)
+ * tiers/fleet_value.c frames and checks values but holds no cryptography (tiers/ may not
+ * include OpenSSL); tiers/fleet.c hands it bk_mac_tag as a function (struct fv_mac). The MAC is GMAC (AES-256)
  * under a key derived for each value from the fleet's key and the value's salt: see mac.c for
  * the construction and why it is a MAC for this use.
  */

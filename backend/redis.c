@@ -130,7 +130,7 @@ void redisProcessCallbacks(redisAsyncContext *ac);
 /*
  * A fetch lock's value is its holder's token (random, per mount), and a mount renews and
  * deletes only a lock that holds its own: a fetch whose GET timed out takes the lock for its
- * own (fs/fleet.c) without knowing whether its SET NX won, and its DEL, plain, deleted the
+ * own (tiers/fleet.c) without knowing whether its SET NX won, and its DEL, plain, deleted the
  * lock of the mount really fetching the block, whose waiters then took it and fetched again
  * (test_timed_out_fetch_leaves_anothers_lock).
  */
@@ -608,7 +608,7 @@ static void on_auth(redisAsyncContext *ac, void *r, void *priv)
 }
 
 /*
- * A fetch lock (fs/fleet.c) says "the value is coming", and its PX was sized for the
+ * A fetch lock (tiers/fleet.c) says "the value is coming", and its PX was sized for the
  * holder's fetch. But the fetch may wait behind the mount's readahead, and the SET behind the
  * mount's earlier SETs, in putq or in the socket's buffers: with three mounts at full speed on
  * two cores, 2-20 of a run's 64 locks expired before their value was in Redis, and a mount
@@ -621,7 +621,7 @@ static void on_auth(redisAsyncContext *ac, void *r, void *priv)
  * their timers ran 100-104 ms apart). A lock whose GET timed out is held too, once its SET
  * NX's late reply says it is ours (late_lock). A holder that dies renews nothing, and its
  * locks expire one PX later, as before; a hold whose DEL never comes (a bug) ends after
- * HOLD_MAX_PX. Waiters still give up after their own bound (fs/fleet.c). The
+ * HOLD_MAX_PX. Waiters still give up after their own bound (tiers/fleet.c). The
  * renewals' replies are not wanted (NULL callbacks: not counted, not timed).
  */
 static void renew(void *arg)

@@ -3,7 +3,7 @@
  * reads and fills, reached from the backend's I/O thread without blocking anyone.
  *
  * Values are opaque bytes here: what a value means and whether it is right is the caller's
- * business (fs/ frames blocks with cache/fleetval.h). Keys are spread over the servers by a
+ * business (tiers/fleet.c frames blocks with tiers/fleet_value.h). Keys are spread over the servers by a
  * consistent-hash ring (bk_chash), so adding a server moves only its share of the keys; on a
  * Redis Cluster, found at the first call, by the cluster's own slots (cluster.h).
  * Every call returns at once; its answer comes on the I/O thread.
@@ -121,7 +121,7 @@ int bk_redis_get(struct bk_redis *s, const char *key, const struct bk_redis_into
 		  bk_redis_get_fn done, void *arg);
 
 /* GET @key and, in the same round trip, SET @lock NX PX @lock_ms (the fetch lock: see
- * fs/fleet.c), the value into @into as for bk_redis_get. @done gets 0 and the value;
+ * tiers/fleet.c), the value into @into as for bk_redis_get. @done gets 0 and the value;
  * -ENOENT no value, and the lock is the caller's now (or could not be taken: nobody holds it
  * for the caller); -EBUSY no value, and another holds the lock; other errors as for a GET. A
  * lock taken with a value found is left to expire. @return 0 or -errno (done not called). */

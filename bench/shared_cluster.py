@@ -93,9 +93,9 @@ def run(ng, work, url, rels, label, pace, during=None):
 
 SHA = {}
 TIMEOUT_MS = 200  # --timeout: shared_timeout of the mounts
-COUNTERS = ("shared_timeouts_total", "shared_redirects_total", "shared_errors_total",
-            "shared_lock_waits_total", "shared_lock_gave_up_total", "shared_put_drops_total",
-            "shared_put_errors_total", "shared_store_fetches_total")
+COUNTERS = ("fleet_timeouts_total", "fleet_redirects_total", "fleet_errors_total",
+            "fleet_lock_waits_total", "fleet_lock_gave_up_total", "fleet_put_drops_total",
+            "fleet_put_errors_total", "fleet_store_fetches_total")
 
 
 def counters(sts):

@@ -82,7 +82,7 @@ def main():
                     pm = harness.Mount(ng.url, work / f"mnt-{i}-prime", o, logdir=work).start()
                     try:
                         read_all(pm, rels)
-                        queued = 'tierfs_shared_put_queued_bytes{tier="shared"} 0'
+                        queued = 'tierfs_fleet_put_queued_bytes{tier="fleet"} 0'
                         harness.wait_until(lambda: queued in (pm.mnt / ".tierfs" / "stats")
                                            .read_text().splitlines(),
                                            30, "the priming mount's SETs")
@@ -112,8 +112,8 @@ def main():
                     if r:  # what the shared tier did: timeouts, locks, a server paused
                         st = (m.mnt / ".tierfs" / "stats").read_text().splitlines()
                         print("  " + " ".join(
-                            ln.split("{")[0].replace("tierfs_shared_", "") + "=" + ln.split()[-1]
-                            for ln in st if ln.startswith("tierfs_shared_")
+                            ln.split("{")[0].replace("tierfs_fleet_", "") + "=" + ln.split()[-1]
+                            for ln in st if ln.startswith("tierfs_fleet_")
                             and not ln.endswith(" 0")), flush=True)
                 finally:
                     if p:

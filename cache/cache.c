@@ -482,6 +482,7 @@ static void served_of(const struct cache *c, const struct piece *p, uint32_t n,
 		ret->fetched += p[i].fetched;
 	}
 	ret->from = cache_source_name(c, deepest);
+	ret->at = deepest;
 }
 
 /* Answer a read whose pieces are all present (or that failed), then drop its pins. */

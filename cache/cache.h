@@ -142,8 +142,10 @@ typedef void (*cache_reply_fn)(void *req, const struct cache_iov *iov, int n, in
 /* What served a read: its deepest source, and the bytes fetched for it from below memory. */
 struct cache_served {
 	const char *from;  /* "hot", "lagging" (a memory hit), or the name of the chain's tier
-			    * that answered a block it waited for ("disk", "shared", "store"):
-			    * the deepest of its blocks' sources, in chain order */
+			    * that answered a block it waited for (tier_ops.name): the deepest
+			    * of its blocks' sources, in chain order */
+	unsigned at;       /* the same as a number (cache_iov.from): a memory tier, or
+			    * CACHE_NTIERS + i for the chain's tier i */
 	uint64_t fetched;  /* bytes of the fetches it waited for, whichever tier answered them (a
 			    * fetch two reads waited for counts in both; readahead it did not
 			    * wait for, in none) */
@@ -309,8 +311,8 @@ void cache_drop(struct cache *c, struct cache_oid oid);
 
 void cache_get_stats(struct cache *c, struct cache_stats *ret);
 
-/* The name of @from (cache_iov.from): "hot", "lagging", or the chain tier's (tier_ops.name:
- * "disk", "shared", "store"). NULL past the chain's end. */
+/* The name of @from (cache_iov.from): "hot", "lagging", or the chain tier's (tier_ops.name).
+ * NULL past the chain's end. */
 const char *cache_source_name(const struct cache *c, unsigned from);
 
 uint32_t cache_block_size(const struct cache *c);

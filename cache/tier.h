@@ -51,8 +51,62 @@ struct tier_io {
 			     * get leaves there, its put finds (and clears) */
 };
 
+/* ---------------------------------------------------------------------------------------------
+ * What a tier shows: its metric rows and its line in `tierfs status`. fs/ prints them for
+ * every tier of the chain, labelled tier="NAME" (tier_ops.name), and names no tier itself.
+ * ------------------------------------------------------------------------------------------ */
+
+enum tier_metric_type {
+	TIER_COUNTER,
+	TIER_GAUGE,
+	TIER_HISTOGRAM,
+};
+
+/* A histogram's buckets, at most. */
+#define TIER_HIST_MAX 24
+
+/* One sample of a tier, a row of /metrics: tierfs_NAME{tier="TIER"}. Rows of one name from
+ * several tiers (and from the memory tiers' own table) form one family. */
+struct tier_metric {
+	const char *name;          /* without "tierfs_": "cache_hits_total"; static */
+	enum tier_metric_type type;
+	const char *help;          /* one line without a backslash; static */
+	uint64_t value;            /* a counter's or a gauge's value */
+	unsigned nbuckets;         /* a histogram: its buckets (<= TIER_HIST_MAX), */
+	const uint64_t *counts;    /* each its own count (not cumulative); valid during the call */
+	const uint64_t *bounds_us; /* nbuckets - 1 upper bounds in microseconds; static */
+	uint64_t sum_us;           /* the sum of what it counted, microseconds */
+};
+
+/* One field of a tier's status line: LABEL then the value of tierfs_METRIC{tier="TIER"}. */
+enum tier_status_kind {
+	TIER_ST_RATE,  /* per second between the two samples: "writes 1.5/s" */
+	TIER_ST_VALUE, /* its value now: "drops 0" */
+	TIER_ST_FLAG,  /* on (> 0) or off text: "writable" / "WRITES OFF" */
+};
+
+struct tier_status_field {
+	const char *label;  /* "writes", "" for a flag */
+	const char *metric; /* the family, without "tierfs_"; NULL ends the line */
+	enum tier_status_kind kind;
+	const char *on, *off; /* TIER_ST_FLAG: the text for > 0, and for 0 */
+};
+
+#define TIER_STATUS_FIELDS 8
+
+/* A tier's part of `tierfs status`, as data: fs/status.c renders it from /metrics text for
+ * every tier label it finds, in the client process. */
+struct tier_status {
+	/* its row in the tiers' table (hit ratios, rates): the families of its hits, misses
+	 * and bytes served (NULL: the tier has no row; served NULL: shown as "-") */
+	const char *hits, *misses, *served;
+	/* its own line, fields in order, up to the first with metric NULL (none: no line) */
+	struct tier_status_field line[TIER_STATUS_FIELDS];
+};
+
 struct tier_ops {
-	const char *name;   /* "disk", "shared", "store": stats labels */
+	const char *name;   /* the tier's one name: the tier="NAME" label, the residency
+			     * listing's "NAME=ranges", cache_served.from */
 	/*
 	 * Start reading @io into io->dst. Answer exactly once with tier_answer(io, 0) when dst
 	 * holds the checked bytes (a hit), or tier_answer(io, < 0) (a miss, or for the store a
@@ -84,6 +138,16 @@ struct tier_ops {
 	 * NULL: the tier lists nothing. */
 	void (*each)(void *self, struct cache_oid oid, void (*fn)(void *arg, uint64_t blk),
 		     void *arg);
+	/* Call @fn once per row the tier shows now (struct tier_metric), from its counters
+	 * (relaxed loads or its own lock, never the cache's). NULL: no rows. */
+	void (*metrics)(void *self, void (*fn)(void *arg, const struct tier_metric *m), void *arg);
+	/* Its status line and table row (static data); NULL: none. */
+	const struct tier_status *status;
+	/* The cache is going away: end reads still queued (they answer as misses). NULL:
+	 * nothing to do. */
+	void (*stop)(void *self);
+	/* Free the tier, after the cache (its queued writes written). NULL: nothing to free. */
+	void (*close)(void *self);
 };
 
 struct gate;
@@ -112,7 +176,7 @@ void tier_detach(struct tier_io *io);
 #define GATE_LATER UINT64_MAX
 
 /* Where a gate's tokens come from: a local token bucket (gate_rl_ops), or a budget granted
- * from elsewhere (the fleet's, fs/fleet.c). */
+ * from elsewhere (the fleet's, tiers/fleet.c). */
 struct gate_src_ops {
 	/* Take @bytes and one request now: @return 0 (taken); the nanoseconds after which to
 	 * ask again (nothing taken); or GATE_LATER (nothing taken; the source will gate_kick

@@ -44,6 +44,7 @@
 
 #include "fs_i.h"
 #include "metrics.h"
+#include "tiertypes.h"
 
 #define XATTR_PREFIX "user.tierfs."
 
@@ -248,17 +249,17 @@ static int cmp_blk(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* " disk=0-15,32": the blocks of @o that tier @tr of the chain lists (tier_ops.each), as
+/* " NAME=0-15,32": the blocks of @o that tier @tr of the chain lists (tier_ops.each), as
  * ranges (the first RESIDENCY_RANGES, then a count), after what the memory tiers hold; nothing
- * when it holds none. The cost is a walk of the tier's index (the disk tier's is bounded by
- * disk_size), never of the object's size. */
-static void tier_residency(const struct tier *tr, const struct fobj *o, struct text *t,
+ * when it holds none. The cost is a walk of the tier's index (bounded by the tier's size),
+ * never of the object's size. */
+static void tier_residency(const struct tier *tr, struct cache_oid oid, struct text *t,
 			   bool first)
 {
 	struct blocks b = {0};
 	size_t ranges = 0;
 
-	tr->ops->each(tr->self, o->id, blocks_add, &b);
+	tr->ops->each(tr->self, oid, blocks_add, &b);
 	if (b.oom) {
 		t->oom = true;
 		goto out;
@@ -288,10 +289,10 @@ out:
 	free(b.v);
 }
 
-/* "hot=0-15,32 lagging=16-20 disk=0-40", "none", or the first RESIDENCY_RANGES ranges and a
- * count (each chain tier's ranges counted on their own: a block on disk is often in memory
- * too). The chain's tiers that list their blocks (tier_ops.each) follow the memory tiers, in
- * chain order. */
+/* "hot=0-15,32 lagging=16-20 NAME=0-40", "none", or the first RESIDENCY_RANGES ranges and a
+ * count (each chain tier's ranges counted on their own: a block in a tier of the chain is
+ * often in memory too). The chain's tiers that list their blocks (tier_ops.each) follow the
+ * memory tiers, in chain order. */
 static void residency_text(struct mount *m, const struct fobj *o, struct text *t)
 {
 	struct cache_obj co = {.id = o->id, .size = o->size, .mtime = o->mtime, .ctx = (void *)o};
@@ -318,9 +319,26 @@ static void residency_text(struct mount *m, const struct fobj *o, struct text *t
 	before = t->len;
 	for (unsigned i = 0; i < nchain && !t->oom; i++)
 		if (chain[i].ops->each)
-			tier_residency(&chain[i], o, t, none && t->len == before);
+			tier_residency(&chain[i], o->id, t, none && t->len == before);
 	if (none && t->len == before && !t->oom)
 		put(t, "none");
+}
+
+int fs_tier_residency(const struct tier *chain, unsigned n, struct cache_oid oid, char **ret)
+{
+	struct text t = {0};
+
+	for (unsigned i = 0; i < n && !t.oom; i++)
+		if (chain[i].ops->each)
+			tier_residency(&chain[i], oid, &t, t.len == 0);
+	if (!t.oom && !t.s)
+		put(&t, "%s", "");
+	if (t.oom) {
+		free(t.s);
+		return -ENOMEM;
+	}
+	*ret = t.s;
+	return 0;
 }
 
 int ctl_getxattr(struct mount *m, uint64_t ino, const char *name, char *buf, size_t size)

@@ -1,6 +1,6 @@
 /*
- * fs_i.h - declarations shared only inside fs/: the mount's state (ops.c, control.c, mount.c),
- * the fleet tier (fleet.c) and what mount.c asks of ops.c. The namespace has its own header
+ * fs_i.h - declarations shared only inside fs/: the mount's state (ops.c, control.c, mount.c)
+ * and what mount.c asks of ops.c. The namespace has its own header
  * (ns.h), and so has logging (log.h). No FUSE request types here: what speaks FUSE (the
  * operations' table and the operations that change the store) is in fs_fuse.h, so
  * <fuse_lowlevel.h> reaches only the files that answer requests.
@@ -22,7 +22,6 @@
 #include "backend.h"
 #include "cache.h"
 #include "tier.h"
-#include "disk.h"
 #include "store.h"
 #include "fs.h"
 #include "log.h"
@@ -46,71 +45,21 @@ struct fs_device {
  * buffers, threads, the rest): the metrics' memory bound is hot_size + lagging_size + this. */
 #define FS_MEMORY_SLACK (64ull << 20)
 
-/* Where a read's slowest block came from: its latency histogram (struct mount.read_lat). The
- * memory tiers keep cache.h's numbers; the chain's tiers are matched by name (metrics.c). */
-enum fs_read_from {
-	FS_FROM_HOT = CACHE_HOT,
-	FS_FROM_LAG = CACHE_LAG,
-	FS_FROM_DISK = CACHE_NTIERS,
-	FS_FROM_SHARED,
-	FS_FROM_STORE,
-	FS_FROM_N,
-};
+/* Where a read's slowest block came from: its latency histogram (struct mount.read_lat), one
+ * per source as cache_iov.from numbers them: the memory tiers (enum cache_tier), then the
+ * chain's tiers in order (CACHE_NTIERS + i). */
+#define FS_FROM_N (CACHE_NTIERS + TIER_CHAIN_MAX)
 
-
-/* ---------------------------------------------------------------------------------------------
- * fleet.c: the shared tier (Redis) and the fleet lagging budget, a tier of the cache's chain.
- * ------------------------------------------------------------------------------------------ */
-
-struct fs_fleet;
-struct fuse_session;
-struct mount;
-struct fs_opts;
-struct bk_redis_stats;
-
-struct fs_fleet_stats {
-	uint64_t hits;            /* blocks served from Redis (value checked) */
-	uint64_t hit_bytes;       /* their bytes */
-	uint64_t misses;          /* Redis had no value */
-	uint64_t rejected;        /* values refused by the check (wrong, truncated, foreign) */
-	uint64_t mac_rejected;    /* ... of them, refused by the MAC (shared_key): forged,
-				   * unsigned, or another key's */
-	uint64_t unavailable;     /* Redis did not answer in time, or is down, or erred */
-	uint64_t store_fetches;   /* blocks fetched from the store through the decorator */
-	uint64_t lock_wins;       /* misses that took the block's fetch lock and fetched it */
-	uint64_t lock_waits;      /* misses that found another mount fetching, and waited */
-	uint64_t lock_wait_hits;  /* ... and were served its value */
-	uint64_t lock_gave_up;    /* ... and went to the store after the bound */
-	uint64_t fleet_calls;     /* grant scripts called */
-	uint64_t fleet_grants;    /* chunks granted */
-	uint64_t fleet_waits;     /* calls told to wait */
-	uint64_t fleet_errors;    /* calls that failed (Redis down or slow) */
-	uint64_t fleet_queued;    /* lagging fetches that waited for fleet tokens */
-	uint64_t fleet_fallbacks; /* times the budget fell back to local limits */
-	bool fleet_fallback;      /* on local limits only now */
-};
-
-/* Connect the mount to the shared tier o->shared (no network until the first fetch).
- * @return 0 and *ret, or -errno with one line in @err. */
-int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret, char *err,
-		  size_t errlen);
-/* After backend_stop. Accepts NULL. */
-void fs_fleet_free(struct fs_fleet *sh);
-/* The fleet as a tier of the cache's chain, with the fleet budget as its gate when one is set.
- * @sh must outlive the cache. */
-struct tier fs_fleet_tier(struct fs_fleet *sh);
-
-void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
-			 struct bk_redis_stats *ret_redis);
 
 struct mount {
 	struct fs_opts *o;        /* settings; the live-changeable ones under opts_lock */
 	pthread_mutex_t opts_lock;
 	struct backend *b;
-	struct fs_fleet *fleet;  /* the shared tier, or NULL; set before the cache */
 	struct cache *c;
-	struct disk *disk;        /* the disk tier, or NULL (no cache_dir, or it could not open);
-				   * set before the cache */
+	/* the tiers between memory and the store, one slot per row of mount.c's table of
+	 * tiers, ops NULL where the options ask for none (or it could not open); set before the
+	 * cache, closed after it (tier_ops.stop, .close) */
+	struct tier below[TIER_CHAIN_MAX - 1];
 	struct store_tier store;  /* the chain's last tier: the backend */
 	struct ns *ns;
 	struct wpool *wpool;      /* write buffers (write.c), or NULL on a read-only mount */

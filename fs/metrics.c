@@ -1,28 +1,32 @@
 /*
  * metrics.c - every metric of a mount, defined once, and the one writer that prints them.
  *
- * A counter is counted in its module (cache/, backend/, fs/), copied out by that module's
- * *_get_stats into a snapshot, and printed from a row of METRICS below. The row names the
- * metric, its type, the snapshot fields its series read (and so their labels) and its help:
+ * A counter is counted in its module (cache/, backend/, fs/, a tier of the chain), copied out by
+ * that module's *_get_stats (a tier: its tier_ops.metrics rows) into a snapshot, and printed
+ * from a row of METRICS below or from the tier's own rows:
  *
- *   cache_get_stats  ─┐
- *   backend_get_stats ┤                             METRICS rows
- *   disk_get_stats   ─┼─► struct fs_metrics_snap ──► fs_metrics_write ──► sink: the stats file
- *   fs_fleet_get_stats┤   (fs_metrics_snap)          (one family per row,    (control.c), an
- *   the mount's own  ─┘                               one sample per series)  HTTP endpoint, a test
+ *   cache_get_stats   ─┐
+ *   backend_get_stats  ┤                            METRICS rows, then
+ *   tier_ops.metrics  ─┼─► struct fs_metrics_snap ──► the tiers' rows ──► sink: the stats file
+ *     (each tier of    │   (fs_metrics_snap)          fs_metrics_write      (control.c), an
+ *      the chain)      │                              (one family per       HTTP endpoint, a
+ *   the mount's own   ─┘                               name)                test
  *
  * Each row becomes a getter function (GETTER below expands the row's sources into the cases of
  * a switch on the series' place) and an entry of fs_metrics[]. A new metric is one row: its
  * field in the module's stats struct, and the row that prints it. Values are read by field
  * name, so a stats struct may change its layout freely; a field that goes away breaks the
- * build here, not the output.
+ * build here, not the output. A tier's metrics are the tier's own (tier_ops.metrics): this
+ * file names no tier of the chain, and a new tier's rows are printed with no line here.
  *
- * Series. A family has up to six places (enum fs_metric_at), printed in this order: the mount
- * (no label), the memory tiers (tier="hot", tier="lagging", cache_tier_name), the disk tier
- * (tier="disk", when the mount has one), the shared tier (tier="shared", with shared=), the
- * store (tier="store") and the kinds of store request (op="get", "head", "list", "put", "post",
- * "delete": bk_op_name). A family none of whose places the mount has is left out whole (the
- * disk tier's rows without a disk tier); a place that is there but has no value now (a limiter gauge of a tier without a
+ * Series. A family has up to four places (enum fs_metric_at), printed in this order: the mount
+ * (no label), the memory tiers (tier="hot", tier="lagging", cache_tier_name), the tiers of the
+ * cache's chain (tier="NAME", tier_ops.name, in chain order, the store last), and the kinds of
+ * store request (op="get", "head", "list", "put", "post", "delete": bk_op_name). A chain
+ * tier's series of a family come from the table's row (the read histogram) or from the tier's
+ * own rows of that name; a family of the tiers' rows that the table lacks is printed after the
+ * table, once, with every tier's series. A family none of whose places the mount has is left
+ * out whole; a place that is there but has no value now (a limiter gauge of a tier without a
  * limiter) prints no sample under the family's HELP and TYPE. A histogram's series add the le
  * label to their place's (bk_hist's bounds, in seconds).
  *
@@ -82,22 +86,11 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 #define TIER_NS(f) case FS_AT_TIER: return nanoseconds(ret, TS.f);
 #define LIMITER(f) case FS_AT_TIER: return TS.limited ? whole(ret, TS.f) : FS_GOT_SKIP;
 #define LIMITER_TOKENS() case FS_AT_TIER: return TS.limited ? tokens(ret, &TS) : FS_GOT_SKIP;
-#define DISK(f)    case FS_AT_DISK: return whole(ret, s->disk.f);
-#define FLEET(f)   case FS_AT_SHARED: return whole(ret, s->fleet.f);
-#define REDIS(f)   case FS_AT_SHARED: return whole(ret, s->redis.f);
-#define REDIS_HIST(counts, sum_us, bounds_us)                                                      \
-	case FS_AT_SHARED: {                                                                       \
-		_Static_assert(N_OF(bounds_us) + 1 == N_OF(s->redis.counts), "one bound less");    \
-		return buckets(ret, s->redis.counts, N_OF(s->redis.counts), bounds_us,             \
-			       s->redis.sum_us);                                                   \
-	}
 #define HIST(h) buckets(ret, (h).counts, BK_HIST_BUCKETS, bk_hist_bounds_us, (h).sum_us)
 #define BACKEND_HIST(f) case FS_AT_OP: return HIST(s->backend.f[t]);
 #define READ_HIST(f)                                                                               \
 	case FS_AT_TIER: return HIST(s->mount.f[t]);                                               \
-	case FS_AT_DISK: return HIST(s->mount.f[FS_FROM_DISK]);                                    \
-	case FS_AT_SHARED: return HIST(s->mount.f[FS_FROM_SHARED]);                                \
-	case FS_AT_STORE: return HIST(s->mount.f[FS_FROM_STORE]);
+	case FS_AT_CHAIN: return HIST(s->mount.f[CACHE_NTIERS + t]);
 /* clang-format on */
 
 /* ---- the table ------------------------------------------------------------------------------ */
@@ -112,13 +105,8 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
  *   TIER_NS(f)            the same                        .f nanoseconds, printed as seconds
  *   LIMITER(f)            the memory tiers that have a    snap.cache.tier[t].f
  *   LIMITER_TOKENS()        rate limiter                  its tokens (0 while unlimited)
- *   DISK(f)               tier="disk", with a disk tier   snap.disk.f
- *   FLEET(f) REDIS(f)     tier="shared", with shared=     snap.fleet.f, snap.redis.f
- *   REDIS_HIST(c, s, b)   the same, as a histogram        snap.redis.c[] over bounds b[] (us),
- *                                                         sum snap.redis.s (us), in seconds
- *   READ_HIST(f)          tier="hot", "lagging", "disk"   snap.mount.f[], a struct bk_hist per
- *                           (with one), "shared" (with      enum fs_read_from
- *                           one), "store"
+ *   READ_HIST(f)          tier="hot", "lagging", then     snap.mount.f[], a struct bk_hist per
+ *                           each tier of the chain          source (cache_iov.from)
  *   BACKEND_HIST(f)       op="get", "head", "list", ...  snap.backend.f[], one per enum bk_op
  *
  * Two sources of one row may not share a place (the switch would have a duplicate case).
@@ -126,34 +114,12 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
  */
 /* clang-format off */
 #define METRICS(X)                                                                                 \
-	X(cache_hits_total, COUNTER, TIER(hits) DISK(hits),                                        \
+	X(cache_hits_total, COUNTER, TIER(hits),                                                   \
 	  "Block lookups answered by the tier.")                                                   \
-	X(cache_misses_total, COUNTER, TIER(misses) DISK(misses),                                  \
+	X(cache_misses_total, COUNTER, TIER(misses),                                               \
 	  "Blocks a reader wanted that were fetched into the tier.")                               \
-	X(cache_served_bytes_total, COUNTER, TIER(bytes_served) DISK(bytes_served),                \
+	X(cache_served_bytes_total, COUNTER, TIER(bytes_served),                                   \
 	  "Bytes answered to readers from the tier.")                                              \
-	X(disk_writes_total, COUNTER, DISK(writes),                                                \
-	  "Blocks written to the disk tier.")                                                      \
-	X(disk_written_bytes_total, COUNTER, DISK(bytes_written),                                  \
-	  "Bytes written to the disk tier.")                                                       \
-	X(disk_write_errors_total, COUNTER, DISK(write_errors),                                    \
-	  "Writes to the disk tier that failed (the first turns writes off).")                     \
-	X(disk_write_drops_total, COUNTER, DISK(write_drops),                                      \
-	  "Blocks not written to the disk tier: its queue was full, or writes are off.")           \
-	X(disk_writable, GAUGE, DISK(writable),                                                    \
-	  "1 while the disk tier takes writes.")                                                   \
-	X(disk_queued_bytes, GAUGE, DISK(queued_bytes),                                            \
-	  "Bytes waiting to be written to disk.")                                                  \
-	X(disk_crc_failures_total, COUNTER, DISK(crc_failures),                                    \
-	  "Disk records whose CRC-32C did not match: dropped and fetched again.")                  \
-	X(disk_read_errors_total, COUNTER, DISK(read_errors),                                      \
-	  "Disk reads that failed (EIO...): served from the store.")                               \
-	X(disk_direct_reads_total, COUNTER, DISK(direct_reads),                                    \
-	  "Disk hits read with O_DIRECT, past the page cache (the rest: buffered).")               \
-	X(disk_recovered_blocks, GAUGE, DISK(recovered_blocks),                                    \
-	  "Blocks the disk tier found by its scan at mount.")                                      \
-	X(disk_recovery_ms, GAUGE, DISK(recovery_ms),                                              \
-	  "How long that scan took, ms.")                                                          \
 	X(cache_fetched_bytes_total, COUNTER, TIER(bytes_fetched),                                 \
 	  "Bytes fetched from the store into the tier.")                                           \
 	X(cache_fetches_total, COUNTER, TIER(fetches),                                             \
@@ -167,19 +133,19 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "hot ones larger than the tiers.")                                                       \
 	X(cache_singleflight_joins_total, COUNTER, TIER(joins),                                    \
 	  "Block waits that joined a fetch already under way.")                                    \
-	X(cache_evictions_total, COUNTER, TIER(rotations) DISK(rotations),                         \
+	X(cache_evictions_total, COUNTER, TIER(rotations),                                         \
 	  "Segment rotations (each evicts one segment).")                                          \
 	X(cache_bounces_total, COUNTER, TIER(bounces),                                             \
 	  "Fetches answered but not stored: every segment was pinned.")                            \
 	X(cache_lower_hits_total, COUNTER, TIER(lower_hits),                                       \
-	  "Misses of the tier answered by a tier below it (disk, shared), not the store.")         \
+	  "Misses of the tier answered by a tier of the chain below it, not the store.")           \
 	X(cache_lower_fallbacks_total, COUNTER, TIER(lower_fallbacks),                             \
-	  "Blocks the disk tier listed but did not serve (CRC, read error): fetched from the "     \
-	  "store, charged to the limiter.")                                                        \
+	  "Blocks a tier of the chain listed but did not serve (CRC, read error): fetched from "   \
+	  "the store, charged to the limiter.")                                                    \
 	X(cache_written_blocks_total, COUNTER, TIER(written),                                      \
-	  "Blocks written through the mount and stored in the tier as they were written.")        \
+	  "Blocks written through the mount and stored in the tier as they were written.")         \
 	X(cache_published_blocks_total, COUNTER, TIER(published),                                  \
-	  "Written blocks offered to the disk and shared tiers once the store had the object.")   \
+	  "Written blocks offered to the chain's tiers once the store had the object.")            \
 	X(cache_memory_waits_total, COUNTER, TIER(mem_waits),                                      \
 	  "Fetches that waited for memory (a ring slot or bounce room).")                          \
 	X(cache_memory_queued_fetches, GAUGE, TIER(mem_queued),                                    \
@@ -191,11 +157,11 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	X(cache_bounce_limit_bytes, GAUGE, CACHE(bounce_limit),                                    \
 	  "Bounce buffer bytes allowed at once (one more block only when nothing else holds "      \
 	  "memory).")                                                                              \
-	X(cache_resident_blocks, GAUGE, TIER(blocks) DISK(blocks),                                 \
+	X(cache_resident_blocks, GAUGE, TIER(blocks),                                              \
 	  "Blocks resident in the tier.")                                                          \
-	X(cache_resident_bytes, GAUGE, TIER(bytes) DISK(bytes),                                    \
+	X(cache_resident_bytes, GAUGE, TIER(bytes),                                                \
 	  "Bytes resident in the tier.")                                                           \
-	X(cache_size_bytes, GAUGE, TIER(size) DISK(size),                                          \
+	X(cache_size_bytes, GAUGE, TIER(size),                                                     \
 	  "Configured size of the tier.")                                                          \
 	X(cache_inflight_fetches, GAUGE, TIER(inflight),                                           \
 	  "Fetches running now.")                                                                  \
@@ -216,7 +182,8 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "Read requests answered.")                                                               \
 	X(read_seconds, HISTOGRAM, READ_HIST(read_lat),                                            \
 	  "Time from a read request to its answer with data, by the tier of the slowest block it " \
-	  "waited for: hot or lagging (in memory, at once), disk, shared or the store.")           \
+	  "waited for: hot or lagging (in memory, at once), or a tier of the chain (the store "    \
+	  "last).")                                                                                \
 	X(read_errors_total, COUNTER, MOUNT(read_errors),                                          \
 	  "Read requests answered with an error.")                                                 \
 	X(read_bytes_total, COUNTER, MOUNT(read_bytes),                                            \
@@ -237,7 +204,7 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	X(backend_errors_total, COUNTER, BACKEND(errors),                                          \
 	  "Requests that failed after retries.")                                                   \
 	X(backend_absent_total, COUNTER, BACKEND(absent),                                          \
-	  "HEADs answered 404 (a new name checked before it is written): not errors.")            \
+	  "HEADs answered 404 (a new name checked before it is written): not errors.")             \
 	X(backend_received_bytes_total, COUNTER, BACKEND(bytes),                                   \
 	  "Bytes of range reads received from the store.")                                         \
 	X(backend_active_requests, GAUGE, BACKEND(active),                                         \
@@ -254,17 +221,17 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	X(write_objects_total, COUNTER, WRITES(completed),                                         \
 	  "Files written through the mount that the store took whole.")                            \
 	X(write_failures_total, COUNTER, WRITES(failed),                                           \
-	  "Files written through the mount that the store did not take: nothing left.")           \
+	  "Files written through the mount that the store did not take: nothing left.")            \
 	X(write_buffer_waits_total, COUNTER, WRITES(write_waits),                                  \
-	  "Times a file's writes waited for a write buffer (write_buffer full).")                 \
+	  "Times a file's writes waited for a write buffer (write_buffer full).")                  \
 	X(write_flushes_kept_total, COUNTER, WRITES(flushes_kept),                                 \
-	  "Closes of a file being written that did not commit it: a process other than its "      \
-	  "writer (a forked child), or a dup while the writer holds another descriptor.")         \
+	  "Closes of a file being written that did not commit it: a process other than its "       \
+	  "writer (a forked child), or a dup while the writer holds another descriptor.")          \
 	X(write_release_commits_total, COUNTER, WRITES(release_commits),                           \
-	  "Files committed at their last close by a process other than their writer: no "         \
+	  "Files committed at their last close by a process other than their writer: no "          \
 	  "close() waited for the store.")                                                         \
 	X(write_release_failures_total, COUNTER, WRITES(release_failed),                           \
-	  "Of those, files the store did not take: logged, no close() returned the error.")       \
+	  "Of those, files the store did not take: logged, no close() returned the error.")        \
 	X(write_buffer_bytes, GAUGE, WRITES(buffer_bytes),                                         \
 	  "Write buffer bytes taken now, all files together.")                                     \
 	X(write_buffer_limit_bytes, GAUGE, WRITES(buffer_limit),                                   \
@@ -289,81 +256,7 @@ static enum fs_metric_got buckets(struct fs_metric_value *ret, const uint64_t *c
 	  "file://: temporary files left by a killed mount, removed at start.")                    \
 	X(backend_request_seconds, HISTOGRAM, BACKEND_HIST(lat),                                   \
 	  "Time from a request sent to the store to its answer, each attempt on its own, by what " \
-	  "it asks: get (a range), head, list (file://: a read), put, post, delete (writes).")     \
-	X(shared_hits_total, COUNTER, FLEET(hits),                                                 \
-	  "Blocks served from the shared tier, their value checked.")                              \
-	X(shared_served_bytes_total, COUNTER, FLEET(hit_bytes),                                    \
-	  "Bytes of blocks served from the shared tier.")                                          \
-	X(shared_misses_total, COUNTER, FLEET(misses),                                             \
-	  "Blocks the shared tier did not hold.")                                                  \
-	X(shared_rejected_total, COUNTER, FLEET(rejected),                                         \
-	  "Values refused by the check (wrong bytes, truncated, another block's, foreign): read "  \
-	  "from the store instead.")                                                               \
-	X(shared_mac_rejected_total, COUNTER, FLEET(mac_rejected),                                 \
-	  "Values of those refused by their MAC (shared_key): forged, written without the key, "   \
-	  "or with another key.")                                                                  \
-	X(shared_unavailable_total, COUNTER, FLEET(unavailable),                                   \
-	  "Lookups Redis did not answer in time, or answered with an error, or could not take "    \
-	  "(down).")                                                                               \
-	X(shared_timeouts_total, COUNTER, REDIS(timeouts),                                         \
-	  "Redis calls abandoned after shared_timeout.")                                           \
-	X(shared_timeouts_extended_total, COUNTER, REDIS(extended),                                \
-	  "Timeouts a call waited past because the server was sending other replies, or "          \
-	  "answering the ones written before it.")                                                 \
-	X(shared_errors_total, COUNTER, REDIS(errors),                                             \
-	  "Redis calls failed: server down, connection lost, error reply.")                        \
-	X(shared_bad_replies_total, COUNTER, REDIS(bad_replies),                                   \
-	  "Connections closed for a reply tierfs does not take: longer than a value, an array "    \
-	  "too long or too deep, not RESP, not asked for, or still coming long after its turn.")   \
-	X(shared_received_bytes_total, COUNTER, REDIS(bytes_in),                                   \
-	  "Value bytes received from Redis.")                                                      \
-	X(shared_puts_total, COUNTER, REDIS(puts),                                                 \
-	  "Blocks written to Redis.")                                                              \
-	X(shared_put_bytes_total, COUNTER, REDIS(put_bytes),                                       \
-	  "Value bytes written to Redis.")                                                         \
-	X(shared_put_drops_total, COUNTER, REDIS(put_drops),                                       \
-	  "Blocks not written: too many bytes queued, or the server down.")                        \
-	X(shared_put_errors_total, COUNTER, REDIS(put_errors),                                     \
-	  "Writes refused by Redis or lost with the connection.")                                  \
-	X(shared_put_queued_bytes, GAUGE, REDIS(put_queued),                                       \
-	  "Bytes of writes sent to Redis and not answered yet.")                                   \
-	X(shared_store_fetches_total, COUNTER, FLEET(store_fetches),                               \
-	  "Blocks fetched from the store after the shared tier.")                                  \
-	X(shared_lock_wins_total, COUNTER, FLEET(lock_wins),                                       \
-	  "Misses that took the block's fetch lock and fetched it from the store.")                \
-	X(shared_lock_waits_total, COUNTER, FLEET(lock_waits),                                     \
-	  "Misses that found another mount fetching the block, and waited for it.")                \
-	X(shared_lock_wait_hits_total, COUNTER, FLEET(lock_wait_hits),                             \
-	  "Waits served the other mount's value.")                                                 \
-	X(shared_lock_gave_up_total, COUNTER, FLEET(lock_gave_up),                                 \
-	  "Waits that went to the store after the bound (10 x shared_timeout).")                   \
-	X(shared_get_seconds, HISTOGRAM, REDIS_HIST(get_lat, get_lat_sum_us,                       \
-						    bk_redis_lat_bounds_us),                       \
-	  "Time from a GET written to Redis to its answer (a value or none), late answers "        \
-	  "included: compare with shared_timeout.")                                                \
-	X(shared_servers, GAUGE, REDIS(servers),                                                   \
-	  "Redis servers configured, and a cluster's masters found since.")                   \
-	X(shared_servers_down, GAUGE, REDIS(servers_down),                                         \
-	  "Redis servers thought down now.")                                                       \
-	X(shared_redirects_total, COUNTER, REDIS(redirects),                                       \
-	  "MOVED and ASK answers from a Redis Cluster: a slot moved, or moving.")                  \
-	X(shared_slot_maps_total, COUNTER, REDIS(maps),                                            \
-	  "Slot maps asked of a Redis Cluster (CLUSTER NODES).")                                   \
-	X(fleet_calls_total, COUNTER, FLEET(fleet_calls),                                          \
-	  "Fleet budget grant scripts called.")                                                    \
-	X(fleet_grants_total, COUNTER, FLEET(fleet_grants),                                        \
-	  "Fleet budget chunks granted.")                                                          \
-	X(fleet_waits_total, COUNTER, FLEET(fleet_waits),                                          \
-	  "Fleet budget calls told to wait (a chunk lent ahead, or refused): the fleet is at its " \
-	  "rate.")                                                                                 \
-	X(fleet_errors_total, COUNTER, FLEET(fleet_errors),                                        \
-	  "Fleet budget calls that failed.")                                                       \
-	X(fleet_queued_fetches_total, COUNTER, FLEET(fleet_queued),                                \
-	  "Lagging fetches that waited for fleet tokens.")                                         \
-	X(fleet_fallbacks_total, COUNTER, FLEET(fleet_fallbacks),                                  \
-	  "Times the fleet budget fell back to local limits (Redis failed).")                      \
-	X(fleet_fallback, GAUGE, FLEET(fleet_fallback),                                            \
-	  "1 while the fleet budget is on local limits only.")
+	  "it asks: get (a range), head, list (file://: a read), put, post, delete (writes).")
 /* clang-format on */
 
 /* clang-format off */
@@ -388,6 +281,8 @@ const size_t fs_metrics_n = N_OF(fs_metrics);
 
 /* ---- the snapshot --------------------------------------------------------------------------- */
 
+static void fs_metrics_snap_chain(struct mount *m, struct fs_metrics_snap *ret);
+
 void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
 {
 	memset(ret, 0, sizeof(*ret));
@@ -405,46 +300,56 @@ void fs_metrics_snap(struct mount *m, struct fs_metrics_snap *ret)
 	ret->mount.memory_bound = m->o->hot_size + (m->o->lagging ? m->o->lagging_size : 0) +
 				  (m->wpool ? m->o->write_buffer : 0) + FS_MEMORY_SLACK;
 	fs_trace_stats(m, &ret->mount.trace_records, &ret->mount.trace_dropped);
-	if (m->disk) {
-		ret->disk_on = true;
-		disk_get_stats(m->disk, &ret->disk);
+	fs_metrics_snap_chain(m, ret);
+}
+
+/* One row of a tier into its snapshot (tier_ops.metrics's callback). */
+static void snap_row(void *arg, const struct tier_metric *row)
+{
+	struct fs_tier_snap *ts = arg;
+	struct tier_metric *r;
+
+	if (ts->nrows == FS_TIER_ROWS)
+		return;
+	if (row->type == TIER_HISTOGRAM &&
+	    (ts->nhist == FS_TIER_HISTS || row->nbuckets < 1 || row->nbuckets > TIER_HIST_MAX))
+		return;
+	r = &ts->rows[ts->nrows++];
+	*r = *row;
+	if (row->type == TIER_HISTOGRAM) {
+		memcpy(ts->hist[ts->nhist], row->counts, row->nbuckets * sizeof(row->counts[0]));
+		r->counts = ts->hist[ts->nhist++];
 	}
-	if (m->fleet) {
-		ret->shared_on = true;
-		fs_fleet_get_stats(m->fleet, &ret->fleet, &ret->redis);
-	}
+}
+
+void fs_metrics_snap_tier(const struct tier *tr, struct fs_tier_snap *ret)
+{
+	ret->name = tr->ops->name;
+	ret->nrows = 0;
+	ret->nhist = 0;
+	if (tr->ops->metrics)
+		tr->ops->metrics(tr->self, snap_row, ret);
+}
+
+/* Each tier of the cache's chain, in order: its name and rows. */
+static void fs_metrics_snap_chain(struct mount *m, struct fs_metrics_snap *ret)
+{
+	const struct tier *chain;
+	unsigned n = cache_chain(m->c, &chain);
+
+	for (unsigned i = 0; i < n && i < TIER_CHAIN_MAX; i++)
+		fs_metrics_snap_tier(&chain[i], &ret->chain[ret->nchain++]);
 }
 
 /* ---- the mount's own histograms --------------------------------------------------------------- */
-
-/* The tiers by name (cache_served.from: the memory tiers' and tier_ops.name), as the read
- * histograms' places. */
-static const struct {
-	const char *name;
-	enum fs_read_from at;
-} source_names[] = {
-    {"hot", FS_FROM_HOT},
-    {"lagging", FS_FROM_LAG},
-    {"disk", FS_FROM_DISK},
-    {"shared", FS_FROM_SHARED},
-    {"store", FS_FROM_STORE},
-};
-
-static enum fs_read_from read_from(const char *name)
-{
-	for (size_t i = 0; name && i < N_OF(source_names); i++)
-		if (!strcmp(name, source_names[i].name))
-			return source_names[i].at;
-	return FS_FROM_STORE; /* a tier of the chain without a place of its own */
-}
 
 void fs_metrics_read(struct mount *m, uint64_t start_ns)
 {
 	/* the cache says what served the read (its deepest source), as it does for the trace */
 	const struct cache_served *sv = cache_reply_served();
 
-	if (sv)
-		bk_hist_observe(&m->read_lat[read_from(sv->from)], fs_now_ns() - start_ns);
+	if (sv && sv->at < FS_FROM_N)
+		bk_hist_observe(&m->read_lat[sv->at], fs_now_ns() - start_ns);
 }
 
 /* ---- the writer ----------------------------------------------------------------------------- */
@@ -452,38 +357,30 @@ void fs_metrics_read(struct mount *m, uint64_t start_ns)
 /* The places of a family's series, in the order they are printed. */
 static const struct place {
 	const char *label; /* the label's name, NULL for none */
-	const char *value; /* its value; NULL: one per series (place_value) */
-	unsigned series;   /* how many: one per memory tier, one per op, else one */
+	unsigned series;   /* how many: one per memory tier, one per op, else one; the chain's
+			    * tiers: fs_metrics_snap.nchain */
 } places[FS_AT_N] = {
-    [FS_AT_MOUNT] = {NULL, NULL, 1},
-    [FS_AT_TIER] = {"tier", NULL, CACHE_NTIERS},
-    [FS_AT_DISK] = {"tier", "disk", 1},
-    [FS_AT_SHARED] = {"tier", "shared", 1},
-    [FS_AT_STORE] = {"tier", "store", 1},
-    [FS_AT_OP] = {"op", NULL, BK_OP_N},
+    [FS_AT_MOUNT] = {NULL, 1},
+    [FS_AT_TIER] = {"tier", CACHE_NTIERS},
+    [FS_AT_CHAIN] = {"tier", 0},
+    [FS_AT_OP] = {"op", BK_OP_N},
 };
 
-/* Has the mount this place: the disk tier, the shared tier? */
-static bool place_on(const struct fs_metrics_snap *s, enum fs_metric_at at)
+static unsigned place_series(const struct fs_metrics_snap *s, enum fs_metric_at at)
 {
-	switch (at) {
-	case FS_AT_DISK:
-		return s->disk_on;
-	case FS_AT_SHARED:
-		return s->shared_on;
-	default:
-		return true;
-	}
+	return at == FS_AT_CHAIN ? s->nchain : places[at].series;
 }
 
-/* The label value of series @t of place @at: a memory tier's name, an op's, or the place's. */
-static const char *place_value(enum fs_metric_at at, unsigned t)
+/* The label value of series @t of place @at: a memory tier's name, a chain tier's, an op's. */
+static const char *place_value(const struct fs_metrics_snap *s, enum fs_metric_at at, unsigned t)
 {
 	if (at == FS_AT_TIER)
 		return cache_tier_name((enum cache_tier)t);
+	if (at == FS_AT_CHAIN)
+		return s->chain[t].name;
 	if (at == FS_AT_OP)
 		return bk_op_name((enum bk_op)t);
-	return places[at].value;
+	return NULL;
 }
 
 const char *fs_metric_type_name(enum fs_metric_type t)
@@ -572,44 +469,118 @@ static int write_sample(const struct fs_metrics_sink *k, const char *name,
 	}
 }
 
-/* Has the mount any series of @row (with or without a value now)? */
-static bool family_on(const struct fs_metric *row, const struct fs_metrics_snap *s)
+/* The row @name (without "tierfs_") a chain tier showed, or NULL. */
+static const struct tier_metric *tier_row(const struct fs_tier_snap *ts, const char *name)
+{
+	for (unsigned i = 0; i < ts->nrows; i++)
+		if (!strcmp(ts->rows[i].name, name))
+			return &ts->rows[i];
+	return NULL;
+}
+
+/* Series @t of place @at of family tierfs_@name: from its table row @row (NULL: none), else,
+ * for a chain tier, from that tier's own row of the name. */
+static enum fs_metric_got series_get(const struct fs_metric *row, const char *name,
+				     const struct fs_metrics_snap *s, enum fs_metric_at at,
+				     unsigned t, struct fs_metric_value *ret)
+{
+	enum fs_metric_got g = row ? row->get(s, at, t, ret) : FS_GOT_NONE;
+	const struct tier_metric *tr;
+
+	if (g != FS_GOT_NONE || at != FS_AT_CHAIN || t >= s->nchain)
+		return g;
+	tr = tier_row(&s->chain[t], name);
+	if (!tr)
+		return FS_GOT_NONE;
+	if (tr->type == TIER_HISTOGRAM)
+		return buckets(ret, tr->counts, tr->nbuckets, tr->bounds_us, tr->sum_us);
+	return whole(ret, tr->value);
+}
+
+/* Has the mount any series of family tierfs_@name (with or without a value now)? */
+static bool family_on(const struct fs_metric *row, const char *name,
+		      const struct fs_metrics_snap *s)
 {
 	struct fs_metric_value v;
 
 	for (int at = 0; at < FS_AT_N; at++)
-		if (place_on(s, at) && row->get(s, at, 0, &v) != FS_GOT_NONE)
+		for (unsigned t = 0; t < place_series(s, at); t++)
+			if (series_get(row, name, s, at, t, &v) != FS_GOT_NONE)
+				return true;
+	return false;
+}
+
+/* Family tierfs_@name: its HELP and TYPE lines, then every series that has a value. */
+static int write_family(const struct fs_metric *row, const char *name, const char *help,
+			enum fs_metric_type type, const struct fs_metrics_snap *s,
+			const struct fs_metrics_sink *k)
+{
+	struct fs_metric_value v;
+	char full[128];
+	int r;
+
+	snprintf(full, sizeof(full), "tierfs_%s", name);
+	r = emit(k, "# HELP %s %s\n# TYPE %s %s\n", full, help, full, fs_metric_type_name(type));
+	for (int at = 0; at < FS_AT_N && r == 0; at++) {
+		for (unsigned t = 0; t < place_series(s, at) && r == 0; t++) {
+			struct series se = {places[at].label, place_value(s, at, t)};
+
+			if (series_get(row, name, s, at, t, &v) == FS_GOT_VALUE)
+				r = write_sample(k, full, &se, &v);
+		}
+	}
+	return r;
+}
+
+/* Is tierfs_@name a row of the table? */
+static bool in_table(const char *name)
+{
+	for (size_t i = 0; i < fs_metrics_n; i++)
+		if (!strcmp(fs_metrics[i].name + 7, name))
 			return true;
 	return false;
 }
 
-static int write_family(const struct fs_metric *row, const struct fs_metrics_snap *s,
-			const struct fs_metrics_sink *k)
+/* Was row @i of chain tier @t's family printed before it: a row of the table, or shown by a
+ * tier before it (or by itself, earlier)? */
+static bool printed_before(const struct fs_metrics_snap *s, unsigned t, unsigned i)
 {
-	struct fs_metric_value v;
-	int r;
+	const char *name = s->chain[t].rows[i].name;
 
-	r = emit(k, "# HELP %s %s\n# TYPE %s %s\n", row->name, row->help, row->name,
-		 fs_metric_type_name(row->type));
-	for (int at = 0; at < FS_AT_N && r == 0; at++) {
-		if (!place_on(s, at))
-			continue;
-		for (unsigned t = 0; t < places[at].series && r == 0; t++) {
-			struct series se = {places[at].label, place_value(at, t)};
+	if (in_table(name))
+		return true;
+	for (unsigned u = 0; u < t; u++)
+		if (tier_row(&s->chain[u], name))
+			return true;
+	return tier_row(&s->chain[t], name) != &s->chain[t].rows[i];
+}
 
-			if (row->get(s, at, t, &v) == FS_GOT_VALUE)
-				r = write_sample(k, row->name, &se, &v);
-		}
-	}
-	return r;
+static enum fs_metric_type type_of(enum tier_metric_type t)
+{
+	return t == TIER_HISTOGRAM ? FS_METRIC_HISTOGRAM
+	       : t == TIER_GAUGE   ? FS_METRIC_GAUGE
+				   : FS_METRIC_COUNTER;
 }
 
 int fs_metrics_write(const struct fs_metrics_snap *s, const struct fs_metrics_sink *sink)
 {
 	int r = 0;
 
-	for (size_t i = 0; i < fs_metrics_n && r == 0; i++)
-		if (family_on(&fs_metrics[i], s))
-			r = write_family(&fs_metrics[i], s, sink);
+	for (size_t i = 0; i < fs_metrics_n && r == 0; i++) {
+		const struct fs_metric *row = &fs_metrics[i];
+
+		if (family_on(row, row->name + 7, s))
+			r = write_family(row, row->name + 7, row->help, row->type, s, sink);
+	}
+	/* the families only the chain's tiers show, in the order the first to show each does */
+	for (unsigned t = 0; t < s->nchain && r == 0; t++) {
+		for (unsigned i = 0; i < s->chain[t].nrows && r == 0; i++) {
+			const struct tier_metric *tr = &s->chain[t].rows[i];
+
+			if (!printed_before(s, t, i))
+				r = write_family(NULL, tr->name, tr->help, type_of(tr->type), s,
+						 sink);
+		}
+	}
 	return r;
 }

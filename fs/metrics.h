@@ -16,9 +16,8 @@
 
 #include "backend.h"
 #include "cache.h"
-#include "disk.h"
 #include "fs_i.h"
-#include "redis.h"
+#include "tier.h"
 
 /* The mount's own counters (ops.c, log.c), read with relaxed atomics. */
 struct fs_mount_stats {
@@ -27,7 +26,8 @@ struct fs_mount_stats {
 	uint64_t read_errors;	 /* ... with an error */
 	uint64_t read_bytes;	 /* bytes answered */
 	uint64_t watched;	 /* interrupted reads watched now */
-	/* reads answered with data, by the tier of their slowest block (enum fs_read_from) */
+	/* reads answered with data, by the tier of their slowest block (FS_FROM_N: the memory
+	 * tiers, then the chain's, cache_iov.from) */
 	struct bk_hist read_lat[FS_FROM_N];
 	uint64_t memory_bound; /* hot_size + lagging_size (+ write_buffer when writable) + 64 MiB:
 				 * what RSS should stay under */
@@ -35,19 +35,34 @@ struct fs_mount_stats {
 	uint64_t trace_dropped;	 /* reads the trace dropped (its ring full, or writing failed) */
 };
 
+/* The rows a tier of the chain showed (tier_ops.metrics), copied: its name and what it
+ * counted at the snapshot's moment. */
+#define FS_TIER_ROWS 64
+#define FS_TIER_HISTS 4
+struct fs_tier_snap {
+	const char *name;                   /* tier_ops.name: the label tier="NAME" */
+	unsigned nrows;
+	struct tier_metric rows[FS_TIER_ROWS]; /* a histogram's counts point into hist[] */
+	unsigned nhist;
+	uint64_t hist[FS_TIER_HISTS][TIER_HIST_MAX];
+};
+
 /* Every value the metrics show, taken at one moment. Plain values with no pointer into the
- * mount: a writer needs no lock, and a test fills one by hand. */
+ * mount (only into static data and the snapshot itself): a writer needs no lock, and a test
+ * fills one by hand. */
 struct fs_metrics_snap {
 	struct cache_stats cache; /* cache_get_stats: the memory tiers */
 	struct bk_stats backend;  /* backend_get_stats */
 	struct fs_mount_stats mount;
 	struct wpool_stats writes; /* wpool_get_stats; zero on a read-only mount */
-	bool disk_on;		     /* the mount has a disk tier, and disk holds its stats */
-	struct disk_stats disk;	     /* disk_get_stats */
-	bool shared_on;		     /* shared= is set, and fleet and redis hold its stats */
-	struct fs_fleet_stats fleet; /* fs_fleet_get_stats */
-	struct bk_redis_stats redis; /* ... its Redis client's part */
+	unsigned nchain;           /* the cache's chain below memory, the store last */
+	struct fs_tier_snap chain[TIER_CHAIN_MAX];
 };
+
+/* Copy the rows tier @tr shows now into @ret (fs_metrics_snap does, for each tier of the
+ * chain; a test, for its own tier). Rows past FS_TIER_ROWS, or histograms past FS_TIER_HISTS,
+ * are left out. */
+void fs_metrics_snap_tier(const struct tier *tr, struct fs_tier_snap *ret);
 
 /* Fill *ret from the running mount @m. Takes each module's lock in turn, never two at once,
  * and no lock of the mount's own (opts_lock, handles_lock...). */
@@ -67,8 +82,8 @@ struct fs_metrics_sink {
 
 /*
  * Write @s in the Prometheus text exposition format (version 0.0.4): for each row of the
- * table that the mount has (the disk tier's rows only with a disk tier, the shared tier's only
- * with shared=), its "# HELP" and "# TYPE" lines, then one sample per series. Holds no lock and
+ * table, then each family the chain's tiers show that the table has not, its "# HELP" and
+ * "# TYPE" lines, then one sample per series. Holds no lock and
  * makes no FUSE call. @return 0, the sink's -errno, or -EOVERFLOW (a line over 1 KiB: a help
  * text too long; the unit test prints every row).
  */
@@ -86,15 +101,13 @@ enum fs_metric_type {
 };
 
 /* Where a series comes from, and so its label: none, tier="hot"/"lagging" (one series per
- * memory tier), tier="disk" (with a disk tier), tier="shared" (with shared=), tier="store"
- * (what the store itself answered), op="get"/"head"/"list" (one series per kind of store
- * request, bk_op_name). */
+ * memory tier, cache_tier_name), tier="NAME" (one per tier of the cache's chain, tier_ops.name,
+ * the store last), op="get"/"head"/"list" (one series per kind of store request,
+ * bk_op_name). */
 enum fs_metric_at {
 	FS_AT_MOUNT,
 	FS_AT_TIER,
-	FS_AT_DISK,
-	FS_AT_SHARED,
-	FS_AT_STORE,
+	FS_AT_CHAIN,
 	FS_AT_OP,
 	FS_AT_N,
 };
@@ -127,7 +140,8 @@ struct fs_metric {
 	const char *name; /* "tierfs_cache_hits_total" */
 	enum fs_metric_type type;
 	const char *help;
-	/* The value of the series at @at (memory tier @tier for FS_AT_TIER) in @s. */
+	/* The value of the series at @at (series @tier of FS_AT_TIER, FS_AT_CHAIN or FS_AT_OP)
+	 * in @s. */
 	enum fs_metric_got (*get)(const struct fs_metrics_snap *s, enum fs_metric_at at,
 				  unsigned tier, struct fs_metric_value *ret);
 };

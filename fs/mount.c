@@ -3,11 +3,11 @@
  *
  *   fs_main, one step each:
  *   open_backend   fs_opts ──► backend_cfg ──► backend_new, backend_check (the store answers?)
- *                          ──► fs_fleet_new (shared=: the Redis tier below the cache, fleet.c)
- *   open_disk              ──► disk_cfg    ──► disk_open (cache_dir: the disk tier, rebuilt by
- *                                              a scan)
+ *   open_tiers             ──► tier_openers: each tier below memory from its options
+ *                                              (cache_dir: the disk tier, rebuilt by a scan;
+ *                                              shared=: the fleet tier, tiers/fleet.c)
  *   open_cache             ──► cache_cfg   ──► cache_new (with fs_cache_env: clocks, timers,
- *                                              references; chain_of: disk, fleet, store)
+ *                                              references; chain_of: the tiers, the store)
  *   open_ns                ──► ns_cfg      ──► ns_new (the root's first listing starts once
  *                                              the I/O thread runs)
  *   open_session           ──► FUSE args   ──► fuse_session_new(fs_ops), signal handlers
@@ -42,7 +42,10 @@
 
 #include <fuse_lowlevel.h>
 
+#include "disk.h"
+#include "fleet.h"
 #include "fs_fuse.h"
+#include "tiertypes.h"
 
 static void syslog_func(enum fuse_log_level level, const char *fmt, va_list ap)
 {
@@ -101,17 +104,16 @@ static void store_object(const void *ctx, const char **ret_path, const char **re
 
 /*
  * The cache's chain below its memory tiers (cache/tier.h), in the order a miss asks them: the
- * disk tier (cache_dir), the fleet (shared=), the store. A tier is one line here. @return the
- * number of tiers written into @ret.
+ * tiers the options opened (m->below, in the order of tier_openers), then the store. @return
+ * the number of tiers written into @ret.
  */
 static unsigned chain_of(struct mount *m, struct tier *ret)
 {
 	unsigned n = 0;
 
-	if (m->disk)
-		ret[n++] = disk_tier(m->disk);
-	if (m->fleet)
-		ret[n++] = fs_fleet_tier(m->fleet);
+	for (size_t i = 0; i < sizeof(m->below) / sizeof(m->below[0]); i++)
+		if (m->below[i].ops)
+			ret[n++] = m->below[i];
 	m->store = (struct store_tier){.b = m->b, .object = store_object};
 	ret[n++] = store_tier(&m->store);
 	return n;
@@ -144,8 +146,9 @@ static void disk_log(void *arg, int level, const char *line)
  * mounts without a disk tier, with one line: reads never depend on the disk.
  * @return 0, -EBUSY or -EPERM.
  */
-static int open_disk(struct mount *m)
+static int open_disk(struct mount *m, struct tier *ret)
 {
+	struct disk *d;
 	struct disk_cfg dc = {
 		.dir = m->o->cache_dir,
 		.size = m->o->disk_size,
@@ -155,7 +158,11 @@ static int open_disk(struct mount *m)
 	};
 	struct disk_stats ds;
 	char why[512];
-	int r = disk_open(&dc, &m->disk, why, sizeof(why));
+	int r;
+
+	if (!m->o->cache_dir)
+		return 0;
+	r = disk_open(&dc, &d, why, sizeof(why));
 
 	if (r == -EPERM) {
 		fprintf(stderr, "tierfs: cache_dir=%s\n", why);
@@ -169,10 +176,10 @@ static int open_disk(struct mount *m)
 	if (r < 0) {
 		fprintf(stderr, "tierfs: cache_dir %s: %s: mounting without a disk tier\n", dc.dir,
 			strerror(-r));
-		m->disk = NULL;
 		return 0;
 	}
-	disk_get_stats(m->disk, &ds);
+	*ret = disk_tier(d);
+	disk_get_stats(d, &ds);
 	if (ds.recovered_blocks)
 		fuse_log(FUSE_LOG_INFO, "tierfs: disk tier %s: %llu blocks recovered in %llu ms\n",
 			 dc.dir, (unsigned long long)ds.recovered_blocks,
@@ -238,6 +245,87 @@ static int open_endpoint(struct session *se, const char *spec)
 	return r < 0 ? setup_failed(r, err) : 0;
 }
 
+/* The fleet tier's lines: held back by the mount's log when they repeat; at open, plain. */
+static void fleet_log(void *arg, int level, const char *obj, const char *cause, const char *line)
+{
+	if (obj)
+		fs_log_once(arg, (enum fuse_log_level)level, obj, cause, "%s", line);
+	else
+		fuse_log((enum fuse_log_level)level, "tierfs: %s\n", line);
+}
+
+/* shared=: the fleet tier (Redis), attached to the backend's I/O loop (tiers/fleet.c). */
+static int open_fleet(struct mount *m, struct tier *ret)
+{
+	const struct fs_opts *o = m->o;
+	struct fleet_cfg fc = {
+		.servers = o->shared,
+		.password_file = o->shared_password_file,
+		.key_file = o->shared_key,
+		.prefix = o->shared_prefix,
+		.timeout_ms = o->shared_timeout,
+		.fill_lagging = o->shared_fill_lagging,
+		.fleet_rate = o->fleet_lagging_rate,
+		.fleet_ops = o->fleet_lagging_ops,
+		.block_size = (uint32_t)o->block_size,
+		.b = m->b,
+		.env = fs_cache_env(m),
+		.log = fleet_log,
+		.log_arg = &m->log,
+	};
+	struct fleet *f;
+	char err[512] = "";
+	int r;
+
+	if (!o->shared)
+		return 0;
+	r = fleet_new(&fc, &f, err, sizeof(err));
+	if (r < 0)
+		return setup_failed(r, err);
+	*ret = fleet_tier(f);
+	return 0;
+}
+
+/*
+ * The tiers between memory and the store, in chain order: each opens its tier from the
+ * mount's options into its slot of m->below, or leaves it empty (not asked for, or it could
+ * not open and reads do without it), or refuses the mount (-errno, with one line on stderr).
+ * A tier whose sockets join the backend's I/O loop opens before the loop starts (before_io).
+ * A tier is one line here.
+ */
+static const struct tier_opener {
+	const struct tier_ops *ops; /* what it opens */
+	int (*open)(struct mount *m, struct tier *ret);
+	bool before_io;
+} tier_openers[] = {
+    {&disk_tier_ops, open_disk, false},
+    {&fleet_tier_ops, open_fleet, true},
+};
+
+const struct tier_ops *fs_tier_type(size_t i)
+{
+	return i < sizeof(tier_openers) / sizeof(tier_openers[0]) ? tier_openers[i].ops : NULL;
+}
+
+_Static_assert(sizeof(tier_openers) / sizeof(tier_openers[0]) <=
+		   sizeof(((struct mount *)0)->below) / sizeof(((struct mount *)0)->below[0]),
+	       "a slot for each tier");
+
+/* Open the tiers of tier_openers whose before_io is @before_io. @return 0 or -errno. */
+static int open_tiers(struct mount *m, bool before_io)
+{
+	for (size_t i = 0; i < sizeof(tier_openers) / sizeof(tier_openers[0]); i++) {
+		int r;
+
+		if (tier_openers[i].before_io != before_io)
+			continue;
+		r = tier_openers[i].open(m, &m->below[i]);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 /*
  * The store: set up, the shared tier attached to its I/O loop (before the loop starts: the
  * Redis sockets join it), the I/O thread started, and the store asked once at its root.
@@ -270,11 +358,9 @@ static int open_backend(struct mount *m)
 		return setup_failed(r, err);
 	if (m->writable && (r = wpool_new(o, &m->wpool)) < 0)
 		return setup_failed(r, "out of memory");
-	if (o->shared) {
-		r = fs_fleet_new(m, o, &m->fleet, err, sizeof(err));
-		if (r < 0)
-			return setup_failed(r, err);
-	}
+	r = open_tiers(m, true);
+	if (r < 0)
+		return r;
 	r = backend_start(m->b);
 	if (r == 0)
 		r = backend_check(m->b, err, sizeof(err));
@@ -293,7 +379,8 @@ static int open_cache(struct mount *m, struct cache_env *ret_env)
 	struct tier chain[TIER_CHAIN_MAX];
 	int r;
 
-	fs_cache_cfg(m->o, m->disk != NULL, &cc); /* cachecfg.c, shared with tierfs-sim */
+	/* cachecfg.c, shared with tierfs-sim: whether the disk tier opened */
+	fs_cache_cfg(m->o, m->below[0].ops != NULL, &cc);
 	env = fs_cache_env(m);
 	cc.chain = chain;
 	cc.nchain = chain_of(m, chain);
@@ -460,8 +547,9 @@ static void teardown(struct mount *m, struct session *se)
 		backend_stop(m->b);
 	/* disk reads still queued complete (a miss finds the backend stopped) before the cache
 	 * they answer goes */
-	if (m->disk)
-		disk_stop_reads(m->disk);
+	for (size_t i = 0; i < sizeof(m->below) / sizeof(m->below[0]); i++)
+		if (m->below[i].ops && m->below[i].ops->stop)
+			m->below[i].ops->stop(m->below[i].self);
 	fs_ops_quiesce(m);
 	if (se->mounted)
 		fuse_session_unmount(m->se);
@@ -471,10 +559,12 @@ static void teardown(struct mount *m, struct session *se)
 	fs_ops_drain(m);
 	fs_trace_close(m); /* every reply is out */
 	cache_free(m->c);
-	disk_close(m->disk); /* after the cache: no put can come; the queue is written */
+	/* after the cache: no put can come; their queues are written */
+	for (size_t i = 0; i < sizeof(m->below) / sizeof(m->below[0]); i++)
+		if (m->below[i].ops && m->below[i].ops->close)
+			m->below[i].ops->close(m->below[i].self);
 	ns_free(m->ns);
 	wpool_free(m->wpool); /* after the handles: their buffers are back */
-	fs_fleet_free(m->fleet);
 	backend_free(m->b);
 	if (m->se)
 		fuse_session_destroy(m->se);
@@ -499,7 +589,7 @@ int fs_main(struct fs_opts *o)
 		goto out;
 	if (open_backend(&m) < 0)
 		goto out;
-	if (o->cache_dir && open_disk(&m) < 0)
+	if (open_tiers(&m, false) < 0)
 		goto out;
 	if (open_cache(&m, &env) < 0 || (o->trace && fs_trace_open(&m) < 0))
 		goto out;

@@ -12,6 +12,10 @@
  *   hot        99.0%    97.1%      1234    123.4M      1.2M     812M/1.0G    0.1ms
  *   ...
  *
+ * The tiers are data: the memory rings by the cache's names (cache_tier_name), the chain's
+ * tiers by the tier="NAME" labels the stats show, each drawn from its type's tier_ops.status
+ * (a row in the table, a line of its own) as the program knows them (fs_tier_types).
+ *
  * The stats file is the whole interface: Prometheus text, parsed here into (name, tier or op
  * label, le bound, value) series, so this is a client like any other and needs no access but
  * read permission. Rates come from two samples SECS apart; quantiles from the difference of
@@ -34,6 +38,7 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "tiertypes.h"
 
 #define STATUS_USAGE "usage: tierfs status [-w] [-n SECS] [-C NAME] MOUNTPOINT"
 
@@ -123,16 +128,13 @@ static int sample_add(struct sample *sm, const struct series *se)
 	return 0;
 }
 
-/* Read @path into *sm (emptied first). @return 0 or -errno. */
-static int sample_read(const char *path, struct sample *sm)
+/* Read the stats text from @f into *sm (emptied first). @return 0 or -errno. */
+static int sample_file(FILE *f, struct sample *sm)
 {
-	FILE *f = fopen(path, "re");
 	char line[1024];
 	struct series se;
 	int r = 0;
 
-	if (!f)
-		return -errno;
 	sm->n = 0;
 	sm->t = mono_s();
 	while (r == 0 && fgets(line, sizeof(line), f))
@@ -140,6 +142,32 @@ static int sample_read(const char *path, struct sample *sm)
 			r = sample_add(sm, &se);
 	if (r == 0 && ferror(f))
 		r = -EIO;
+	return r;
+}
+
+/* Read @path into *sm (emptied first). @return 0 or -errno. */
+static int sample_read(const char *path, struct sample *sm)
+{
+	FILE *f = fopen(path, "re");
+	int r;
+
+	if (!f)
+		return -errno;
+	r = sample_file(f, sm);
+	fclose(f);
+	return r;
+}
+
+/* Read the stats text @text into *sm, as read at @t seconds. @return 0 or -errno. */
+static int sample_text(const char *text, double t, struct sample *sm)
+{
+	FILE *f = fmemopen((void *)text, strlen(text), "r");
+	int r;
+
+	if (!f)
+		return -errno;
+	r = sample_file(f, sm);
+	sm->t = t;
 	fclose(f);
 	return r;
 }
@@ -166,15 +194,61 @@ static double rate(const struct sample *a, const struct sample *b, const char *n
 	return dt > 0 ? (get(b, name, key) - get(a, name, key)) / dt : NAN;
 }
 
-/* The tiers a mount may have, and the families that count their hits and misses. */
-static const struct tier_row {
-	const char *tier, *hits, *misses, *joins; /* joins: NULL for a tier without */
-} tier_rows[] = {
-    {"hot", "cache_hits_total", "cache_misses_total", "cache_singleflight_joins_total"},
-    {"lagging", "cache_hits_total", "cache_misses_total", "cache_singleflight_joins_total"},
-    {"disk", "cache_hits_total", "cache_misses_total", NULL},
-    {"shared", "shared_hits_total", "shared_misses_total", NULL},
+/* A row of the tiers' table: a tier's name and the families that count its hits and misses. */
+struct tier_row {
+	const char *tier, *hits, *misses, *served, *joins; /* served, joins: NULL for none */
 };
+
+/* The memory tiers' rows (the cache's own families, one per ring). */
+static struct tier_row memory_row(enum cache_tier t)
+{
+	return (struct tier_row){cache_tier_name(t), "cache_hits_total", "cache_misses_total",
+				 "cache_served_bytes_total", "cache_singleflight_joins_total"};
+}
+
+/* What the screen knows of the mount's tiers: the tier types it can render (their
+ * tier_ops.status), and the chain's tiers found in the stats (every chain tier has a
+ * read_seconds series). The command is one thread: no lock. */
+struct screen {
+	const struct tier_ops *const *types;
+	size_t ntypes;
+	const char *chain[TIER_CHAIN_MAX]; /* names, pointing into sample b */
+	unsigned nchain;
+};
+
+/* The status of tier type @name, or NULL (a tier the screen does not know). */
+static const struct tier_status *status_of(const struct screen *sc, const char *name)
+{
+	for (size_t i = 0; i < sc->ntypes; i++)
+		if (!strcmp(sc->types[i]->name, name))
+			return sc->types[i]->status;
+	return NULL;
+}
+
+static bool is_memory(const char *name)
+{
+	for (int t = 0; t < CACHE_NTIERS; t++)
+		if (!strcmp(cache_tier_name((enum cache_tier)t), name))
+			return true;
+	return false;
+}
+
+/* The chain's tiers in @b, in the order the stats show them. */
+static void find_chain(struct screen *sc, const struct sample *b)
+{
+	sc->nchain = 0;
+	for (size_t i = 0; i < b->n && sc->nchain < TIER_CHAIN_MAX; i++) {
+		const struct series *se = &b->s[i];
+		bool seen = false;
+
+		if (strcmp(se->name, "tierfs_read_seconds_count") || is_memory(se->key))
+			continue;
+		for (unsigned j = 0; j < sc->nchain; j++)
+			seen = seen || !strcmp(sc->chain[j], se->key);
+		if (!seen)
+			sc->chain[sc->nchain++] = se->key;
+	}
+}
 
 /* The hit ratio of tier @t between the samples (@a NULL: since the mount): (hits + joins) /
  * (hits + joins + misses). A read that joins a fetch under way (readahead's, another
@@ -275,28 +349,44 @@ static const char *seconds(double v, char *buf, size_t len)
 	return buf;
 }
 
-/* One line per tier the mount has. */
-static void print_tiers(FILE *out, const struct sample *a, const struct sample *b)
+/* One line of the tiers' table, if the mount has tier @t. */
+static void print_tier(FILE *out, const struct sample *a, const struct sample *b,
+		       const struct tier_row *t)
 {
 	char h1[16], h2[16], s[16], f[16], r[16], z[16], p[16], rs[40];
 
+	if (isnan(get(b, t->hits, t->tier)))
+		return; /* the mount has no such tier */
+	snprintf(rs, sizeof(rs), "%s/%s", human(get(b, "cache_resident_bytes", t->tier), r, 16),
+		 human(get(b, "cache_size_bytes", t->tier), z, 16));
+	fprintf(out, "%-8s %7s %7s %8.1f %9s %9s %15s %8s\n", t->tier,
+		percent(hit_ratio(a, b, t), h1, 16), percent(hit_ratio(NULL, b, t), h2, 16),
+		rate(a, b, t->hits, t->tier),
+		t->served ? human(rate(a, b, t->served, t->tier), s, 16) : "-",
+		human(rate(a, b, "cache_fetched_bytes_total", t->tier), f, 16),
+		strcmp(rs, "-/-") ? rs : "-",
+		seconds(quantile(a, b, "read_seconds", t->tier, 0.99), p, 16));
+}
+
+/* One line per tier the mount has: the memory tiers, then the chain's that have a row. */
+static void print_tiers(FILE *out, const struct screen *sc, const struct sample *a,
+			const struct sample *b)
+{
 	fprintf(out, "%-8s %7s %7s %8s %9s %9s %15s %8s\n", "tier", "hit now", "hit all", "hits/s",
 		"served/s", "fetched/s", "resident/size", "p99 read");
-	for (size_t i = 0; i < sizeof(tier_rows) / sizeof(tier_rows[0]); i++) {
-		const struct tier_row *t = &tier_rows[i];
+	for (int i = 0; i < CACHE_NTIERS; i++) {
+		struct tier_row t = memory_row((enum cache_tier)i);
 
-		if (isnan(get(b, t->hits, t->tier)))
-			continue; /* the mount has no such tier */
-		snprintf(rs, sizeof(rs), "%s/%s",
-			 human(get(b, "cache_resident_bytes", t->tier), r, 16),
-			 human(get(b, "cache_size_bytes", t->tier), z, 16));
-		fprintf(out, "%-8s %7s %7s %8.1f %9s %9s %15s %8s\n", t->tier,
-			percent(hit_ratio(a, b, t), h1, 16), percent(hit_ratio(NULL, b, t), h2, 16),
-			rate(a, b, t->hits, t->tier),
-			human(rate(a, b, "cache_served_bytes_total", t->tier), s, 16),
-			human(rate(a, b, "cache_fetched_bytes_total", t->tier), f, 16),
-			strcmp(rs, "-/-") ? rs : "-",
-			seconds(quantile(a, b, "read_seconds", t->tier, 0.99), p, 16));
+		print_tier(out, a, b, &t);
+	}
+	for (unsigned i = 0; i < sc->nchain; i++) {
+		const struct tier_status *st = status_of(sc, sc->chain[i]);
+		struct tier_row t;
+
+		if (!st || !st->hits || !st->misses)
+			continue;
+		t = (struct tier_row){sc->chain[i], st->hits, st->misses, st->served, NULL};
+		print_tier(out, a, b, &t);
 	}
 }
 
@@ -311,20 +401,25 @@ static void print_reads(FILE *out, const struct sample *a, const struct sample *
 		get(b, "read_errors_total", ""));
 }
 
+/* A line for each memory tier with a rate limiter. */
 static void print_limiter(FILE *out, const struct sample *a, const struct sample *b)
 {
 	char r[16], t[16];
 
-	if (isnan(get(b, "limiter_rate_bytes", "lagging")))
-		return;
-	fprintf(out,
-		"limiter  rate %sB/s  tokens %s  throttled %.2f s/s  waits %.1f/s  queued "
-		"%.0f\n",
-		human(get(b, "limiter_rate_bytes", "lagging"), r, 16),
-		human(get(b, "limiter_tokens", "lagging"), t, 16),
-		rate(a, b, "throttled_seconds_total", "lagging"),
-		rate(a, b, "throttle_waits_total", "lagging"),
-		get(b, "throttle_queued_fetches", "lagging"));
+	for (int i = 0; i < CACHE_NTIERS; i++) {
+		const char *tier = cache_tier_name((enum cache_tier)i);
+
+		if (isnan(get(b, "limiter_rate_bytes", tier)))
+			continue;
+		fprintf(out,
+			"limiter  rate %sB/s  tokens %s  throttled %.2f s/s  waits %.1f/s  queued "
+			"%.0f\n",
+			human(get(b, "limiter_rate_bytes", tier), r, 16),
+			human(get(b, "limiter_tokens", tier), t, 16),
+			rate(a, b, "throttled_seconds_total", tier),
+			rate(a, b, "throttle_waits_total", tier),
+			get(b, "throttle_queued_fetches", tier));
+	}
 }
 
 static void print_store(FILE *out, const struct sample *a, const struct sample *b)
@@ -347,44 +442,91 @@ static void print_store(FILE *out, const struct sample *a, const struct sample *
 		seconds(quantile(a, b, "backend_request_seconds", "list", 0.99), l, 16));
 }
 
-static void print_lower(FILE *out, const struct sample *a, const struct sample *b)
+/* One field of a tier's line, with the space before it. */
+static void print_field(FILE *out, const struct sample *a, const struct sample *b,
+			const char *tier, const struct tier_status_field *f)
 {
-	if (!isnan(get(b, "disk_writable", "disk")))
-		fprintf(out,
-			"disk     writes %.1f/s  drops %.0f  crc failures %.0f  read errors "
-			"%.0f  %s\n",
-			rate(a, b, "disk_writes_total", "disk"),
-			get(b, "disk_write_drops_total", "disk"),
-			get(b, "disk_crc_failures_total", "disk"),
-			get(b, "disk_read_errors_total", "disk"),
-			get(b, "disk_writable", "disk") > 0 ? "writable" : "WRITES OFF");
-	if (!isnan(get(b, "shared_servers", "shared")))
-		fprintf(out,
-			"shared   servers %.0f (%.0f down)  timeouts %.1f/s  errors %.1f/s  "
-			"fleet %s\n",
-			get(b, "shared_servers", "shared"), get(b, "shared_servers_down", "shared"),
-			rate(a, b, "shared_timeouts_total", "shared"),
-			rate(a, b, "shared_errors_total", "shared"),
-			get(b, "fleet_fallback", "shared") > 0 ? "ON LOCAL LIMITS" : "ok");
+	double v = get(b, f->metric, tier);
+
+	fprintf(out, "  %s%s", f->label, f->label[0] ? " " : "");
+	switch (f->kind) {
+	case TIER_ST_RATE:
+		fprintf(out, "%.1f/s", rate(a, b, f->metric, tier));
+		break;
+	case TIER_ST_FLAG:
+		fputs(isnan(v) ? "-" : v > 0 ? f->on : f->off, out);
+		break;
+	default:
+		fprintf(out, "%.0f", v);
+		break;
+	}
 }
 
-static void print_screen(FILE *out, const char *mnt, const struct sample *a, const struct sample *b)
+/* The line of each chain tier that has one (tier_status.line), if the mount shows its first
+ * field. */
+static void print_lower(FILE *out, const struct screen *sc, const struct sample *a,
+			const struct sample *b)
+{
+	for (unsigned i = 0; i < sc->nchain; i++) {
+		const struct tier_status *st = status_of(sc, sc->chain[i]);
+
+		if (!st || !st->line[0].metric || isnan(get(b, st->line[0].metric, sc->chain[i])))
+			continue;
+		fprintf(out, "%-7s", sc->chain[i]);
+		for (int j = 0; j < TIER_STATUS_FIELDS && st->line[j].metric; j++)
+			print_field(out, a, b, sc->chain[i], &st->line[j]);
+		fputc('\n', out);
+	}
+}
+
+static void print_screen(FILE *out, const struct screen *sc, const char *mnt,
+			 const struct sample *a, const struct sample *b)
 {
 	char when[32], bb[16], bl[16];
 	time_t now = time(NULL);
 
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
 	fprintf(out, "tierfs status %s   %s   rates over %.1f s\n\n", mnt, when, b->t - a->t);
-	print_tiers(out, a, b);
+	print_tiers(out, sc, a, b);
 	fputc('\n', out);
 	print_reads(out, a, b);
 	print_limiter(out, a, b);
 	print_store(out, a, b);
-	print_lower(out, a, b);
+	print_lower(out, sc, a, b);
 	fprintf(out, "memory   bounce %s of %s   log lines held back %.0f\n",
 		human(get(b, "cache_bounce_bytes", ""), bb, 16),
 		human(get(b, "cache_bounce_limit_bytes", ""), bl, 16),
 		get(b, "log_suppressed_total", ""));
+}
+
+/* The screen from two samples, with the tier types the mount's program knows. */
+static void render(FILE *out, const char *mnt, const struct sample *a, const struct sample *b)
+{
+	const struct tier_ops *types[TIER_CHAIN_MAX];
+	struct screen sc = {.types = types};
+
+	while (sc.ntypes < TIER_CHAIN_MAX && (types[sc.ntypes] = fs_tier_type(sc.ntypes)))
+		sc.ntypes++;
+	find_chain(&sc, b);
+	print_screen(out, &sc, mnt, a, b);
+}
+
+int fs_status_print(FILE *out, const char *mnt, const char *text_a, const char *text_b,
+		    double secs, const struct tier_ops *const *types, size_t ntypes)
+{
+	struct sample a = {0}, b = {0};
+	struct screen sc = {.types = types, .ntypes = ntypes};
+	int r = sample_text(text_a, 0, &a);
+
+	if (r == 0)
+		r = sample_text(text_b, secs, &b);
+	if (r == 0) {
+		find_chain(&sc, &b);
+		print_screen(out, &sc, mnt, &a, &b);
+	}
+	free(a.s);
+	free(b.s);
+	return r;
 }
 
 /* ---- the command --------------------------------------------------------------------------------
@@ -485,7 +627,7 @@ static int watch(const struct status_opts *o, const char *path, struct sample *a
 		if ((r = sample_read(path, b)) < 0)
 			break;
 		fputs("\033[H\033[2J", stdout);
-		print_screen(stdout, o->mnt, a, b);
+		render(stdout, o->mnt, a, b);
 		fputs("\n(q to quit)", stdout);
 		fflush(stdout);
 		t = *a;
@@ -526,7 +668,7 @@ int fs_status_main(int argc, char **argv)
 		poll(NULL, 0, (int)(o.interval * 1000));
 		r = sample_read(path, &b);
 		if (r == 0)
-			print_screen(stdout, o.mnt, &a, &b);
+			render(stdout, o.mnt, &a, &b);
 		else
 			fprintf(stderr, "tierfs status: %s: %s\n", path, strerror(-r));
 		r = r < 0 ? 1 : 0;

@@ -1,7 +1,7 @@
 /*
  * simredis.c - the fleet's Redis, simulated: one LRU of block values under a memory limit,
  * shared by every simulated mount, each of which sees it as the shared tier of its chain
- * (fs/fleet.c is the real one).
+ * (tiers/fleet.c is the real one).
  *
  *   mount A's chain: ... ─► port A ─┐                      values: hash (key) ─► node
  *   mount B's chain: ... ─► port B ─┼─► struct sim_redis     LRU: head (newest) ... tail

@@ -1417,16 +1417,90 @@ static void tier_each(void *self, struct cache_oid oid, void (*fn)(void *arg, ui
 	disk_each_block(self, oid, fn, arg);
 }
 
-static const struct tier_ops disk_ops = {
+/* The disk tier's rows of /metrics (tier="disk"): the cache's families it shares with the
+ * memory tiers (hits, residency, size), then its own. */
+static void tier_metrics(void *self, void (*fn)(void *arg, const struct tier_metric *m), void *arg)
+{
+	struct disk_stats st;
+
+	disk_get_stats(self, &st);
+	/* clang-format off */
+	const struct tier_metric rows[] = {
+#define ROW(name, type, v, help) {name, TIER_##type, help, v, 0, NULL, NULL, 0}
+	ROW("cache_hits_total", COUNTER, st.hits, "Block lookups answered by the tier."),
+	ROW("cache_misses_total", COUNTER, st.misses,
+	    "Blocks a reader wanted that were fetched into the tier."),
+	ROW("cache_served_bytes_total", COUNTER, st.bytes_served,
+	    "Bytes answered to readers from the tier."),
+	ROW("cache_evictions_total", COUNTER, st.rotations,
+	    "Segment rotations (each evicts one segment)."),
+	ROW("cache_resident_blocks", GAUGE, st.blocks, "Blocks resident in the tier."),
+	ROW("cache_resident_bytes", GAUGE, st.bytes, "Bytes resident in the tier."),
+	ROW("cache_size_bytes", GAUGE, st.size, "Configured size of the tier."),
+	ROW("disk_writes_total", COUNTER, st.writes, "Blocks written to the disk tier."),
+	ROW("disk_written_bytes_total", COUNTER, st.bytes_written,
+	    "Bytes written to the disk tier."),
+	ROW("disk_write_errors_total", COUNTER, st.write_errors,
+	    "Writes to the disk tier that failed (the first turns writes off)."),
+	ROW("disk_write_drops_total", COUNTER, st.write_drops,
+	    "Blocks not written to the disk tier: its queue was full, or writes are off."),
+	ROW("disk_writable", GAUGE, st.writable, "1 while the disk tier takes writes."),
+	ROW("disk_queued_bytes", GAUGE, st.queued_bytes, "Bytes waiting to be written to disk."),
+	ROW("disk_crc_failures_total", COUNTER, st.crc_failures,
+	    "Disk records whose CRC-32C did not match: dropped and fetched again."),
+	ROW("disk_read_errors_total", COUNTER, st.read_errors,
+	    "Disk reads that failed (EIO...): served from the store."),
+	ROW("disk_direct_reads_total", COUNTER, st.direct_reads,
+	    "Disk hits read with O_DIRECT, past the page cache (the rest: buffered)."),
+	ROW("disk_recovered_blocks", GAUGE, st.recovered_blocks,
+	    "Blocks the disk tier found by its scan at mount."),
+	ROW("disk_recovery_ms", GAUGE, st.recovery_ms, "How long that scan took, ms."),
+#undef ROW
+	};
+	/* clang-format on */
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		fn(arg, &rows[i]);
+}
+
+/* `tierfs status`: a row in the tiers' table, and a line of its own. */
+static const struct tier_status disk_status = {
+	.hits = "cache_hits_total",
+	.misses = "cache_misses_total",
+	.served = "cache_served_bytes_total",
+	.line = {
+		{"writes", "disk_writes_total", TIER_ST_RATE, NULL, NULL},
+		{"drops", "disk_write_drops_total", TIER_ST_VALUE, NULL, NULL},
+		{"crc failures", "disk_crc_failures_total", TIER_ST_VALUE, NULL, NULL},
+		{"read errors", "disk_read_errors_total", TIER_ST_VALUE, NULL, NULL},
+		{"", "disk_writable", TIER_ST_FLAG, "writable", "WRITES OFF"},
+	},
+};
+
+static void tier_stop(void *self)
+{
+	disk_stop_reads(self);
+}
+
+static void tier_close(void *self)
+{
+	disk_close(self);
+}
+
+const struct tier_ops disk_tier_ops = {
 	.name = "disk",
 	.get = tier_get,
 	.has = tier_has,
 	.put = tier_put,
 	.room = tier_room,
 	.each = tier_each,
+	.metrics = tier_metrics,
+	.status = &disk_status,
+	.stop = tier_stop,
+	.close = tier_close,
 };
 
 struct tier disk_tier(struct disk *d)
 {
-	return (struct tier){.ops = &disk_ops, .self = d};
+	return (struct tier){.ops = &disk_tier_ops, .self = d};
 }

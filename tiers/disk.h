@@ -145,4 +145,7 @@ uint64_t disk_min_size(uint32_t block_size);
  * put = disk_put of what cfg.lagging admits. @d must outlive the cache. */
 struct tier disk_tier(struct disk *d);
 
+/* Its operations, its rows of /metrics and its status line (disk_tier's ops). */
+extern const struct tier_ops disk_tier_ops;
+
 #endif

@@ -37,7 +37,7 @@ enum trace_tier {
 	TRACE_HOT = 0,
 	TRACE_LAGGING = 1,
 	TRACE_DISK = 2,
-	TRACE_SHARED = 3,
+	TRACE_FLEET = 3,
 	TRACE_STORE = 4,
 	TRACE_NTIERS = 5,
 	TRACE_NONE = 255, /* no data: an error, or end of object */
@@ -47,7 +47,7 @@ enum trace_tier {
 #define TRACE_F_ERROR 0x01 /* answered with an error */
 #define TRACE_F_OPEN  0x02 /* the first read through its handle: its stream starts here */
 
-/* "hot", "lagging", "disk", "shared", "store"; "none" for TRACE_NONE; NULL past those. */
+/* "hot", "lagging", "disk", "fleet", "store"; "none" for TRACE_NONE; NULL past those. */
 const char *trace_tier_name(unsigned t);
 /* The code of tier @name (cache_served.from); TRACE_NONE for NULL or an unknown name. */
 uint8_t trace_tier_code(const char *name);

@@ -32,7 +32,7 @@
 
 static const char *const tier_names[TRACE_NTIERS] = {
     [TRACE_HOT] = "hot",       [TRACE_LAGGING] = "lagging", [TRACE_DISK] = "disk",
-    [TRACE_SHARED] = "shared", [TRACE_STORE] = "store",
+    [TRACE_FLEET] = "fleet",   [TRACE_STORE] = "store",
 };
 
 const char *trace_tier_name(unsigned t)

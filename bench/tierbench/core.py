@@ -287,7 +287,7 @@ class BenchCore:
     def get_latency(sts):
         """The GET latency histogram summed over mounts' stats @sts: [(bound s, GETs
         answered within it, late answers included)], cumulative, the last bound inf."""
-        pre = 'tierfs_shared_get_seconds_bucket{tier="shared",le="'
+        pre = 'tierfs_fleet_get_seconds_bucket{tier="fleet",le="'
         h = {}
         for st in sts:
             for k, v in st.items():

@@ -16,8 +16,8 @@ class MacScenario:
             wait_until(lambda: all(m.path(r).exists() for r in hot), 30, "the new objects")
             run([str(common.PREADER), "seq"] + [str(m.path(r)) for r in hot], timeout=600)
             blocks = sum(-(-self.files[r] // (4 * MiB)) for r in hot)
-            wait_until(lambda: self.stat_sum(m.stats(), "shared_puts_total") >= blocks and
-                       self.stat_sum(m.stats(), "shared_put_queued_bytes") == 0, 120,
+            wait_until(lambda: self.stat_sum(m.stats(), "fleet_puts_total") >= blocks and
+                       self.stat_sum(m.stats(), "fleet_put_queued_bytes") == 0, 120,
                        f"the {kind} values in Redis")
         finally:
             self.close_mount(m, "scenario 12c prime")
@@ -35,7 +35,7 @@ class MacScenario:
             st = m.stats()
         finally:
             self.close_mount(m, "scenario 12c")
-        return {"mbps": out["mbps"] * 1e6 / MiB, "hits": self.stat_sum(st, "shared_hits_total"),
+        return {"mbps": out["mbps"] * 1e6 / MiB, "hits": self.stat_sum(st, "fleet_hits_total"),
                 "blocks": sum(-(-self.files[r] // (4 * MiB)) for r in hot)}
 
     def scen_mac(self):

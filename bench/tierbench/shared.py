@@ -62,8 +62,8 @@ class SharedScenario:
                 e = {"server_per_byte": at / total,
                      "p99_ms": max(o["lat_us"]["p99"] for o in outs) / 1e3,
                      "p50_ms": statistics.median(o["lat_us"]["p50"] for o in outs) / 1e3,
-                     "hits": sum(self.stat_sum(st, "shared_hits_total") for st in sts),
-                     "timeouts": sum(self.stat_sum(st, "shared_timeouts_total")
+                     "hits": sum(self.stat_sum(st, "fleet_hits_total") for st in sts),
+                     "timeouts": sum(self.stat_sum(st, "fleet_timeouts_total")
                                      for st in sts),
                      "shared_stats": [{k: v for k, v in st.items() if "shared" in k}
                                       for st in sts] if shared else None,
@@ -120,8 +120,8 @@ class SharedScenario:
             slope = (sum((x - mx) * (y - my) for x, y in pts) /
                      sum((x - mx) ** 2 for x, _ in pts))
             e = {"rate": slope, "accuracy": slope / rate, "window": t1 - t0,
-                 "calls": sum(self.stat_sum(st, "fleet_calls_total") for st in sts),
-                 "grants": [self.stat_sum(st, "fleet_grants_total") for st in sts]}
+                 "calls": sum(self.stat_sum(st, "fleet_budget_calls_total") for st in sts),
+                 "grants": [self.stat_sum(st, "fleet_budget_grants_total") for st in sts]}
             res["fleet"].append(e)
             log(f"fleet rate {p['fleet_rate']} run {run_i + 1}: {slope / MiB:.2f} MiB/s = "
                 f"{e['accuracy']:.3f}x over {e['window']:.1f} s, calls {e['calls']:.0f}, "

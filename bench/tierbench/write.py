@@ -257,10 +257,10 @@ class WriteScenario:
         queued (or has given up on the rest: drops, errors). @return its stats then."""
         def done():
             st = m.stats()
-            settled = (self.stat_sum(st, "shared_puts_total") +
-                       self.stat_sum(st, "shared_put_drops_total") +
-                       self.stat_sum(st, "shared_put_errors_total"))
-            return self.stat_sum(st, "shared_put_queued_bytes") == 0 and settled >= blocks
+            settled = (self.stat_sum(st, "fleet_puts_total") +
+                       self.stat_sum(st, "fleet_put_drops_total") +
+                       self.stat_sum(st, "fleet_put_errors_total"))
+            return self.stat_sum(st, "fleet_put_queued_bytes") == 0 and settled >= blocks
         try:
             wait_until(done, timeout, "the written blocks in Redis", interval=0.1)
         except TimeoutError as e:
@@ -315,8 +315,8 @@ class WriteScenario:
                 f"sha256 {'right' if res['a']['ok'] else 'WRONG'}")
             sw = self.write_wait_published(a, blocks)
             res["writer"] = {k: self.stat_sum(sw, k) for k in (
-                "shared_puts_total", "shared_put_drops_total", "shared_put_errors_total",
-                "shared_put_queued_bytes", "cache_published_blocks_total")}
+                "fleet_puts_total", "fleet_put_drops_total", "fleet_put_errors_total",
+                "fleet_put_queued_bytes", "cache_published_blocks_total")}
             bo = {k: v for k, v in opts.items() if k != "allow_write"}
             b = Tierfs("tierfs-s3", self.mnt("tierfs-s3-wb"), f"s3://{self.wbucket}",
                        dict(bo, endpoint=self.s3_endpoint, path_style=None, region="us-east-1"),
@@ -324,8 +324,8 @@ class WriteScenario:
             wait_until(lambda: b.path(key).exists(), 30, f"the second mount to list {key}")
             fb, hb, nb, tb, s0, s1 = self.read_back(b, key)
             res["b"] = {"fetched": fb, "ok": hb == self.wsha and nb == size, "seconds": tb,
-                        "shared_hits": (self.stat_sum(s1, "shared_hits_total") -
-                                        self.stat_sum(s0, "shared_hits_total"))}
+                        "shared_hits": (self.stat_sum(s1, "fleet_hits_total") -
+                                        self.stat_sum(s0, "fleet_hits_total"))}
             log(f"write read-back, a second mount sharing Redis: {fb / MiB:.2f} MiB fetched of "
                 f"{size // MiB} MiB, sha256 {'right' if res['b']['ok'] else 'WRONG'}; writer: "
                 + ", ".join(f"{k} {v:.0f}" for k, v in res["writer"].items()))
@@ -476,9 +476,9 @@ def write_report(b, cols):
                 f"(tierfs_backend_received_bytes_total) / object; sha256 of the bytes read",
                 f"{e['fetched'] / MiB:.2f} MiB = {100 * frac:.2f}%, sha256 "
                 + ("right" if e["ok"] else "**WRONG**")
-                + (f"; the writer put {wr['shared_puts_total']:.0f} of {rb['blocks']} blocks "
-                   f"into Redis, dropped {wr['shared_put_drops_total']:.0f}, "
-                   f"{wr['shared_put_queued_bytes'] / MiB:.1f} MiB still queued" if wr else ""),
+                + (f"; the writer put {wr['fleet_puts_total']:.0f} of {rb['blocks']} blocks "
+                   f"into Redis, dropped {wr['fleet_put_drops_total']:.0f}, "
+                   f"{wr['fleet_put_queued_bytes'] / MiB:.1f} MiB still queued" if wr else ""),
                 none, f"<= {100 * lim:g}%",
                 frac <= lim and e["ok"]))
             targets.append((f"written object read back, {what.split(',')[0]}: fetched / object",

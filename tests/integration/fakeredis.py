@@ -14,7 +14,7 @@ Streams stop when the client closes the connection, when stop() is called, or af
 close). Every connection's fate is recorded: `closed_by_client` counts the connections whose
 peer closed (a read of 0 or a reset) while the server still had something to say.
 
-Value framing (cache/fleetval.h, format 2): an 80-byte header then the data.
+Value framing (tiers/fleet_value.h, format 2): an 80-byte header then the data.
 """
 
 import socket

@@ -174,8 +174,8 @@ def shared_read(store, m, rels):
     store.nginx.wait_idle()
     s1 = lu.stats(m.mnt)
     gets = sum(len(range_gets(store, rel, mark)) for rel in rels)
-    return (gets, s1.d(s0, "shared_hits_total", "shared"),
-            s1.d(s0, "shared_redirects_total", "shared"))
+    return (gets, s1.d(s0, "fleet_hits_total", "fleet"),
+            s1.d(s0, "fleet_redirects_total", "fleet"))
 
 
 def test_mounts_share_blocks_by_slot(store, cluster, mount, tmp_path):
@@ -195,11 +195,11 @@ def test_mounts_share_blocks_by_slot(store, cluster, mount, tmp_path):
     assert gets == 0, "B fetched from the store what the cluster holds"
     assert hits == 16
     s = lu.stats(b.mnt)
-    assert s.v("shared_store_fetches_total", "shared") == 0  # the stats file agrees
-    assert s.v("shared_slot_maps_total", "shared") >= 1
-    assert s.v("shared_servers", "shared") >= 3  # the seeds and the masters found
+    assert s.v("fleet_store_fetches_total", "fleet") == 0  # the stats file agrees
+    assert s.v("fleet_slot_maps_total", "fleet") >= 1
+    assert s.v("fleet_servers", "fleet") >= 3  # the seeds and the masters found
     assert "is a cluster node" in b.log.read_text()
-    assert s.v("shared_rejected_total", "shared") == 0
+    assert s.v("fleet_rejected_total", "fleet") == 0
 
 
 def test_ask_then_moved(store, cluster, mount):
@@ -228,7 +228,7 @@ def test_ask_then_moved(store, cluster, mount):
     harness.wait_until(lambda: cluster.master_of(s) is dst, 10, "the slot moved")
     assert (shared_read(store, c, [rel])) == (0, 4, 1)  # the MOVED
     # the MOVED asks for the whole map again (at most every 200 ms: it may still be coming)
-    harness.wait_until(lambda: lu.stats(c.mnt).v("shared_slot_maps_total", "shared") >= 2, 10,
+    harness.wait_until(lambda: lu.stats(c.mnt).v("fleet_slot_maps_total", "fleet") >= 2, 10,
                        "c to ask for a new map after the MOVED")
 
 
@@ -343,7 +343,7 @@ def test_master_killed_replica_takes_over(store, cluster, mount, record_property
     assert gets <= 48 - lost and hits >= lost, (gets, hits)
     for m in ms + [a, late]:
         assert lu.stats(m.mnt).v("read_errors_total") == 0
-        assert lu.stats(m.mnt).v("shared_rejected_total", "shared") == 0
+        assert lu.stats(m.mnt).v("fleet_rejected_total", "fleet") == 0
 
 
 def test_acl_user_limited_to_the_listed_commands(store, cluster, mount, tmp_path):
@@ -361,8 +361,8 @@ def test_acl_user_limited_to_the_listed_commands(store, cluster, mount, tmp_path
     read_check(b, store, "old/o-00.bin")  # lagging: the fleet budget's script
     for m in (a, b):
         s = lu.stats(m.mnt)
-        assert s.v("shared_errors_total", "shared") == 0, m.log.read_text()[-2000:]
-        assert s.v("shared_slot_maps_total", "shared") >= 1
+        assert s.v("fleet_errors_total", "fleet") == 0, m.log.read_text()[-2000:]
+        assert s.v("fleet_slot_maps_total", "fleet") >= 1
         assert "did not answer CLUSTER NODES" not in m.log.read_text()
         assert "refused AUTH" not in m.log.read_text()
 
@@ -384,12 +384,12 @@ def test_bad_cluster_answers_refused(store, mount, what):
         read_check(m, store, rel)
         s = lu.stats(m.mnt)
         assert fake.gets >= 4
-        assert s.v("shared_hits_total", "shared") == 0
+        assert s.v("fleet_hits_total", "fleet") == 0
         if what == "map":
-            assert s.v("shared_bad_replies_total", "shared") == 1
+            assert s.v("fleet_bad_replies_total", "fleet") == 1
             assert "sent a cluster map tierfs does not take" in m.log.read_text()
         else:
-            assert s.v("shared_redirects_total", "shared") == 0
-            assert s.v("shared_errors_total", "shared") >= 4
+            assert s.v("fleet_redirects_total", "fleet") == 0
+            assert s.v("fleet_errors_total", "fleet") >= 4
     finally:
         fake.stop()

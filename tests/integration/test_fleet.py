@@ -126,8 +126,8 @@ def test_three_mounts_fetch_new_objects_once(store, mount, redis, record_propert
         results[label] = store_bytes(store, mark, "new/") / total
         if r:
             st = [lu.stats(m.mnt) for m in ms]
-            hits = sum(s.v("shared_hits_total", "shared") for s in st)
-            timeouts = sum(s.v("shared_timeouts_total", "shared") for s in st)
+            hits = sum(s.v("fleet_hits_total", "fleet") for s in st)
+            timeouts = sum(s.v("fleet_timeouts_total", "fleet") for s in st)
             record_property("shared_hits", hits)
             record_property("shared_timeouts", timeouts)
             print(f"shared: hits {hits}, timeouts {timeouts}")
@@ -178,13 +178,13 @@ def test_three_mounts_same_blocks_same_instant(store, mount, redis, record_prope
     st = [lu.stats(m.mnt) for m in ms]
 
     def tot(name):  # .get: the code before the fetch lock has no lock counters
-        return sum(s.get((name, "shared"), 0) for s in st)
+        return sum(s.get((name, "fleet"), 0) for s in st)
 
     print(f"{total // MIB} MiB read by 3 mounts at once, same order: store bytes {x:.2f}x; "
-          f"hits {tot('shared_hits_total')}, timeouts {tot('shared_timeouts_total')}, "
-          f"lock wins {tot('shared_lock_wins_total')}, waits {tot('shared_lock_waits_total')}, "
-          f"gave up {tot('shared_lock_gave_up_total')}")
-    print({k[0]: sum(s[k] for s in st) for k in st[0] if k[1] == "shared"})
+          f"hits {tot('fleet_hits_total')}, timeouts {tot('fleet_timeouts_total')}, "
+          f"lock wins {tot('fleet_lock_wins_total')}, waits {tot('fleet_lock_waits_total')}, "
+          f"gave up {tot('fleet_lock_gave_up_total')}")
+    print({k[0]: sum(s[k] for s in st) for k in st[0] if k[1] == "fleet"})
     record_property("store_x_same_instant", x)
     for s in st:
         assert s.v("read_errors_total") == 0
@@ -216,13 +216,13 @@ def test_dead_lock_holder_costs_the_bound(store, mount, redis):
     took = time.monotonic() - t0
     s = lu.stats(b.mnt)
     bound = 10 * timeout_ms / 1000
-    print({k: v for k, v in s.items() if "shared" in k[0]})
+    print({k: v for k, v in s.items() if "fleet_" in k[0]})
     print(f"{len(dead)} blocks locked by a dead holder: read in {took:.2f} s (bound "
-          f"{bound:.1f} s each); waits {s.v('shared_lock_waits_total', 'shared')}, gave up "
-          f"{s.v('shared_lock_gave_up_total', 'shared')}")
-    assert s.v("shared_lock_waits_total", "shared") == len(dead)
-    assert s.v("shared_lock_gave_up_total", "shared") == len(dead)
-    assert s.v("shared_hits_total", "shared") == nblk - len(dead)
+          f"{bound:.1f} s each); waits {s.v('fleet_lock_waits_total', 'fleet')}, gave up "
+          f"{s.v('fleet_lock_gave_up_total', 'fleet')}")
+    assert s.v("fleet_lock_waits_total", "fleet") == len(dead)
+    assert s.v("fleet_lock_gave_up_total", "fleet") == len(dead)
+    assert s.v("fleet_hits_total", "fleet") == nblk - len(dead)
     assert s.v("read_errors_total") == 0
     # readahead=0: the locked blocks are waited for one after the other
     assert took <= len(dead) * bound + 2.0
@@ -292,17 +292,17 @@ def test_fleet_rate_three_mounts(store, mount, redis, record_property):
     assert len(window) > 50, (t0, t1, len(reqs))
     measured = slope(cumulative(window, lambda q: q.body_bytes))
     stats = [lu.stats(m.mnt) for m in ms]
-    grants = [s.v("fleet_grants_total", "shared") for s in stats]
-    calls = sum(s.v("fleet_calls_total", "shared") for s in stats)
+    grants = [s.v("fleet_budget_grants_total", "fleet") for s in stats]
+    calls = sum(s.v("fleet_budget_calls_total", "fleet") for s in stats)
     record_property("fleet_rate", measured)
     print(f"fleet_lagging_rate=30M, 3 mounts: {measured / MIB:.2f} MiB/s over {t1 - t0:.1f} s, "
           f"grants {grants}, calls {calls}, waits "
-          f"{[s.v('fleet_waits_total', 'shared') for s in stats]}, queued "
-          f"{[s.v('fleet_queued_fetches_total', 'shared') for s in stats]}")
+          f"{[s.v('fleet_budget_waits_total', 'fleet') for s in stats]}, queued "
+          f"{[s.v('fleet_budget_queued_fetches_total', 'fleet') for s in stats]}")
     assert abs(measured - rate) <= 0.05 * rate
     assert all(g >= 3 for g in grants)          # every host took its share of tokens
     assert calls <= 2 * 15 * 16 * MIB / (rate / 8)  # chunks of rate/8, not a call per block
-    assert all(s.v("fleet_fallbacks_total", "shared") == 0 for s in stats)
+    assert all(s.v("fleet_budget_fallbacks_total", "fleet") == 0 for s in stats)
 
 
 @pytest.mark.watchdog(200)
@@ -363,7 +363,7 @@ def test_redis_killed_during_replay_local_limits(store, mount, redis, record_pro
         rates.append(slope(cumulative(window, lambda q: q.body_bytes)))
         s = lu.stats(m.mnt)
         assert s.v("read_errors_total") == 0
-        assert s.v("fleet_fallbacks_total", "shared") == 1
+        assert s.v("fleet_budget_fallbacks_total", "fleet") == 1
     record_property("local_rates", rates)
     print(f"before the kill {before / MIB:.1f} MiB in {t_kill - reqs[0].t_end:.1f} s; after: "
           + ", ".join(f"{x / MIB:.2f}" for x in rates) + " MiB/s per host")
@@ -411,8 +411,8 @@ def test_redis_stopped_tail_p99(store, mount, redis, record_property):
     record_property("p99_up_ms", up)
     record_property("p99_stopped_ms", stopped)
     print(f"tail 4 KiB misses, p99: redis up {up:.1f} ms, stopped {stopped:.1f} ms "
-          f"(timeouts {s.v('shared_timeouts_total', 'shared')})")
-    assert s.v("shared_timeouts_total", "shared") >= 1  # the stop was felt
+          f"(timeouts {s.v('fleet_timeouts_total', 'fleet')})")
+    assert s.v("fleet_timeouts_total", "fleet") >= 1  # the stop was felt
     assert s.v("read_errors_total") == 0
     assert stopped <= up + timeout_ms + 100
 
@@ -427,8 +427,8 @@ def test_two_servers_stop_one(store, mount, redis):
     a = mount(store.nginx.url, base("1M", *sh(url)), name="a")
     assert not read_all([a], [rels], store)
     nblocks = 8 * 16
-    harness.wait_until(lambda: lu.stats(a.mnt).v("shared_puts_total", "shared") >= nblocks and
-                       lu.stats(a.mnt).v("shared_put_queued_bytes", "shared") == 0,
+    harness.wait_until(lambda: lu.stats(a.mnt).v("fleet_puts_total", "fleet") >= nblocks and
+                       lu.stats(a.mnt).v("fleet_put_queued_bytes", "fleet") == 0,
                        30, "every block written to Redis")
     k1 = len(r1.cmd("KEYS", PREFIX + "tfs1:*"))
     k2 = len(r2.cmd("KEYS", PREFIX + "tfs1:*"))
@@ -446,7 +446,7 @@ def test_two_servers_stop_one(store, mount, redis):
             if q.method == "GET" and q.range and q.path in rels]
     s = lu.stats(b.mnt)
     assert len(gets) == k2, "the store served more (or fewer) blocks than the stopped server held"
-    assert s.v("shared_hits_total", "shared") == k1
+    assert s.v("fleet_hits_total", "fleet") == k1
     assert s.v("read_errors_total") == 0
 
 
@@ -472,7 +472,7 @@ def test_auth(store, mount, redis, tmp_path):
     assert not read_all([b], [[rel]], store)
     store.nginx.wait_idle()
     assert [q for q in store.nginx.timed_requests(mark) if q.path == rel and q.range] == []
-    assert lu.stats(b.mnt).v("shared_hits_total", "shared") == 16
+    assert lu.stats(b.mnt).v("fleet_hits_total", "fleet") == 16
     c = mount(store.nginx.url, base("1M", *sh(r)), env={"TIERFS_SHARED_PASSWORD": "wrong"},
               name="c", foreground=True)
     mark = store.nginx.timed_mark()
@@ -481,7 +481,7 @@ def test_auth(store, mount, redis, tmp_path):
     gets = [q for q in store.nginx.timed_requests(mark) if q.path == rel and q.range]
     assert len(gets) == 16
     s = lu.stats(c.mnt)
-    assert s.v("shared_hits_total", "shared") == 0 and s.v("read_errors_total") == 0
+    assert s.v("fleet_hits_total", "fleet") == 0 and s.v("read_errors_total") == 0
     lines = [x for x in c.log.read_text(errors="replace").splitlines() if "AUTH" in x]
     assert len(lines) == 1, lines
     assert pw not in c.log.read_text(errors="replace") and "wrong" not in lines[0]

@@ -73,7 +73,7 @@ def test_every_tier_passes_promtool(promtool, mount, corpus64k, redis, tmp_path)
     st = lu.parse_stats(text)
     for tier in ("hot", "lagging", "disk"):
         assert ("cache_hits_total", tier) in st, tier
-    assert ("shared_get_seconds_count", "shared") in st
+    assert ("fleet_get_seconds_count", "fleet") in st
     assert st.v("limiter_rate_bytes", "lagging") == 50 << 20
 
 
@@ -82,7 +82,7 @@ def test_memory_tiers_only_pass_promtool(promtool, mount, corpus64k):
     read_some(m, corpus64k)
     text = stats_text(m)
     promtool_check(promtool, text)
-    assert "tier=\"disk\"" not in text and "tier=\"shared\"" not in text
+    assert "tier=\"disk\"" not in text and "tier=\"fleet\"" not in text
     # only the lagging tier has a limiter, off with the tier (rate 0)
     assert "tierfs_limiter_rate_bytes{tier=\"hot\"}" not in text
     assert lu.parse_stats(text).v("limiter_rate_bytes", "lagging") == 0

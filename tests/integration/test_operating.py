@@ -737,7 +737,7 @@ def test_status_once(mount, corpus64k, tmp_path):
     assert max(len(ln) for ln in lines[1:]) <= 80  # the title holds the path
     rows = {ln.split()[0]: ln.split() for ln in lines[2:] if ln.strip()}
     assert {"hot", "lagging", "disk", "reads", "limiter", "store", "memory"} <= set(rows)
-    assert "shared" not in rows  # no shared= on this mount
+    assert "fleet" not in rows  # no shared= on this mount
     # reads per second while the reader ran, and the total since the mount
     m_reads = re.search(r"^reads\s+([\d.]+)/s .*\((\d+) reads, (\d+) errors since mount\)",
                         out, re.M)

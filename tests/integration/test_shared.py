@@ -31,7 +31,7 @@ HOT_TTL = 3 * 86400
 OLD_AGE = 30 * 86400
 PREFIX = "t:"
 MAXMEMORY = 512 << 20  # each test's redis-server
-HDR = 80  # a value's header (cache/fleetval.h)
+HDR = 80  # a value's header (tiers/fleet_value.h)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,12 +245,12 @@ def get_latency(st):
     """The GET latency histogram of stats @st: [(bound in s, GETs answered within it)], the
     last bound inf, after checking that it is a histogram: cumulative, and its +Inf bucket
     is its count."""
-    pre = "shared_get_seconds_bucket["
+    pre = "fleet_get_seconds_bucket["
     h = sorted((float(k[len(pre):-1]), v) for (k, t), v in st.items()
-               if t == "shared" and k.startswith(pre))
+               if t == "fleet" and k.startswith(pre))
     assert len(h) == 12 and h[-1][0] == float("inf"), h
     assert all(a[1] <= b[1] for a, b in zip(h, h[1:])), f"not cumulative: {h}"
-    assert h[-1][1] == st.v("shared_get_seconds_count", "shared")
+    assert h[-1][1] == st.v("fleet_get_seconds_count", "fleet")
     return h
 
 
@@ -265,8 +265,8 @@ def read_check(m, store, rel):
 
 
 def wait_puts(m, n):
-    harness.wait_until(lambda: lu.stats(m.mnt).v("shared_puts_total", "shared") >= n and
-                       lu.stats(m.mnt).v("shared_put_queued_bytes", "shared") == 0,
+    harness.wait_until(lambda: lu.stats(m.mnt).v("fleet_puts_total", "fleet") >= n and
+                       lu.stats(m.mnt).v("fleet_put_queued_bytes", "fleet") == 0,
                        20, f"{n} blocks written to Redis")
 
 
@@ -305,11 +305,11 @@ def test_second_mount_served_from_redis(store, mount, redis):
     store.nginx.wait_idle()
     s1 = lu.stats(b.mnt)
     assert range_gets(store, rel, mark) == [], "B fetched from the store what Redis holds"
-    assert s1.d(s0, "shared_hits_total", "shared") == 4
-    assert s1.d(s0, "shared_served_bytes_total", "shared") == 4 * MIB
+    assert s1.d(s0, "fleet_hits_total", "fleet") == 4
+    assert s1.d(s0, "fleet_served_bytes_total", "fleet") == 4 * MIB
     # each of the four GETs answered, and timed
     assert get_latency(s1)[-1][1] - get_latency(s0)[-1][1] == 4
-    assert s1.d(s0, "shared_get_seconds_sum", "shared") > 0
+    assert s1.d(s0, "fleet_get_seconds_sum", "fleet") > 0
     # a short last block is shared too, with its own length
     rel = "new/short.bin"
     read_check(a, store, rel)
@@ -342,7 +342,7 @@ def test_store_reads_after_redis_misses_are_merged(store, mount, redis):
     assert n_shared <= n_plain + 1, (
         f"{n_shared} range GETs after Redis misses, {n_plain} without shared=")
     s = lu.stats(shared.mnt)
-    assert s.v("shared_misses_total", "shared") == 16
+    assert s.v("fleet_misses_total", "fleet") == 16
     assert s.v("backend_merged_reads_total") >= 16 - n_shared
 
 
@@ -394,8 +394,8 @@ def test_wrong_values_never_served(store, mount, redis):
     read_check(b, store, rel)
     store.nginx.wait_idle()
     s = lu.stats(b.mnt)
-    assert s.v("shared_rejected_total", "shared") == 4
-    assert s.v("shared_hits_total", "shared") == 0
+    assert s.v("fleet_rejected_total", "fleet") == 4
+    assert s.v("fleet_hits_total", "fleet") == 0
     assert len(range_gets(store, rel, mark)) == 4  # every block came from the store
     # and the right values were written over the wrong ones
     wait_puts(b, 4)
@@ -416,8 +416,8 @@ def test_one_stall_is_one_strike(store, mount, redis):
 
     def one_strike():
         s = lu.stats(b.mnt)
-        assert s.v("shared_servers_down", "shared") == 0, \
-            f"{s.v('shared_timeouts_total', 'shared')} GETs timed out together and paused Redis"
+        assert s.v("fleet_servers_down", "fleet") == 0, \
+            f"{s.v('fleet_timeouts_total', 'fleet')} GETs timed out together and paused Redis"
 
     read_while_stopped(r, b, store, rel, 3, one_strike)
     assert "unavailable" not in b.log.read_text()
@@ -441,7 +441,7 @@ def read_while_stopped(r, m, store, rel, timeouts, check=None):
     try:
         reader.start()
         harness.wait_until(
-            lambda: lu.stats(m.mnt).v("shared_timeouts_total", "shared") >= timeouts, 20,
+            lambda: lu.stats(m.mnt).v("fleet_timeouts_total", "fleet") >= timeouts, 20,
             f"{timeouts} GETs to time out")
         if check:
             check()
@@ -506,8 +506,8 @@ def test_late_value_never_lands_in_a_block(store, mount, redis):
     s1 = lu.stats(b.mnt)
     assert s1.d(s0, "cache_fetches_total", "hot") == 0, "not re-read from the mount's memory"
     assert s1.d(s0, "cache_hits_total", "hot") > 0
-    assert s1.v("shared_hits_total", "shared") == 0
-    assert s1.v("shared_rejected_total", "shared") == 0  # dropped unread, not refused
+    assert s1.v("fleet_hits_total", "fleet") == 0
+    assert s1.v("fleet_rejected_total", "fleet") == 0  # dropped unread, not refused
 
 
 @pytest.mark.watchdog(120)
@@ -544,10 +544,10 @@ def test_values_queued_behind_others_are_waited_for(store, mount, redis):
         store.nginx.wait_idle()
         s = lu.stats(b.mnt)
         fetched = [q for rel in rels for q in range_gets(store, rel, mark)]
-        assert s.v("shared_timeouts_total", "shared") == 0 and not fetched, \
-            (f"{s.v('shared_timeouts_total', 'shared')} GETs abandoned, "
+        assert s.v("fleet_timeouts_total", "fleet") == 0 and not fetched, \
+            (f"{s.v('fleet_timeouts_total', 'fleet')} GETs abandoned, "
              f"{len(fetched)} blocks fetched from the store")
-        assert s.v("shared_hits_total", "shared") == 12
+        assert s.v("fleet_hits_total", "fleet") == 12
     finally:
         link.stop()
 
@@ -600,10 +600,10 @@ def lock_outlives_put(store, mount, redis, stall):
         assert got == {rel: store.sha[rel] for rel in rels}
         t_a = time.monotonic()
         sa1 = lu.stats(a.mnt)
-        queued = sa1.v("shared_put_queued_bytes", "shared")
+        queued = sa1.v("fleet_put_queued_bytes", "fleet")
         assert queued >= 2 * MIB, f"A's values already written ({queued} bytes queued): " \
             "the link did not hold them back, the test tests nothing"
-        timeouts = sa1.d(sa, "shared_timeouts_total", "shared")
+        timeouts = sa1.d(sa, "fleet_timeouts_total", "fleet")
         if stall:
             assert timeouts >= 1, "no GET of A timed out: the stall did not happen in time"
         store.nginx.wait_idle()
@@ -615,16 +615,16 @@ def lock_outlives_put(store, mount, redis, stall):
         store.nginx.wait_idle()
         s1 = lu.stats(b.mnt)
         fetched = [q for rel in rels for q in range_gets(store, rel, mark)]
-        assert not fetched and s1.d(s0, "shared_lock_wins_total", "shared") == 0, \
+        assert not fetched and s1.d(s0, "fleet_lock_wins_total", "fleet") == 0, \
             (f"B fetched {len(fetched)} blocks from the store that A was writing to Redis "
-             f"({s1.d(s0, 'shared_lock_wins_total', 'shared')} locks taken over; "
+             f"({s1.d(s0, 'fleet_lock_wins_total', 'fleet')} locks taken over; "
              f"{timeouts} of A's GETs timed out)")
         # and the values did take longer than the lock's first PX to be written
         assert waited > 0.2, f"B was done in {waited:.2f} s, within the lock's first PX"
-        assert s1.d(s0, "shared_hits_total", "shared") == 8
-        assert s1.d(s0, "shared_lock_gave_up_total", "shared") == 0
-        assert s1.d(s0, "shared_lock_waits_total", "shared") >= 1
-        assert lu.stats(a.mnt).d(sa, "shared_store_fetches_total", "shared") == 8
+        assert s1.d(s0, "fleet_hits_total", "fleet") == 8
+        assert s1.d(s0, "fleet_lock_gave_up_total", "fleet") == 0
+        assert s1.d(s0, "fleet_lock_waits_total", "fleet") >= 1
+        assert lu.stats(a.mnt).d(sa, "fleet_store_fetches_total", "fleet") == 8
     finally:
         link.stop()
 
@@ -653,14 +653,14 @@ def test_redis_hung_killed_restarted(store, mount, redis, record_property):
     try:
         hung = timed_reads(4)
         s = lu.stats(a.mnt)
-        assert s.v("shared_timeouts_total", "shared") >= 1
+        assert s.v("fleet_timeouts_total", "fleet") >= 1
     finally:
         os.kill(r.proc.pid, signal.SIGCONT)
     r.proc.kill()
     r.proc.wait()
     down = timed_reads(4)
     s = lu.stats(a.mnt)
-    assert s.v("shared_servers_down", "shared") == 1
+    assert s.v("fleet_servers_down", "fleet") == 1
     assert s.v("read_errors_total") == 0
     # each 4 MiB read: at most a few timeouts more than with Redis up (3 timeouts of 50 ms
     # disconnect a hung server for a second), far from a hang
@@ -671,14 +671,14 @@ def test_redis_hung_killed_restarted(store, mount, redis, record_property):
     assert hung < base + 1.0 and down < base + 1.0
     # back on the same port: sharing resumes without a remount
     r2 = redis(port=r.port)
-    puts0 = lu.stats(a.mnt).v("shared_puts_total", "shared")
+    puts0 = lu.stats(a.mnt).v("fleet_puts_total", "fleet")
 
     def shared_again():
         read_check(a, store, files.pop())
-        return lu.stats(a.mnt).v("shared_puts_total", "shared") > puts0
+        return lu.stats(a.mnt).v("fleet_puts_total", "fleet") > puts0
 
     harness.wait_until(shared_again, 15, "puts to the restarted Redis", interval=0.3)
-    assert lu.stats(a.mnt).v("shared_servers_down", "shared") == 0
+    assert lu.stats(a.mnt).v("fleet_servers_down", "fleet") == 0
     assert block_keys(r2)
 
 
@@ -722,8 +722,8 @@ def test_fleet_budget_bounds_two_mounts(store, mount, redis, record_property):
     secs = window[-1].t_end - t0
     measured = sum(q.body_bytes for q in window) / secs
     per_mount = [lu.stats(m.mnt) for m in ms]
-    grants = [s.v("fleet_grants_total", "shared") for s in per_mount]
-    calls = sum(s.v("fleet_calls_total", "shared") for s in per_mount)
+    grants = [s.v("fleet_budget_grants_total", "fleet") for s in per_mount]
+    calls = sum(s.v("fleet_budget_calls_total", "fleet") for s in per_mount)
     record_property("fleet_rate_measured", measured)
     print(f"fleet: {measured / MIB:.2f} MiB/s over {secs:.1f}s (limit {rate / MIB:.0f}), "
           f"grants {grants}, calls {calls}")
@@ -760,7 +760,7 @@ def test_timed_out_fetch_leaves_anothers_lock(store, mount, redis):
             assert os.pread(f.fileno(), BS, 0) == (store.root / rel).read_bytes()[:BS]
         locks = [k for k in r.cmd("KEYS", PREFIX + "lock:*") if k.split(b":")[-2] == b"0"]
         assert len(locks) == 1, "B holds no lock on block 0 while its value crawls to Redis"
-        assert lu.stats(b.mnt).v("shared_put_queued_bytes", "shared") > 0, \
+        assert lu.stats(b.mnt).v("fleet_put_queued_bytes", "fleet") > 0, \
             "B's value already written: the test tests nothing"
         with open(a.path(rel), "rb") as f:  # opened while the store answers
             slink.stop()
@@ -769,7 +769,7 @@ def test_timed_out_fetch_leaves_anothers_lock(store, mount, redis):
             with pytest.raises(OSError) as e:
                 os.pread(f.fileno(), BS, 0)
             assert e.value.errno == errno.EIO
-            assert lu.stats(a.mnt).d(sa, "shared_timeouts_total", "shared") >= 1, \
+            assert lu.stats(a.mnt).d(sa, "fleet_timeouts_total", "fleet") >= 1, \
                 "A's GET did not time out: the test tests nothing"
             # block 1 goes out on A's GET connection after block 0's DEL: once A is answered
             # for it (no value; B's lock, or A's own, then a failed fetch), the DEL is done

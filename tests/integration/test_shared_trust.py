@@ -74,8 +74,8 @@ def read_check(m, store, rel):
 
 
 def wait_puts(m, n):
-    harness.wait_until(lambda: lu.stats(m.mnt).v("shared_puts_total", "shared") >= n and
-                       lu.stats(m.mnt).v("shared_put_queued_bytes", "shared") == 0,
+    harness.wait_until(lambda: lu.stats(m.mnt).v("fleet_puts_total", "fleet") >= n and
+                       lu.stats(m.mnt).v("fleet_put_queued_bytes", "fleet") == 0,
                        20, f"{n} blocks written to Redis")
 
 
@@ -105,7 +105,7 @@ def test_forged_values_never_served_with_a_key(store, mount, redis, tmp_path):
     by a mount without the key, and one written by a mount with another key. A mount with the
     key reads the object right, from the store, counts four rejections by the MAC, serves
     none, and writes the right values over them. (On the code before, a mount served
-    POISONED!!: shared_hits_total 1, shared_rejected_total 0.)"""
+    POISONED!!: fleet_hits_total 1, fleet_rejected_total 0.)"""
     rel = store.rels[0]
     k1, k2 = key_file(tmp_path, "k1"), key_file(tmp_path, "k2")
     # values made by a mount without a key, then by one with another key, on a Redis of
@@ -118,7 +118,7 @@ def test_forged_values_never_served_with_a_key(store, mount, redis, tmp_path):
     d = mount(store.nginx.url, opts(r2.url(), k2), name="d")
     read_check(d, store, rel)
     wait_puts(d, 4)  # D refused C's values (no MAC) and wrote its own
-    assert lu.stats(d.mnt).v("shared_mac_rejected_total", "shared") == 4
+    assert lu.stats(d.mnt).v("fleet_mac_rejected_total", "fleet") == 4
     other_key = r2.cmd("GET", block_keys(r2)[3])
     # the fleet: A fills, the forger writes, B reads
     r = redis()
@@ -140,9 +140,9 @@ def test_forged_values_never_served_with_a_key(store, mount, redis, tmp_path):
     read_check(b, store, rel)
     store.nginx.wait_idle()
     s = lu.stats(b.mnt)
-    assert s.v("shared_hits_total", "shared") == 0
-    assert s.v("shared_rejected_total", "shared") == 4
-    assert s.v("shared_mac_rejected_total", "shared") == 4
+    assert s.v("fleet_hits_total", "fleet") == 0
+    assert s.v("fleet_rejected_total", "fleet") == 4
+    assert s.v("fleet_mac_rejected_total", "fleet") == 4
     assert len([q for q in store.nginx.requests(mark) if q.path == rel and q.range]) == 4
     # the right values are written over the forged ones, and a third mount is served them
     wait_puts(b, 4)
@@ -154,7 +154,7 @@ def test_forged_values_never_served_with_a_key(store, mount, redis, tmp_path):
     e = mount(store.nginx.url, opts(r.url(), k1), name="e")
     drop_caches()
     read_check(e, store, rel)
-    assert lu.stats(e.mnt).v("shared_hits_total", "shared") == 4
+    assert lu.stats(e.mnt).v("fleet_hits_total", "fleet") == 4
 
 
 def test_without_a_key_the_mount_warns(store, mount, redis):
@@ -173,8 +173,8 @@ def test_without_a_key_the_mount_warns(store, mount, redis):
     with open(b.path(rel), "rb") as f:
         assert f.read(10) == b"POISONED!!"
     # (the kernel's readahead may have asked for the next block too: a hit as well)
-    assert lu.stats(b.mnt).v("shared_hits_total", "shared") >= 1
-    assert lu.stats(b.mnt).v("shared_rejected_total", "shared") == 0
+    assert lu.stats(b.mnt).v("fleet_hits_total", "fleet") >= 1
+    assert lu.stats(b.mnt).v("fleet_rejected_total", "fleet") == 0
 
 
 @pytest.mark.parametrize("mode,n,msg", [
@@ -264,8 +264,8 @@ def test_fake_server_forged_values_refused(store, mount, tmp_path):
         store.nginx.wait_idle()
         s = lu.stats(m.mnt)
         assert fake.gets >= 4
-        assert s.v("shared_hits_total", "shared") == 0
-        assert s.v("shared_mac_rejected_total", "shared") == 4
+        assert s.v("fleet_hits_total", "fleet") == 0
+        assert s.v("fleet_mac_rejected_total", "fleet") == 4
         assert len([q for q in store.nginx.requests(mark) if q.path == rel and q.range]) == 4
     finally:
         fake.stop()
@@ -300,9 +300,9 @@ def test_fake_server_huge_reply_is_refused_before_it_is_buffered(store, mount, m
         assert fake.closed_by_client >= 1
         assert fake.sent < 64 * MIB, f"{fake.sent >> 20} MiB streamed before the close"
         s = lu.stats(m.mnt)
-        assert s.v("shared_bad_replies_total", "shared") >= 1
-        assert s.v("shared_errors_total", "shared") >= 1
-        assert s.v("shared_hits_total", "shared") == 0
+        assert s.v("fleet_bad_replies_total", "fleet") >= 1
+        assert s.v("fleet_errors_total", "fleet") >= 1
+        assert s.v("fleet_hits_total", "fleet") == 0
         store.nginx.wait_idle()
         assert len([q for q in store.nginx.requests(mark) if q.path == rel and q.range]) == 4
     finally:
@@ -329,8 +329,8 @@ def test_fake_server_dribbling_a_reply_is_closed(store, mount):
                            "tierfs to close the dribbling connection")
         read_check(m, store, rel)
         s = lu.stats(m.mnt)
-        assert s.v("shared_bad_replies_total", "shared") >= 1
-        assert s.v("shared_timeouts_total", "shared") >= 1
-        assert s.v("shared_hits_total", "shared") == 0
+        assert s.v("fleet_bad_replies_total", "fleet") >= 1
+        assert s.v("fleet_timeouts_total", "fleet") >= 1
+        assert s.v("fleet_hits_total", "fleet") == 0
     finally:
         fake.stop()

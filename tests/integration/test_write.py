@@ -229,13 +229,13 @@ def test_written_blocks_fill_the_disk_and_shared_tiers(mount, store, tmp_path, r
     def published():
         st = lu.stats(a.mnt)
         return (st.v("cache_published_blocks_total", "hot") >= n and
-                st.v("shared_puts_total", "shared") >= n and
-                st.v("shared_put_queued_bytes", "shared") == 0 and
+                st.v("fleet_puts_total", "fleet") >= n and
+                st.v("fleet_put_queued_bytes", "fleet") == 0 and
                 st.v("disk_queued_bytes", "disk") == 0)
 
     harness.wait_until(published, 60, f"the {n} written blocks in Redis and on disk")
     st = lu.stats(a.mnt)
-    assert st.v("shared_put_drops_total", "shared") == 0
+    assert st.v("fleet_put_drops_total", "fleet") == 0
     assert st.v("disk_write_drops_total", "disk") == 0
     assert st.v("cache_fetched_bytes_total", "lagging") == 0
     b = fmount(mount, store, shared + [bs, "hot_size=256M"], name="b")
@@ -244,7 +244,7 @@ def test_written_blocks_fill_the_disk_and_shared_tiers(mount, store, tmp_path, r
     assert open(b.path("seg.log"), "rb").read() == payload
     s1 = lu.stats(b.mnt)
     assert s1.d(s0, "backend_received_bytes_total") == 0
-    assert s1.d(s0, "shared_hits_total", "shared") == n
+    assert s1.d(s0, "fleet_hits_total", "fleet") == n
     a.unmount()
     a2 = fmount(mount, store, [bs, f"cache_dir={cache}", "disk_size=512M", "readahead=0"],
                 name="a2")

@@ -10,7 +10,7 @@ MAGIC = b"TIERFSTR"
 HDR = struct.Struct("<8sHHHHQIIQ16sQ")  # 64 bytes
 OBJ = struct.Struct("<B3xIQQq")  # 32: 'O', ver, obj, size, mtime
 READ = struct.Struct("<BBBxIQQIIII")  # 40: 'R', tier, flags, ref, t_ns, off, len, lat, fetched, stream
-TIERS = {0: "hot", 1: "lagging", 2: "disk", 3: "shared", 4: "store", 255: "none"}
+TIERS = {0: "hot", 1: "lagging", 2: "disk", 3: "fleet", 4: "store", 255: "none"}
 
 
 def read(path):

@@ -537,7 +537,7 @@ static void test_written_blocks(void **state)
 				.len = 64 * KIB,
 				.size = 4 * BS,
 				.mtime = 1700000000,
-				.tier = TRACE_SHARED,
+				.tier = TRACE_FLEET,
 				.t_ns = 1000 * MS,
 				.flags = TRACE_F_OPEN};
 	for (unsigned i = 0; i < 4; i++) {

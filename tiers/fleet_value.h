@@ -1,10 +1,10 @@
 /*
- * fleetval.h - how a block is written into a shared tier (Redis) and checked when it comes
- * back: the value's framing and the key it is stored under. Pure code, no I/O: fs/ frames and
- * checks, backend/ only moves opaque bytes (and, in backend/mac.c, computes the MAC that fs/
+ * fleet_value.h - how a block is written into the fleet tier (Redis) and checked when it comes
+ * back: the value's framing and the key it is stored under. Pure code, no I/O: the fleet tier
+ * (fleet.c) frames and checks, backend/ only moves opaque bytes (and, in backend/mac.c, computes the MAC that fleet.c
  * hands in here as a function).
  *
- * A shared tier is written by many processes, versions and possibly other programs; what it
+ * The fleet tier is written by many processes, versions and possibly other programs; what it
  * hands back may be stale, truncated, another block's, or simply wrong, and whoever can write
  * to Redis can write any bytes at all. A value is served only if its header names exactly the
  * block asked for (oid, block index, block size, length) and, with the fleet's key
@@ -21,8 +21,8 @@
  * Format 1 (a 48-byte header, CRC only) is refused as another format: a fleet that turns
  * shared_key on writes over its old values as it reads them.
  */
-#ifndef TIERFS_FLEETVAL_H
-#define TIERFS_FLEETVAL_H
+#ifndef TIERFS_FLEET_VALUE_H
+#define TIERFS_FLEET_VALUE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /*
- * fuzz_fleetval.c - the shared tier's value check (cache/fleetval.c) on arbitrary bytes.
+ * fuzz_fleet_value.c - the shared tier's value check (tiers/fleet_value.c) on arbitrary bytes.
  *
  * The input is [mode][value bytes...]. mode's bits:
- *   0x01  check with a key (a toy keyed MAC, as test_fleetval.c's: the framing is what is
+ *   0x01  check with a key (a toy keyed MAC, as test_fleet_value.c's: the framing is what is
  *         fuzzed, backend/mac.c's MAC is tested on its own)
  *   0x02  ask for the block the value's own header names (so the check gets past the name
  *         to the length, the CRC and the MAC), else for a fixed block
@@ -10,7 +10,7 @@
  *         one bit of the result, chosen by the input, unless 0x08: the round trip must check,
  *         the flipped one must not (but where a mount without the key cannot see it)
  * Checked beyond "no crash, no read out of bounds, no UB":
- *   - the answer is 0 or one of fleetval.h's errors, and fv_check_parts gives the same;
+ *   - the answer is 0 or one of fleet_value.h's errors, and fv_check_parts gives the same;
  *   - on success the data is the value's bytes after the header, and framing that data
  *     again under the value's salt makes the same header: nothing but a value fv_header made
  *     ever checks; on failure *ret_data is untouched.
@@ -18,7 +18,7 @@
 #include <errno.h>
 #include <stdbool.h>
 
-#include "fleetval.h"
+#include "fleet_value.h"
 #include "fuzz.h"
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)

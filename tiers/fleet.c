@@ -1,6 +1,7 @@
 /*
- * fleet.c - the fleet tier: blocks shared by every mount of a fleet in Redis, and the fleet's
- * lagging budget, as a tier of the cache's chain (cache/tier.h) with a gate of its own.
+ * fleet.c - the fleet tier (shared=): blocks shared by every mount of a fleet in Redis, and
+ * the fleet's lagging budget, as a tier of the cache's chain (cache/tier.h) with a gate of its
+ * own.
  *
  *   chain: [disk] ─► fleet ─► store
  *
@@ -34,7 +35,7 @@
  * serve the block before the hit is answered, and a value refused is overwritten by the
  * store's bytes.
  *
- * The key is the block's (cache/fleetval.h: prefix, oid, block index, block size), so two
+ * The key is the block's (cache/fleet_value.h: prefix, oid, block index, block size), so two
  * block sizes never mix and two fleets with two prefixes never meet. A value is served only
  * when its framing names this very block and its MAC checks under the fleet's key
  * (shared_key: whoever can write to Redis cannot make one; backend/mac.c), or, without a key,
@@ -74,19 +75,21 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <syslog.h>
 #include <unistd.h>
 
-#include "fs_i.h"
+#include "fleet.h"
+#include "fleet_value.h"
 #include "mac.h"
 #include "redis.h"
-#include "fleetval.h"
 
 _Static_assert(BK_MAC_SALT_LEN == FV_SALT_LEN && BK_MAC_TAG_LEN == FV_TAG_LEN,
-	       "backend/mac.h makes the salts and tags fleetval.h frames");
+	       "backend/mac.h makes the salts and tags fleet_value.h frames");
 
 #define PUT_LIMIT      (64u << 20)             /* bytes of SETs queued at once */
 #define FLEET_RETRY_NS (1000 * 1000000ULL)     /* Redis failed: local limits this long */
@@ -135,13 +138,13 @@ static const char FLEET_SCRIPT[] =
 
 /* One block asked of Redis: from get until put (or a hit). */
 struct sfetch {
-	struct fs_fleet *sh;
+	struct fleet *sh;
 	struct tier_io *io;       /* the cache's request; NULL once answered */
 	bool put;                 /* offer the store's bytes to Redis */
 	bool locked;              /* this fetch holds the block's fetch lock: DEL it when done */
 	bool waited;              /* it lost the lock and waited for the holder's value */
 	bool answered;            /* Redis answered it once (a miss is counted once) */
-	uint64_t deadline;        /* a loser misses after this (fs_now_ns) */
+	uint64_t deadline;        /* a loser misses after this (now_ns) */
 	uint64_t poll_ns;         /* its next re-GET's delay */
 	struct bk_redis_into into; /* a value of the block's size: header to hdr, data to dst */
 	unsigned char hdr[FV_HDR_LEN];
@@ -151,12 +154,14 @@ struct sfetch {
 						    * the value's slot (backend/cluster.h) */
 };
 
-struct fs_fleet {
-	struct mount *m;
+struct fleet {
 	struct backend *b;
+	struct cache_env env;     /* the mount's clock (mono_ns) */
+	void (*log)(void *arg, int level, const char *obj, const char *cause, const char *line);
+	void *log_arg;
 	struct bk_redis *bs;
 	struct bk_mac *mac;       /* the fleet's key (shared_key), or NULL: values carry a CRC */
-	struct fv_mac fvm;        /* mac, as fleetval.c calls it */
+	struct fv_mac fvm;        /* mac, as fleet_value.c calls it */
 	uint32_t block_size;
 	char prefix[FV_PREFIX_MAX + 1];
 	bool fill_lagging;
@@ -173,8 +178,30 @@ struct fs_fleet {
 	uint64_t pending_bytes, pending_ops; /* asked in the call in flight, then lent until its
 					      * timer; written by ask, read after its answer */
 
-	struct fs_fleet_stats st; /* relaxed atomics */
+	struct fleet_stats st; /* relaxed atomics */
 };
+
+/* The mount's monotonic clock. */
+static uint64_t now_ns(const struct fleet *sh)
+{
+	return sh->env.mono_ns(sh->env.arg);
+}
+
+/* One line about @obj (held back by the mount when it repeats: see fleet_cfg.log). */
+__attribute__((format(printf, 5, 6))) static void say(const struct fleet *sh, int level,
+						     const char *obj, const char *cause,
+						     const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	if (!sh->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	sh->log(sh->log_arg, level, obj, cause, line);
+}
 
 #define STAT_ADD(sh, f, v) __atomic_fetch_add(&(sh)->st.f, (v), __ATOMIC_RELAXED)
 #define MAC(sh)            ((sh)->mac ? &(sh)->fvm : NULL)
@@ -186,7 +213,7 @@ struct fs_fleet {
  * probe. */
 static uint64_t budget_take(void *src, uint64_t bytes, uint64_t now_ns)
 {
-	struct fs_fleet *sh = src;
+	struct fleet *sh = src;
 
 	if (sh->fallback)
 		return now_ns < sh->fallback_until ? 0 : GATE_LATER;
@@ -201,7 +228,7 @@ static uint64_t budget_take(void *src, uint64_t bytes, uint64_t now_ns)
 
 static double budget_tokens(void *src, uint64_t now_ns)
 {
-	return ((struct fs_fleet *)src)->tok;
+	return ((struct fleet *)src)->tok;
 }
 
 /* What a grant call's answer does to the budget, under the gate's lock (gate_update). */
@@ -213,13 +240,13 @@ struct grant {
 
 static void grant_apply(void *src, void *arg)
 {
-	struct fs_fleet *sh = src;
+	struct fleet *sh = src;
 	struct grant *g = arg;
 
 	if (g->err < 0) {
 		g->log_down = !sh->fallback;
 		__atomic_store_n(&sh->fallback, true, __ATOMIC_RELAXED);
-		sh->fallback_until = fs_now_ns() + FLEET_RETRY_NS;
+		sh->fallback_until = now_ns(sh) + FLEET_RETRY_NS;
 		return;
 	}
 	g->log_back = sh->fallback;
@@ -231,18 +258,18 @@ static void grant_apply(void *src, void *arg)
 }
 
 /* The budget changed (@g): let the gate drain, and ask again if it must. */
-static void budget_update(struct fs_fleet *sh, struct grant *g)
+static void budget_update(struct fleet *sh, struct grant *g)
 {
 	__atomic_store_n(&sh->asking, false, __ATOMIC_RELEASE);
 	gate_update(&sh->gate, grant_apply, g);
 	if (g->log_down) {
 		STAT_ADD(sh, fleet_fallbacks, 1);
-		fs_log_once(&sh->m->log, FUSE_LOG_WARNING, "shared", "fleet budget",
+		say(sh, LOG_WARNING, "shared", "fleet budget",
 			    "fleet lagging budget: Redis cannot grant (%s): local lagging limits "
 			    "only until it answers", strerror(g->err < 0 ? -g->err : EPROTO));
 	}
 	if (g->log_back)
-		fs_log_once(&sh->m->log, FUSE_LOG_INFO, "shared", "fleet budget back",
+		say(sh, LOG_INFO, "shared", "fleet budget back",
 			    "fleet lagging budget: Redis grants again");
 }
 
@@ -264,7 +291,7 @@ static void ask_later(void *arg)
 
 /* After @wait_ns: a chunk lent ahead becomes ours (@lent), or the gate may ask again. sh->asking
  * stays set until then: one chunk lent to a host at a time. No timer (stopping): now. */
-static void budget_update_later(struct fs_fleet *sh, bool lent, uint64_t wait_ns)
+static void budget_update_later(struct fleet *sh, bool lent, uint64_t wait_ns)
 {
 	void (*fn)(void *) = lent ? lent_due : ask_later;
 
@@ -274,7 +301,7 @@ static void budget_update_later(struct fs_fleet *sh, bool lent, uint64_t wait_ns
 
 static void granted(void *arg, int err, const long long *vals, int n)
 {
-	struct fs_fleet *sh = arg;
+	struct fleet *sh = arg;
 	struct grant g = {.err = err < 0 ? err : n < 2 ? -EPROTO : 0};
 	uint64_t wait_ns = 0;
 
@@ -305,7 +332,7 @@ static void granted(void *arg, int err, const long long *vals, int n)
 /* The gate found no tokens for a waiter of @bytes: ask Redis for a chunk big enough. */
 static void budget_ask(void *src, uint64_t bytes)
 {
-	struct fs_fleet *sh = src;
+	struct fleet *sh = src;
 	char a[6][24];
 	const char *args[6] = {a[0], a[1], a[2], a[3], a[4], a[5]};
 	uint64_t want = 0, owant = 0, burst, oburst;
@@ -374,8 +401,8 @@ static void poll_again(void *arg)
 /* Another mount holds the block's fetch lock: wait for its value, up to the bound. */
 static void lost_lock(struct sfetch *f)
 {
-	struct fs_fleet *sh = f->sh;
-	uint64_t now = fs_now_ns(), d = f->poll_ns;
+	struct fleet *sh = f->sh;
+	uint64_t now = now_ns(sh), d = f->poll_ns;
 
 	if (!f->waited) {
 		f->waited = true;
@@ -420,7 +447,7 @@ static const char *refusal(int r)
  * and the block), or copy it in. */
 static void got_value(struct sfetch *f, const void *val, size_t vlen)
 {
-	struct fs_fleet *sh = f->sh;
+	struct fleet *sh = f->sh;
 	const struct tier_io *io = f->io;
 	const void *data;
 	int r;
@@ -431,7 +458,7 @@ static void got_value(struct sfetch *f, const void *val, size_t vlen)
 		STAT_ADD(sh, rejected, 1);
 		if (r == -ENOKEY || r == -EKEYREJECTED)
 			STAT_ADD(sh, mac_rejected, 1);
-		fs_log_once(&sh->m->log, FUSE_LOG_WARNING, f->key, "shared value rejected",
+		say(sh, LOG_WARNING, f->key, "shared value rejected",
 			    "shared tier: the value of %s was refused (%s): read from the store",
 			    f->key, refusal(r));
 		miss(f, true);
@@ -449,7 +476,7 @@ static void got_value(struct sfetch *f, const void *val, size_t vlen)
 static void got(void *arg, int err, const void *val, size_t vlen)
 {
 	struct sfetch *f = arg;
-	struct fs_fleet *sh = f->sh;
+	struct fleet *sh = f->sh;
 	bool first = !f->answered;
 
 	f->answered = true;
@@ -481,7 +508,7 @@ static void got(void *arg, int err, const void *val, size_t vlen)
  * (f->lock set), else a plain GET. */
 static void ask_value(struct sfetch *f)
 {
-	struct fs_fleet *sh = f->sh;
+	struct fleet *sh = f->sh;
 	int e;
 
 	if (f->lock[0])
@@ -497,7 +524,7 @@ static void ask_value(struct sfetch *f)
 
 static int fleet_get(void *self, struct tier_io *io)
 {
-	struct fs_fleet *sh = self;
+	struct fleet *sh = self;
 	struct sfetch *f = calloc(1, sizeof(*f));
 
 	if (!f)
@@ -517,7 +544,7 @@ static int fleet_get(void *self, struct tier_io *io)
 
 /* SET @io's bytes under @key, framed and, with a key, MACed under a fresh salt; @return true
  * if queued. */
-static bool set_value(struct fs_fleet *sh, const char *key, const struct tier_io *io)
+static bool set_value(struct fleet *sh, const char *key, const struct tier_io *io)
 {
 	unsigned char hdr[FV_HDR_LEN], salt[FV_SALT_LEN] = {0};
 
@@ -534,7 +561,7 @@ static bool set_value(struct fs_fleet *sh, const char *key, const struct tier_io
  * through the mount (no get before) is put as it is. */
 static void fleet_put(void *self, const struct tier_io *io, int err)
 {
-	struct fs_fleet *sh = self;
+	struct fleet *sh = self;
 	struct sfetch *f = *io->priv;
 	char key[FV_KEY_MAX];
 	bool queued = false;
@@ -559,24 +586,135 @@ static void fleet_put(void *self, const struct tier_io *io, int err)
  * object's blocks are offered at this pace (cache_publish), not dropped past the limit. */
 static uint64_t fleet_room(void *self)
 {
-	struct fs_fleet *sh = self;
+	struct fleet *sh = self;
 	uint64_t room = bk_redis_put_room(sh->bs);
 
 	return room > FV_HDR_LEN ? room - FV_HDR_LEN : 0;
 }
 
-static const struct tier_ops fleet_ops = {
-	.name = "shared",
+/* The fleet tier's rows of /metrics (tier="fleet"): its lookups, its Redis client's calls,
+ * the fetch locks, and the fleet budget. */
+static void fleet_metrics(void *self, void (*fn)(void *arg, const struct tier_metric *m),
+			  void *arg)
+{
+	struct fleet_stats f;
+	struct bk_redis_stats r;
+
+	fleet_get_stats(self, &f, &r);
+	_Static_assert(BK_REDIS_LAT_BUCKETS <= TIER_HIST_MAX, "a histogram too long");
+	/* clang-format off */
+	const struct tier_metric rows[] = {
+#define ROW(name, type, v, help) {name, TIER_##type, help, v, 0, NULL, NULL, 0}
+	ROW("fleet_hits_total", COUNTER, f.hits,
+	    "Blocks served from the fleet tier, their value checked."),
+	ROW("fleet_served_bytes_total", COUNTER, f.hit_bytes,
+	    "Bytes of blocks served from the fleet tier."),
+	ROW("fleet_misses_total", COUNTER, f.misses, "Blocks the fleet tier did not hold."),
+	ROW("fleet_rejected_total", COUNTER, f.rejected,
+	    "Values refused by the check (wrong bytes, truncated, another block's, foreign): read "
+	    "from the store instead."),
+	ROW("fleet_mac_rejected_total", COUNTER, f.mac_rejected,
+	    "Values of those refused by their MAC (shared_key): forged, written without the key, "
+	    "or with another key."),
+	ROW("fleet_unavailable_total", COUNTER, f.unavailable,
+	    "Lookups Redis did not answer in time, or answered with an error, or could not take "
+	    "(down)."),
+	ROW("fleet_timeouts_total", COUNTER, r.timeouts,
+	    "Redis calls abandoned after shared_timeout."),
+	ROW("fleet_timeouts_extended_total", COUNTER, r.extended,
+	    "Timeouts a call waited past because the server was sending other replies, or "
+	    "answering the ones written before it."),
+	ROW("fleet_errors_total", COUNTER, r.errors,
+	    "Redis calls failed: server down, connection lost, error reply."),
+	ROW("fleet_bad_replies_total", COUNTER, r.bad_replies,
+	    "Connections closed for a reply tierfs does not take: longer than a value, an array "
+	    "too long or too deep, not RESP, not asked for, or still coming long after its turn."),
+	ROW("fleet_received_bytes_total", COUNTER, r.bytes_in, "Value bytes received from Redis."),
+	ROW("fleet_puts_total", COUNTER, r.puts, "Blocks written to Redis."),
+	ROW("fleet_put_bytes_total", COUNTER, r.put_bytes, "Value bytes written to Redis."),
+	ROW("fleet_put_drops_total", COUNTER, r.put_drops,
+	    "Blocks not written: too many bytes queued, or the server down."),
+	ROW("fleet_put_errors_total", COUNTER, r.put_errors,
+	    "Writes refused by Redis or lost with the connection."),
+	ROW("fleet_put_queued_bytes", GAUGE, r.put_queued,
+	    "Bytes of writes sent to Redis and not answered yet."),
+	ROW("fleet_store_fetches_total", COUNTER, f.store_fetches,
+	    "Blocks fetched from the store after the fleet tier."),
+	ROW("fleet_lock_wins_total", COUNTER, f.lock_wins,
+	    "Misses that took the block's fetch lock and fetched it from the store."),
+	ROW("fleet_lock_waits_total", COUNTER, f.lock_waits,
+	    "Misses that found another mount fetching the block, and waited for it."),
+	ROW("fleet_lock_wait_hits_total", COUNTER, f.lock_wait_hits,
+	    "Waits served the other mount's value."),
+	ROW("fleet_lock_gave_up_total", COUNTER, f.lock_gave_up,
+	    "Waits that went to the store after the bound (10 x shared_timeout)."),
+	{"fleet_get_seconds", TIER_HISTOGRAM,
+	 "Time from a GET written to Redis to its answer (a value or none), late answers "
+	 "included: compare with shared_timeout.",
+	 0, BK_REDIS_LAT_BUCKETS, r.get_lat, bk_redis_lat_bounds_us, r.get_lat_sum_us},
+	ROW("fleet_servers", GAUGE, r.servers,
+	    "Redis servers configured, and a cluster's masters found since."),
+	ROW("fleet_servers_down", GAUGE, r.servers_down, "Redis servers thought down now."),
+	ROW("fleet_redirects_total", COUNTER, r.redirects,
+	    "MOVED and ASK answers from a Redis Cluster: a slot moved, or moving."),
+	ROW("fleet_slot_maps_total", COUNTER, r.maps,
+	    "Slot maps asked of a Redis Cluster (CLUSTER NODES)."),
+	ROW("fleet_budget_calls_total", COUNTER, f.fleet_calls,
+	    "Fleet budget grant scripts called."),
+	ROW("fleet_budget_grants_total", COUNTER, f.fleet_grants, "Fleet budget chunks granted."),
+	ROW("fleet_budget_waits_total", COUNTER, f.fleet_waits,
+	    "Fleet budget calls told to wait (a chunk lent ahead, or refused): the fleet is at its "
+	    "rate."),
+	ROW("fleet_budget_errors_total", COUNTER, f.fleet_errors,
+	    "Fleet budget calls that failed."),
+	ROW("fleet_budget_queued_fetches_total", COUNTER, f.fleet_queued,
+	    "Lagging fetches that waited for fleet tokens."),
+	ROW("fleet_budget_fallbacks_total", COUNTER, f.fleet_fallbacks,
+	    "Times the fleet budget fell back to local limits (Redis failed)."),
+	ROW("fleet_budget_fallback", GAUGE, f.fleet_fallback,
+	    "1 while the fleet budget is on local limits only."),
+#undef ROW
+	};
+	/* clang-format on */
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		fn(arg, &rows[i]);
+}
+
+/* `tierfs status`: a row in the tiers' table, and a line of its own. */
+static const struct tier_status fleet_status = {
+	.hits = "fleet_hits_total",
+	.misses = "fleet_misses_total",
+	.served = "fleet_served_bytes_total",
+	.line = {
+		{"servers", "fleet_servers", TIER_ST_VALUE, NULL, NULL},
+		{"down", "fleet_servers_down", TIER_ST_VALUE, NULL, NULL},
+		{"timeouts", "fleet_timeouts_total", TIER_ST_RATE, NULL, NULL},
+		{"errors", "fleet_errors_total", TIER_ST_RATE, NULL, NULL},
+		{"budget", "fleet_budget_fallback", TIER_ST_FLAG, "ON LOCAL LIMITS", "ok"},
+	},
+};
+
+static void fleet_close(void *self)
+{
+	fleet_free(self);
+}
+
+const struct tier_ops fleet_tier_ops = {
+	.name = "fleet",
 	.get = fleet_get,
 	.put = fleet_put,
 	.room = fleet_room,
+	.metrics = fleet_metrics,
+	.status = &fleet_status,
+	.close = fleet_close,
 };
 
-struct tier fs_fleet_tier(struct fs_fleet *sh)
+struct tier fleet_tier(struct fleet *sh)
 {
 	bool budget = sh->fleet_rate || sh->fleet_ops;
 
-	return (struct tier){.ops = &fleet_ops, .self = sh, .gate = budget ? &sh->gate : NULL};
+	return (struct tier){.ops = &fleet_tier_ops, .self = sh, .gate = budget ? &sh->gate : NULL};
 }
 
 /* ---- setup ------------------------------------------------------------------------------------- */
@@ -693,25 +831,25 @@ static int load_key(const char *file, struct bk_mac **ret_mac, char *err, size_t
 }
 
 /* The Redis client, with the password from shared_password_file or the environment. */
-static int connect_redis(struct fs_fleet *sh, const struct fs_opts *o, char *err,
+static int connect_redis(struct fleet *sh, const struct fleet_cfg *cfg, char *err,
 			 size_t errlen)
 {
 	char *pw = NULL;
-	int e = password(o->shared_password_file, &pw);
+	int e = password(cfg->password_file, &pw);
 
 	if (e < 0) {
-		snprintf(err, errlen, "shared_password_file=%s: %s", o->shared_password_file,
+		snprintf(err, errlen, "shared_password_file=%s: %s", cfg->password_file,
 			 strerror(-e));
 		return e;
 	}
 	struct bk_redis_cfg c = {
-		.servers = o->shared,
+		.servers = cfg->servers,
 		.password = pw,
-		.timeout_ns = o->shared_timeout * 1000000ULL,
+		.timeout_ns = cfg->timeout_ms * 1000000ULL,
 		.put_limit = PUT_LIMIT,
-		.max_value = FV_HDR_LEN + o->block_size, /* a value, and nothing longer */
+		.max_value = FV_HDR_LEN + cfg->block_size, /* a value, and nothing longer */
 	};
-	e = bk_redis_new(sh->m->b, &c, &sh->bs, err, errlen);
+	e = bk_redis_new(cfg->b, &c, &sh->bs, err, errlen);
 	if (pw) {
 		explicit_bzero(pw, strlen(pw));
 		free(pw);
@@ -719,26 +857,27 @@ static int connect_redis(struct fs_fleet *sh, const struct fs_opts *o, char *err
 	return e;
 }
 
-int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret, char *err,
-		 size_t errlen)
+int fleet_new(const struct fleet_cfg *cfg, struct fleet **ret, char *err, size_t errlen)
 {
-	struct fs_fleet *sh = calloc(1, sizeof(*sh));
+	struct fleet *sh = calloc(1, sizeof(*sh));
 	int e;
 
 	if (!sh)
 		return -ENOMEM;
-	sh->m = m;
-	e = o->shared_key ? load_key(o->shared_key, &sh->mac, err, errlen) : 0;
+	sh->log = cfg->log;
+	sh->log_arg = cfg->log_arg;
+	sh->env = cfg->env;
+	e = cfg->key_file ? load_key(cfg->key_file, &sh->mac, err, errlen) : 0;
 	if (e == 0)
-		e = connect_redis(sh, o, err, errlen);
+		e = connect_redis(sh, cfg, err, errlen);
 	if (e < 0) {
 		bk_mac_free(sh->mac);
 		free(sh);
 		return e;
 	}
 	if (!sh->mac)
-		fuse_log(FUSE_LOG_WARNING, "tierfs: shared tier without shared_key: Redis must be "
-					   "trusted as much as the store\n");
+		say(sh, LOG_WARNING, NULL, NULL,
+		    "shared tier without shared_key: Redis must be trusted as much as the store");
 	sh->fvm = (struct fv_mac){.fn = mac_tag, .arg = sh->mac};
 	/* Every block through Redis passes through block-sized buffers (the value, hiredis's
 	 * command and output buffer, its reply). glibc gives each its own mmap and unmaps it
@@ -746,21 +885,20 @@ int fs_fleet_new(struct mount *m, const struct fs_opts *o, struct fs_fleet **ret
 	 * buffers in the heap for reuse instead (put_limit bounds how many exist at once). */
 	mallopt(M_MMAP_THRESHOLD, 32 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
-	sh->b = m->b;
-	sh->block_size = (uint32_t)o->block_size;
-	snprintf(sh->prefix, sizeof(sh->prefix), "%s", o->shared_prefix ? o->shared_prefix : "");
+	sh->b = cfg->b;
+	sh->block_size = cfg->block_size;
+	snprintf(sh->prefix, sizeof(sh->prefix), "%s", cfg->prefix ? cfg->prefix : "");
 	snprintf(sh->fleet_key, sizeof(sh->fleet_key), "%sfleet:lagging", sh->prefix);
-	sh->fill_lagging = o->shared_fill_lagging;
-	sh->wait_ns = WAIT_FACTOR * o->shared_timeout * 1000000ULL;
-	sh->fleet_rate = o->fleet_lagging_rate;
-	sh->fleet_ops = o->fleet_lagging_ops;
-	struct cache_env env = fs_cache_env(m); /* the I/O loop's timers */
-	gate_init(&sh->gate, &budget_ops, sh, 0, &env);
+	sh->fill_lagging = cfg->fill_lagging;
+	sh->wait_ns = WAIT_FACTOR * cfg->timeout_ms * 1000000ULL;
+	sh->fleet_rate = cfg->fleet_rate;
+	sh->fleet_ops = cfg->fleet_ops;
+	gate_init(&sh->gate, &budget_ops, sh, 0, &sh->env); /* the I/O loop's timers */
 	*ret = sh;
 	return 0;
 }
 
-void fs_fleet_free(struct fs_fleet *sh)
+void fleet_free(struct fleet *sh)
 {
 	if (!sh)
 		return;
@@ -770,10 +908,9 @@ void fs_fleet_free(struct fs_fleet *sh)
 	free(sh);
 }
 
-void fs_fleet_get_stats(struct fs_fleet *sh, struct fs_fleet_stats *ret,
-			 struct bk_redis_stats *ret_redis)
+void fleet_get_stats(struct fleet *sh, struct fleet_stats *ret, struct bk_redis_stats *ret_redis)
 {
-	struct fs_fleet_stats *s = &sh->st;
+	struct fleet_stats *s = &sh->st;
 
 	ret->hits = __atomic_load_n(&s->hits, __ATOMIC_RELAXED);
 	ret->hit_bytes = __atomic_load_n(&s->hit_bytes, __ATOMIC_RELAXED);

@@ -1,11 +1,11 @@
 /*
- * test_fleetval.c - cache/fleetval.c: a framed block checks as itself and as nothing else.
+ * test_fleet_value.c - tiers/fleet_value.c: a framed block checks as itself and as nothing else.
  * Every single flipped bit, every truncation, a padded value, another block's key, block size
  * or length, and foreign bytes are all refused; with a MAC, so are a value under another key,
  * one without a MAC, and one whose bytes were changed and whose CRC was recomputed (what
  * anyone who can write to Redis can do).
  *
- * The MAC here is a toy keyed hash (toy_mac): fleetval.c only calls it, and what is tested is
+ * The MAC here is a toy keyed hash (toy_mac): fleet_value.c only calls it, and what is tested is
  * what the framing does with it. backend/mac.c's own MAC is tested in test_mac.c.
  */
 #include <errno.h>
@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "crc32c.h"
-#include "fleetval.h"
+#include "fleet_value.h"
 
 #define LEN 300u
 #define BS  4096u

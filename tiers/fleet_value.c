@@ -1,5 +1,5 @@
 /*
- * fleetval.c - the framing of blocks in a shared tier (see fleetval.h for the layout).
+ * fleet_value.c - the framing of blocks in the fleet tier (see fleet_value.h for the layout).
  *
  * Integers are written little-endian byte by byte, so a value written on one machine checks on
  * any other. The CRC covers the header's first 40 bytes (everything that names the block) and
@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "crc32c.h"
-#include "fleetval.h"
+#include "fleet_value.h"
 
 #define OFF_CRC  40u /* the CRC covers the bytes before it */
 #define OFF_MAC  44u
