@@ -97,4 +97,19 @@ struct tier sim_redis_tier(struct sim_redis_port *p);
 void sim_redis_port_stats(const struct sim_redis_port *p, struct sim_result *ret);
 void sim_redis_stats(const struct sim_redis *r, struct sim_result *ret);
 
+/* ---------------------------------------------------------------------------------------------
+ * simdisk.c: a mount's disk tier (cache_dir): a FIFO of block keys under disk_size.
+ * ------------------------------------------------------------------------------------------ */
+
+struct sim_disk;
+
+/* A disk tier of @size bytes; @lagging as disk_lagging. @return NULL only for out-of-memory. */
+struct sim_disk *sim_disk_new(struct sim_events *q, const struct sim_cfg *cfg, uint64_t size,
+			      bool lagging);
+void sim_disk_free(struct sim_disk *d);
+/* The disk as the first tier of a cache's chain. */
+struct tier sim_disk_tier(struct sim_disk *d);
+/* Into @ret: disk_hits, disk_misses, disk_used. */
+void sim_disk_stats(const struct sim_disk *d, struct sim_result *ret);
+
 #endif

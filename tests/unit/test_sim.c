@@ -476,6 +476,76 @@ static void test_unlimited_is_never_throttled(void **state)
 	sim_run_free(&run);
 }
 
+/* A mount with cache_dir keeps on its disk the hot blocks it fetched, and a lagging read of
+ * them later is a disk hit that skips the lagging limiter (the cache's lower_free), as in a
+ * mount. The sim used to ignore cache_dir: the second pass of this trace went to the store
+ * through a 64K/s limiter (8 more GETs, seconds throttled); the soak's replay, whose lagging
+ * reads a mount found on its disk, joined readahead queued at the limiter instead (issue 38).
+ * Pass 1 at t 0-7 ms reads 8 blocks of a new object (hot misses, from the store); pass 2 at
+ * t 3 s, past hot_ttl=1, reads them again through the lagging tier. Without cache_dir (the
+ * twin) pass 2 goes to the store through the limiter. */
+static void disk_replay(bool disk, struct sim_run *run)
+{
+	char dir[] = "/tmp/test_sim.XXXXXX", path[64], err[256], opts[160];
+	struct trace_wcfg wc = {
+	    .path = path, .max_size = 1 << 20, .start_wall_ns = 1700000000ULL * 1000000000ULL};
+	struct trace_writer *w;
+	struct fs_opts o;
+	char *argv[] = {"t", "file:///", "/", "-o", opts, NULL};
+	struct trace_read r = {.obj = 8,
+			       .ver = 1,
+			       .len = 64 * KIB,
+			       .size = 8 * BS,
+			       .mtime = 1700000000,
+			       .tier = TRACE_STORE,
+			       .fetched = BS};
+
+	snprintf(opts, sizeof(opts),
+		 "block_size=64K,hot_size=1M,hot_ttl=1,lagging_size=1M,readahead=0,"
+		 "lagging_rate=64K%s",
+		 disk ? ",cache_dir=/nonexistent/sim-disk,disk_size=4M" : "");
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/t", dir);
+	assert_int_equal(trace_writer_open(&wc, &w), 0);
+	for (unsigned pass = 0; pass < 2; pass++)
+		for (unsigned i = 0; i < 8; i++) {
+			r.stream = pass + 1;
+			r.flags = i ? 0 : TRACE_F_OPEN;
+			r.off = (uint64_t)i * BS;
+			r.t_ns = pass * 3000 * MS + i * MS;
+			r.tier = pass ? TRACE_DISK : TRACE_STORE;
+			assert_true(trace_push(w, &r));
+		}
+	trace_writer_close(w);
+	assert_int_equal(fs_opts_parse(5, argv, &o, err, sizeof(err)), 0);
+	assert_int_equal(sim_replay(&o, &CFG, (char *[]){path}, 1, run, err, sizeof(err)), 0);
+	fs_opts_done(&o);
+	unlink(path);
+	rmdir(dir);
+}
+
+static void test_disk_tier(void **state)
+{
+	struct sim_run run;
+
+	(void)state;
+	disk_replay(true, &run);
+	assert_int_equal(run.fleet.reads, 16);
+	assert_int_equal(run.fleet.cache.tier[CACHE_HOT].misses, 8);
+	assert_int_equal(run.fleet.cache.tier[CACHE_LAG].misses, 8);
+	assert_int_equal(run.fleet.store_bytes, 8 * BS); /* pass 1 only */
+	assert_int_equal(run.fleet.cache.tier[CACHE_LAG].throttle_waits, 0);
+	assert_int_equal(run.fleet.cache.tier[CACHE_LAG].throttled_ns, 0);
+	sim_run_free(&run);
+
+	disk_replay(false, &run);
+	assert_int_equal(run.fleet.reads, 16);
+	assert_int_equal(run.fleet.cache.tier[CACHE_LAG].misses, 8);
+	assert_int_equal(run.fleet.store_bytes, 16 * BS);
+	assert_true(run.fleet.cache.tier[CACHE_LAG].throttle_waits > 0);
+	sim_run_free(&run);
+}
+
 /* Writes are not in a trace: a version whose first read on a mount was a hot hit with nothing
  * fetched was written through that mount, and the replay puts it in the hot tier (every
  * block) and offers it to Redis, as a write does. Mount A reads back the 4 blocks it wrote:
@@ -581,6 +651,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_unlimited_is_never_throttled, world_setup,
 					    world_teardown),
 	    cmocka_unit_test_setup_teardown(test_written_blocks, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_tier, world_setup, world_teardown),
 	};
 
 	return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
