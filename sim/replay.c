@@ -372,6 +372,37 @@ static int written_before(struct sim_mount *m, struct sim_obj *o, const struct t
 	return 0;
 }
 
+/* A disk tier's contents are not in a trace either: a mount remounted on its cache_dir starts
+ * with what its last life left there. A read the mount answered from its disk (and from no
+ * deeper tier) of a block this mount's simulated disk lacks says the disk held it before: put
+ * the whole version there (its tail readers kept every block of what they read hot), as the
+ * mount found it. */
+static void on_disk_before(struct sim_mount *m, struct sim_obj *o, const struct trace_read *r)
+{
+	uint64_t bs = m->w->block_size, first, last, nblk;
+	bool lacks = false;
+
+	if (!m->disk || r->tier != TRACE_DISK || (r->flags & TRACE_F_ERROR) || !r->len ||
+	    r->off >= o->co.size || !bs)
+		return;
+	first = r->off / bs;
+	last = (r->off + r->len - 1) / bs;
+	nblk = (o->co.size + bs - 1) / bs;
+	if (last >= nblk)
+		last = nblk - 1;
+	for (uint64_t b = first; b <= last && !lacks; b++)
+		lacks = !sim_disk_holds(m->disk, (struct cache_key){o->co.id, b});
+	if (!lacks)
+		return;
+	for (uint64_t b = 0; b < nblk; b++) {
+		struct cache_key k = {o->co.id, b};
+		uint64_t len = o->co.size - b * bs;
+
+		if (!sim_disk_holds(m->disk, k))
+			sim_disk_seed(m->disk, k, len < bs ? len : bs);
+	}
+}
+
 /* Hand read @r to @m's cache now. @return 0 or -ENOMEM. */
 static int issue(struct sim_mount *m, const struct trace_read *r)
 {
@@ -383,6 +414,7 @@ static int issue(struct sim_mount *m, const struct trace_read *r)
 		return -ENOMEM;
 	if (q == w->free_reqs)
 		w->free_reqs = q->next;
+	on_disk_before(m, st->o, r);
 	q->m = m;
 	q->t0 = w->q.now;
 	if (!m->res.reads && !m->outstanding)
@@ -666,6 +698,7 @@ static void add_result(struct sim_result *into, const struct sim_result *r)
 	into->disk_hits += r->disk_hits;
 	into->disk_misses += r->disk_misses;
 	into->disk_used += r->disk_used;
+	into->disk_seeded += r->disk_seeded;
 	into->store_gets += r->store_gets;
 	into->store_bytes += r->store_bytes;
 	into->store_merged += r->store_merged;

@@ -94,9 +94,11 @@ static void text_tiers(FILE *f, const struct sim_result *r, bool shared)
 			r->shared_hits, r->shared_misses, r->shared_lock_waits,
 			(double)r->shared_get_bytes / MIB, (double)r->shared_set_bytes / MIB);
 	if (r->disk_hits + r->disk_misses)
-		fprintf(f, "  %-8s hit ratio %s (hits %" PRIu64 ", misses %" PRIu64 "), %.1f MiB held\n",
+		fprintf(f,
+			"  %-8s hit ratio %s (hits %" PRIu64 ", misses %" PRIu64
+			"), %.1f MiB held, %" PRIu64 " blocks there before their trace\n",
 			"disk", ratio_text(ratio(r->disk_hits, r->disk_misses), b, sizeof(b)),
-			r->disk_hits, r->disk_misses, (double)r->disk_used / MIB);
+			r->disk_hits, r->disk_misses, (double)r->disk_used / MIB, r->disk_seeded);
 }
 
 static void text_result(FILE *f, const char *title, const struct sim_result *r,
@@ -191,7 +193,8 @@ static void json_tiers(FILE *f, const struct sim_result *r)
 	fprintf(f, ",\"disk\":{\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"hit_ratio\":",
 		r->disk_hits, r->disk_misses);
 	json_ratio(f, ratio(r->disk_hits, r->disk_misses));
-	fprintf(f, ",\"used_bytes\":%" PRIu64 "}}", r->disk_used);
+	fprintf(f, ",\"used_bytes\":%" PRIu64 ",\"seeded_blocks\":%" PRIu64 "}}", r->disk_used,
+		r->disk_seeded);
 }
 
 static void json_result(FILE *f, const struct sim_result *r, const struct sim_cfg *c)

@@ -67,6 +67,8 @@ struct sim_result {
 	uint64_t shared_lock_waits;	     /* misses that waited for another mount's fetch */
 	uint64_t disk_hits, disk_misses;     /* its disk tier (cache_dir), asked */
 	uint64_t disk_used;		     /* bytes the disk tier holds at the end */
+	uint64_t disk_seeded;		     /* blocks put there because the trace read them
+					      * from the mount's disk (replay.c) */
 	uint64_t store_gets, store_bytes;    /* GETs sent to the store, bytes received */
 	uint64_t store_merged;		     /* block reads carried inside another's GET */
 	uint64_t written_objects;	     /* versions found written by the mount (replay.c) */

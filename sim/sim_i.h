@@ -109,7 +109,12 @@ struct sim_disk *sim_disk_new(struct sim_events *q, const struct sim_cfg *cfg, u
 void sim_disk_free(struct sim_disk *d);
 /* The disk as the first tier of a cache's chain. */
 struct tier sim_disk_tier(struct sim_disk *d);
-/* Into @ret: disk_hits, disk_misses, disk_used. */
+/* Does it hold @key? */
+bool sim_disk_holds(struct sim_disk *d, struct cache_key key);
+/* Put @key (@len bytes) as its newest block, counted as seeded: what the trace showed on the
+ * mount's disk before the sim put it there. */
+void sim_disk_seed(struct sim_disk *d, struct cache_key key, uint64_t len);
+/* Into @ret: disk_hits, disk_misses, disk_used, disk_seeded. */
 void sim_disk_stats(const struct sim_disk *d, struct sim_result *ret);
 
 #endif

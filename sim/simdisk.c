@@ -19,8 +19,9 @@
  * What is simplified: the real tier evicts a segment file at a time (this one a block at a
  * time, the same order); its write queue never fills here; a block is readable as soon as it
  * is put (the real one after its pwrite, a few hundred microseconds later). A disk tier that
- * outlived a mount (a remount on the same cache_dir) starts empty: a trace does not say what
- * was on the disk (docs/sizing.md).
+ * outlived a mount (a remount on the same cache_dir) starts empty here; what it held shows in
+ * the trace only as reads the mount answered from its disk, and replay.c seeds their versions
+ * (sim_disk_seed) when this tier lacks their blocks (docs/sizing.md).
  *
  * Locking: none; the world runs on one thread. Workload: one get per memory miss, one put per
  * block fetched from below or written.
@@ -46,6 +47,7 @@ struct sim_disk {
 	uint64_t mask, n, used;
 	struct dnode *head, *tail;
 	uint64_t hits, misses, puts, evictions;
+	uint64_t seeded; /* blocks put by sim_disk_seed: there before the trace said so */
 };
 
 static uint64_t khash(struct cache_key k)
@@ -162,6 +164,17 @@ static void keep(struct sim_disk *d, struct cache_key k, uint64_t len)
 		grow(d);
 }
 
+bool sim_disk_holds(struct sim_disk *d, struct cache_key key)
+{
+	return *slot(d, key) != NULL;
+}
+
+void sim_disk_seed(struct sim_disk *d, struct cache_key key, uint64_t len)
+{
+	keep(d, key, len);
+	d->seeded++;
+}
+
 /* ---- the tier ------------------------------------------------------------------------------- */
 
 static void answer_hit(void *arg)
@@ -227,4 +240,5 @@ void sim_disk_stats(const struct sim_disk *d, struct sim_result *ret)
 	ret->disk_hits = d->hits;
 	ret->disk_misses = d->misses;
 	ret->disk_used = d->used;
+	ret->disk_seeded = d->seeded;
 }

@@ -572,6 +572,56 @@ static void test_disk_tier(void **state)
 	sim_run_free(&run);
 }
 
+/* A mount remounted on its cache_dir starts with what the last life left on its disk; the
+ * trace shows it only as reads answered from the disk. An old object's 8 blocks, read through
+ * the lagging tier and recorded as disk reads: the sim puts the version on its disk at the
+ * first of them, and the reads cost the store nothing and pass no limiter, as in the mount.
+ * Before, its disk started empty and every block went to the store through the 64K/s limiter
+ * (the soak's B after its kill: lagging 0.975 in the sim against 0.941). */
+static void test_disk_before_trace(void **state)
+{
+	char dir[] = "/tmp/test_sim.XXXXXX", path[64], err[256];
+	struct trace_wcfg wc = {
+	    .path = path, .max_size = 1 << 20, .start_wall_ns = 1700000000ULL * 1000000000ULL};
+	struct trace_writer *w;
+	struct fs_opts o;
+	struct sim_run run;
+	char *argv[] = {"t", "file:///", "/", "-o",
+			"block_size=64K,hot_size=1M,lagging_size=1M,readahead=0,lagging_rate=64K,"
+			"cache_dir=/nonexistent/sim-disk,disk_size=4M",
+			NULL};
+	struct trace_read r = {.obj = 4,
+			       .ver = 1,
+			       .stream = 1,
+			       .len = 64 * KIB,
+			       .size = 8 * BS,
+			       .mtime = 1500000000,
+			       .tier = TRACE_DISK,
+			       .fetched = BS};
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/t", dir);
+	assert_int_equal(trace_writer_open(&wc, &w), 0);
+	for (unsigned i = 0; i < 8; i++) {
+		r.flags = i ? 0 : TRACE_F_OPEN;
+		r.off = (uint64_t)i * BS;
+		r.t_ns = i * MS;
+		assert_true(trace_push(w, &r));
+	}
+	trace_writer_close(w);
+	assert_int_equal(fs_opts_parse(5, argv, &o, err, sizeof(err)), 0);
+	assert_int_equal(sim_replay(&o, &CFG, (char *[]){path}, 1, &run, err, sizeof(err)), 0);
+	assert_int_equal(run.fleet.reads, 8);
+	assert_int_equal(run.fleet.cache.tier[CACHE_LAG].misses, 8);
+	assert_int_equal(run.fleet.store_bytes, 0);
+	assert_int_equal(run.fleet.cache.tier[CACHE_LAG].throttle_waits, 0);
+	sim_run_free(&run);
+	fs_opts_done(&o);
+	unlink(path);
+	rmdir(dir);
+}
+
 /* Writes are not in a trace: a version whose first read on a mount was a hot hit with nothing
  * fetched was written through that mount, and the replay puts it in the hot tier (every
  * block) and offers it to Redis, as a write does. Mount A reads back the 4 blocks it wrote:
@@ -679,6 +729,7 @@ int main(void)
 					    world_teardown),
 	    cmocka_unit_test_setup_teardown(test_written_blocks, world_setup, world_teardown),
 	    cmocka_unit_test_setup_teardown(test_disk_tier, world_setup, world_teardown),
+	    cmocka_unit_test_setup_teardown(test_disk_before_trace, world_setup, world_teardown),
 	};
 
 	return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
