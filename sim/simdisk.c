@@ -64,8 +64,8 @@ struct sim_disk *sim_disk_new(struct sim_events *q, const struct sim_cfg *cfg, u
 
 	if (!d)
 		return NULL;
-	*d = (struct sim_disk){.q = q, .cfg = cfg, .size = size, .lagging = lagging,
-			       .mask = (1u << 12) - 1};
+	*d = (struct sim_disk){
+	    .q = q, .cfg = cfg, .size = size, .lagging = lagging, .mask = (1u << 12) - 1};
 	d->tab = calloc(d->mask + 1, sizeof(*d->tab));
 	if (!d->tab) {
 		free(d);
@@ -192,7 +192,8 @@ static int disk_get(void *self, struct tier_io *io)
 		return -ENOENT;
 	}
 	d->hits++;
-	delay = d->cfg->disk_lat_ns + (d->cfg->disk_bw ? io->len * 1000000000ULL / d->cfg->disk_bw : 0);
+	delay =
+	    d->cfg->disk_lat_ns + (d->cfg->disk_bw ? io->len * 1000000000ULL / d->cfg->disk_bw : 0);
 	if (sim_ev_at(d->q, d->q->now + delay, answer_hit, io) < 0)
 		return -ENOMEM; /* a miss: the next tier reads it */
 	return 0;

@@ -586,7 +586,10 @@ static void test_disk_before_trace(void **state)
 	struct trace_writer *w;
 	struct fs_opts o;
 	struct sim_run run;
-	char *argv[] = {"t", "file:///", "/", "-o",
+	char *argv[] = {"t",
+			"file:///",
+			"/",
+			"-o",
 			"block_size=64K,hot_size=1M,lagging_size=1M,readahead=0,lagging_rate=64K,"
 			"cache_dir=/nonexistent/sim-disk,disk_size=4M",
 			NULL};
