@@ -126,7 +126,7 @@ static void text_result(FILE *f, const char *title, const struct sim_result *r,
 static const char *const excludes[] = {
     "Redis outages and restarts (a Redis that came back empty)",
     "store outages, retries, slow-downs and cut transfers",
-    "a disk tier's contents before its trace began (a remount on a cache_dir), a full disk",
+    "a disk tier's contents the trace never read from it (a remount on a cache_dir), a full disk",
     "the fleet budget (fleet_lagging_rate)",
 };
 
