@@ -65,6 +65,8 @@ static const struct sopt sim_opts[] = {
 	{"redis-memory", SO_SIZE, SIM(redis_mem), false, "Redis maxmemory (LRU), with shared="},
 	{"redis-latency", SO_TIME, SIM(redis_lat_ns), false, "a Redis round trip"},
 	{"redis-bandwidth", SO_SIZE, SIM(redis_bw), false, "bytes/s of one Redis value"},
+	{"disk-latency", SO_TIME, SIM(disk_lat_ns), false, "a disk tier read, with cache_dir="},
+	{"disk-bandwidth", SO_SIZE, SIM(disk_bw), false, "bytes/s of one disk tier read"},
 	{"max-queued", SO_COUNT, SIM(max_queued), false, "reads waiting in a mount: overload"},
 	{"align-start", SO_FLAG, SIM(align_start), false, "start every trace at 0, not its clock"},
 	{"seed", SO_COUNT, SIM(seed), false, "of the latency draws"},

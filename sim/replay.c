@@ -70,6 +70,7 @@ struct sim_mount {
 	struct cache *c;
 	struct sim_store *store;
 	struct sim_redis_port *port;
+	struct sim_disk *disk; /* with cache_dir: its disk tier, first in the chain; else NULL */
 	struct sim_stream *streams; /* open addressing */
 	uint32_t smask, nstreams;
 	char **parts; /* its files, in part order */
@@ -371,6 +372,37 @@ static int written_before(struct sim_mount *m, struct sim_obj *o, const struct t
 	return 0;
 }
 
+/* A disk tier's contents are not in a trace either: a mount remounted on its cache_dir starts
+ * with what its last life left there. A read the mount answered from its disk (and from no
+ * deeper tier) of a block this mount's simulated disk lacks says the disk held it before: put
+ * the whole version there (its tail readers kept every block of what they read hot), as the
+ * mount found it. */
+static void on_disk_before(struct sim_mount *m, struct sim_obj *o, const struct trace_read *r)
+{
+	uint64_t bs = m->w->block_size, first, last, nblk;
+	bool lacks = false;
+
+	if (!m->disk || r->tier != TRACE_DISK || (r->flags & TRACE_F_ERROR) || !r->len ||
+	    r->off >= o->co.size || !bs)
+		return;
+	first = r->off / bs;
+	last = (r->off + r->len - 1) / bs;
+	nblk = (o->co.size + bs - 1) / bs;
+	if (last >= nblk)
+		last = nblk - 1;
+	for (uint64_t b = first; b <= last && !lacks; b++)
+		lacks = !sim_disk_holds(m->disk, (struct cache_key){o->co.id, b});
+	if (!lacks)
+		return;
+	for (uint64_t b = 0; b < nblk; b++) {
+		struct cache_key k = {o->co.id, b};
+		uint64_t len = o->co.size - b * bs;
+
+		if (!sim_disk_holds(m->disk, k))
+			sim_disk_seed(m->disk, k, len < bs ? len : bs);
+	}
+}
+
 /* Hand read @r to @m's cache now. @return 0 or -ENOMEM. */
 static int issue(struct sim_mount *m, const struct trace_read *r)
 {
@@ -382,6 +414,7 @@ static int issue(struct sim_mount *m, const struct trace_read *r)
 		return -ENOMEM;
 	if (q == w->free_reqs)
 		w->free_reqs = q->next;
+	on_disk_before(m, st->o, r);
 	q->m = m;
 	q->t0 = w->q.now;
 	if (!m->res.reads && !m->outstanding)
@@ -436,9 +469,17 @@ static int mount_open(struct world *w, struct sim_mount *m, const struct fs_opts
 {
 	struct cache_cfg cc;
 	struct cache_env env = sim_env(&m->clk);
-	struct tier chain[2];
+	struct tier chain[3];
 	unsigned n = 0;
 	int r;
+
+	/* the disk tier, as fs/mount.c assembles the chain: disk, shared, store */
+	if (o->cache_dir) {
+		m->disk = sim_disk_new(&w->q, w->cfg, o->disk_size, o->disk_lagging);
+		if (!m->disk)
+			return -ENOMEM;
+		chain[n++] = sim_disk_tier(m->disk);
+	}
 
 	m->store = sim_store_new(&w->q, w->cfg, (unsigned)o->max_conns,
 				 w->cfg->seed * 0x9e3779b97f4a7c15ULL + m->idx);
@@ -654,6 +695,10 @@ static void add_result(struct sim_result *into, const struct sim_result *r)
 	into->shared_get_bytes += r->shared_get_bytes;
 	into->shared_set_bytes += r->shared_set_bytes;
 	into->shared_lock_waits += r->shared_lock_waits;
+	into->disk_hits += r->disk_hits;
+	into->disk_misses += r->disk_misses;
+	into->disk_used += r->disk_used;
+	into->disk_seeded += r->disk_seeded;
 	into->store_gets += r->store_gets;
 	into->store_bytes += r->store_bytes;
 	into->store_merged += r->store_merged;
@@ -673,6 +718,8 @@ static void collect_mount(struct world *w, unsigned i, struct sim_run *ret)
 	sim_store_stats(m->store, &r->store_gets, &r->store_bytes, &r->store_merged);
 	if (m->port)
 		sim_redis_port_stats(m->port, r);
+	if (m->disk)
+		sim_disk_stats(m->disk, r);
 	add_result(&ret->fleet, r);
 	ret->names[i] = strdup(m->parts[0]);
 }
@@ -703,6 +750,7 @@ static void world_free(struct world *w)
 		cache_free(m->c);
 		sim_store_free(m->store);
 		sim_redis_port_free(m->port);
+		sim_disk_free(m->disk);
 		trace_reader_close(m->rd);
 		free(m->parts);
 		free(m->pend);
@@ -853,6 +901,8 @@ void sim_cfg_default(struct sim_cfg *ret)
 	    .redis_mem = 4ULL << 30,
 	    .redis_lat_ns = 300 * 1000ULL,
 	    .redis_bw = 1000000000ULL,
+	    .disk_lat_ns = 100 * 1000ULL,
+	    .disk_bw = 2000000000ULL,
 	    .max_queued = 100000,
 	    .seed = 1,
 	};

@@ -93,6 +93,12 @@ static void text_tiers(FILE *f, const struct sim_result *r, bool shared)
 			"shared", ratio_text(ratio(r->shared_hits, r->shared_misses), b, sizeof(b)),
 			r->shared_hits, r->shared_misses, r->shared_lock_waits,
 			(double)r->shared_get_bytes / MIB, (double)r->shared_set_bytes / MIB);
+	if (r->disk_hits + r->disk_misses)
+		fprintf(f,
+			"  %-8s hit ratio %s (hits %" PRIu64 ", misses %" PRIu64
+			"), %.1f MiB held, %" PRIu64 " blocks there before their trace\n",
+			"disk", ratio_text(ratio(r->disk_hits, r->disk_misses), b, sizeof(b)),
+			r->disk_hits, r->disk_misses, (double)r->disk_used / MIB, r->disk_seeded);
 }
 
 static void text_result(FILE *f, const char *title, const struct sim_result *r,
@@ -115,6 +121,15 @@ static void text_result(FILE *f, const char *title, const struct sim_result *r,
 		ms(sim_lat_quantile(&r->lat, 0.999)), ms(r->lat.max_ns));
 }
 
+/* What a trace cannot show, so no prediction includes it (docs/sizing.md, "The model"): a
+ * mount's figures differ from the sim's by whatever of these happened during its trace. */
+static const char *const excludes[] = {
+    "Redis outages and restarts (a Redis that came back empty)",
+    "store outages, retries, slow-downs and cut transfers",
+    "a disk tier's contents the trace never read from it (a remount on a cache_dir), a full disk",
+    "the fleet budget (fleet_lagging_rate)",
+};
+
 void sim_report_text(FILE *f, const struct sim_run *r, const struct sim_cfg *c)
 {
 	bool shared = r->fleet.shared_hits + r->fleet.shared_misses > 0 || r->fleet.redis_peak;
@@ -135,6 +150,10 @@ void sim_report_text(FILE *f, const struct sim_run *r, const struct sim_cfg *c)
 			"OVERLOADED: a mount had more than %" PRIu64 " reads waiting %.1f s in: "
 			"these settings cannot serve this trace\n",
 			c->max_queued, (double)r->overload_at_ns / 1e9);
+	fprintf(f, "not in the prediction (a trace does not show them):");
+	for (size_t i = 0; i < sizeof(excludes) / sizeof(excludes[0]); i++)
+		fprintf(f, "%s %s", i ? ";" : "", excludes[i]);
+	fprintf(f, "\n");
 	fprintf(f, "replayed in %.2f s of CPU (%.0f reads/s, %" PRIu64 " events)\n", r->cpu_s,
 		r->cpu_s > 0 ? (double)r->fleet.reads / r->cpu_s : 0.0, r->events);
 }
@@ -169,8 +188,13 @@ static void json_tiers(FILE *f, const struct sim_result *r)
 		r->shared_hits, r->shared_misses);
 	json_ratio(f, ratio(r->shared_hits, r->shared_misses));
 	fprintf(f,
-		",\"get_bytes\":%" PRIu64 ",\"set_bytes\":%" PRIu64 ",\"lock_waits\":%" PRIu64 "}}",
+		",\"get_bytes\":%" PRIu64 ",\"set_bytes\":%" PRIu64 ",\"lock_waits\":%" PRIu64 "}",
 		r->shared_get_bytes, r->shared_set_bytes, r->shared_lock_waits);
+	fprintf(f, ",\"disk\":{\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"hit_ratio\":",
+		r->disk_hits, r->disk_misses);
+	json_ratio(f, ratio(r->disk_hits, r->disk_misses));
+	fprintf(f, ",\"used_bytes\":%" PRIu64 ",\"seeded_blocks\":%" PRIu64 "}}", r->disk_used,
+		r->disk_seeded);
 }
 
 static void json_result(FILE *f, const struct sim_result *r, const struct sim_cfg *c)
@@ -219,6 +243,12 @@ void sim_report_json_fleet(FILE *f, const struct sim_run *r, const struct sim_cf
 		r->fleet.redis_used, r->fleet.redis_peak, c->redis_mem, r->fleet.redis_evictions,
 		r->overloaded ? "true" : "false", (double)r->overload_at_ns / 1e9, r->cpu_s,
 		r->events, r->incomplete);
+	fprintf(f, ",\"excludes\":[");
+	for (size_t i = 0; i < sizeof(excludes) / sizeof(excludes[0]); i++) {
+		fprintf(f, "%s", i ? "," : "");
+		json_string(f, excludes[i]);
+	}
+	fprintf(f, "]");
 }
 
 void sim_report_json(FILE *f, const struct sim_run *r, const struct sim_cfg *c)

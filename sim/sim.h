@@ -33,6 +33,8 @@ struct sim_cfg {
 	uint64_t redis_mem;    /* bytes of values Redis may hold (maxmemory, allkeys-lru) */
 	uint64_t redis_lat_ns; /* a Redis round trip */
 	uint64_t redis_bw;     /* bytes/s of one Redis value */
+	uint64_t disk_lat_ns;  /* a disk tier's read (cache_dir): before its bytes */
+	uint64_t disk_bw;      /* bytes/s of one disk tier read */
 	uint64_t max_queued;   /* reads waiting in one mount beyond which the run stops:
 				* the settings cannot serve the trace */
 	bool align_start;      /* every trace starts at time 0 (else: at its wall clock) */
@@ -63,6 +65,10 @@ struct sim_result {
 	uint64_t shared_get_bytes;	     /* bytes Redis sent it */
 	uint64_t shared_set_bytes;	     /* bytes it sent Redis */
 	uint64_t shared_lock_waits;	     /* misses that waited for another mount's fetch */
+	uint64_t disk_hits, disk_misses;     /* its disk tier (cache_dir), asked */
+	uint64_t disk_used;		     /* bytes the disk tier holds at the end */
+	uint64_t disk_seeded;		     /* blocks put there because the trace read them
+					      * from the mount's disk (replay.c) */
 	uint64_t store_gets, store_bytes;    /* GETs sent to the store, bytes received */
 	uint64_t store_merged;		     /* block reads carried inside another's GET */
 	uint64_t written_objects;	     /* versions found written by the mount (replay.c) */

@@ -97,4 +97,24 @@ struct tier sim_redis_tier(struct sim_redis_port *p);
 void sim_redis_port_stats(const struct sim_redis_port *p, struct sim_result *ret);
 void sim_redis_stats(const struct sim_redis *r, struct sim_result *ret);
 
+/* ---------------------------------------------------------------------------------------------
+ * simdisk.c: a mount's disk tier (cache_dir): a FIFO of block keys under disk_size.
+ * ------------------------------------------------------------------------------------------ */
+
+struct sim_disk;
+
+/* A disk tier of @size bytes; @lagging as disk_lagging. @return NULL only for out-of-memory. */
+struct sim_disk *sim_disk_new(struct sim_events *q, const struct sim_cfg *cfg, uint64_t size,
+			      bool lagging);
+void sim_disk_free(struct sim_disk *d);
+/* The disk as the first tier of a cache's chain. */
+struct tier sim_disk_tier(struct sim_disk *d);
+/* Does it hold @key? */
+bool sim_disk_holds(struct sim_disk *d, struct cache_key key);
+/* Put @key (@len bytes) as its newest block, counted as seeded: what the trace showed on the
+ * mount's disk before the sim put it there. */
+void sim_disk_seed(struct sim_disk *d, struct cache_key key, uint64_t len);
+/* Into @ret: disk_hits, disk_misses, disk_used, disk_seeded. */
+void sim_disk_stats(const struct sim_disk *d, struct sim_result *ret);
+
 #endif
