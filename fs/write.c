@@ -4,9 +4,9 @@
  * blocks fill the cache's tiers on the way (docs/design.md, the write path; invariant 9).
  *
  *   create / open O_TRUNC ─► struct wfile: an upload (backend_upload_new), a provisional oid
- *   write(off == size) ─► copy into the part being filled ─┬─► each block complete: cache_put
- *                                                          │   (hot tier, provisional oid)
- *                                                          └─► a part full: backend_upload_part
+ *   write(off == size) ─► copy into the part being filled ─► a part full: backend_upload_part
+ *                                 the store has it (part_done) ─► its blocks: cache_put
+ *                                                                 (hot tier, provisional oid)
  *   the writer's last close / fsync / release ─► the last part, backend_upload_commit ─► done:
  *        ok: ns_written (the version the store named), cache_rekey(provisional → real oid),
  *            cache_publish (the disk and fleet tiers get the blocks), close() returns 0
@@ -27,9 +27,12 @@
  * up to 26 MiB an arena: the process's peak RSS in 4 concurrent writes went 60 MiB past the
  * pool's bound. The pool never holds more than write_buffer bytes, taken or spare.
  *
- * Blocks. part_size is a multiple of block_size, so a block never spans two buffers: when the
- * bytes of a block are all in, the block is copied into the hot tier under the provisional
- * oid, and renamed in place (cache_rekey) once the store names the version. Nobody can read it
+ * Blocks. part_size is a multiple of block_size, so a block never spans two buffers: once the
+ * store has a part (part_done, on the I/O thread), its blocks are copied into the hot tier
+ * under the provisional oid, and renamed in place (cache_rekey) once the store names the
+ * version: every part's done runs before the commit's. The copy is off the write's path: a
+ * write request costs one copy (request to part), and the hot tier's copy, whose first touch
+ * of the arena also zeroes its pages, overlaps the next requests on another CPU. Nobody can read it
  * before (nothing else knows the provisional oid). A hot tier that cannot take a block (every
  * segment pinned) costs a later reader one fetch, nothing else.
  *
@@ -59,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 
 #include <fuse_lowlevel.h>
@@ -71,6 +75,7 @@ struct wbuf {
 	struct wbuf *next;   /* a file's full parts waiting to be handed over (w->lock), or
 			      * wpool.spare (wpool.lock) */
 	struct wfile *w;
+	uint64_t off;        /* its first byte's offset in the file */
 	size_t len;          /* bytes in it */
 	char data[];         /* wpool.part_size */
 };
@@ -181,6 +186,23 @@ void wpool_get_stats(struct wpool *p, struct wpool_stats *ret)
 	pthread_mutex_unlock(&p->lock);
 }
 
+#define HUGE_PAGE (2u << 20)
+
+/* A new buffer of @size bytes, in huge pages where the kernel allows (a hint): its first
+ * touch, a write's copy on the FUSE thread, then faults 2 MiB at a time, not 4 KiB. @return
+ * it, or NULL. */
+static struct wbuf *buf_alloc(size_t size)
+{
+	void *b;
+
+	if (posix_memalign(&b, HUGE_PAGE, size) != 0)
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	madvise(b, size / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
+#endif
+	return b;
+}
+
 /* A buffer for @w if the pool and its share allow (w->lock held). @return it or NULL. */
 static struct wbuf *buf_take(struct wfile *w)
 {
@@ -197,7 +219,7 @@ static struct wbuf *buf_take(struct wfile *w)
 			p->spare = b->next;
 		} else {
 			pthread_mutex_unlock(&p->lock);
-			b = malloc(sizeof(*b) + p->part_size);
+			b = buf_alloc(sizeof(*b) + p->part_size);
 			pthread_mutex_lock(&p->lock);
 			if (!b)
 				p->used -= p->part_size;
@@ -369,19 +391,18 @@ static void part_close(struct wfile *w)
 	w->full_tail = &b->next;
 }
 
-/* Copy blocks of the part being filled that are complete (or, @last, the short one the file
- * ends with) into the hot tier, under the provisional oid (w->lock held). */
-static void cache_blocks(struct wfile *w, uint64_t part_off, size_t *cached, bool last)
+/* Copy the blocks of part @b (the last one short if the file ends there) into the hot tier,
+ * under the provisional oid. The part is the caller's: handed over and acknowledged, not
+ * given back yet; no lock needed (nobody else reads or names it). */
+static void cache_part(struct wfile *w, const struct wbuf *b)
 {
-	struct wbuf *b = w->cur;
 	uint32_t bs = cache_block_size(w->m->c);
 
-	while (b->len - *cached >= bs || (last && b->len > *cached)) {
-		size_t n = b->len - *cached < bs ? b->len - *cached : bs;
-		struct cache_key k = {w->prov, (part_off + *cached) / bs};
+	for (size_t done = 0; done < b->len; done += bs) {
+		size_t n = b->len - done < bs ? b->len - done : bs;
+		struct cache_key k = {w->prov, (b->off + done) / bs};
 
-		cache_put(w->m->c, k, b->data + *cached, (uint32_t)n);
-		*cached += n;
+		cache_put(w->m->c, k, b->data + done, (uint32_t)n);
 	}
 }
 
@@ -396,19 +417,18 @@ static size_t take(struct wfile *w, const char *data, size_t len)
 	size_t done = 0;
 
 	while (done < len) {
-		uint64_t part_off;
-		size_t n, cached;
+		size_t n;
 
-		if (!w->cur && !(w->cur = buf_take(w)))
-			break;
-		part_off = w->size - w->cur->len;
-		cached = w->cur->len / cache_block_size(w->m->c) * cache_block_size(w->m->c);
+		if (!w->cur) {
+			if (!(w->cur = buf_take(w)))
+				break;
+			w->cur->off = w->size;
+		}
 		n = psize - w->cur->len < len - done ? psize - w->cur->len : len - done;
 		memcpy(w->cur->data + w->cur->len, data + done, n);
 		w->cur->len += n;
 		w->size += n;
 		done += n;
-		cache_blocks(w, part_off, &cached, false);
 		if (w->cur->len == psize) {
 			part_close(w);
 			send_full(w);
@@ -577,13 +597,8 @@ static void wake_hungry(struct wpool *p)
 static void commit_locked(struct wfile *w, struct replies *rs)
 {
 	w->state = W_COMMITTING;
-	if (w->cur) {
-		size_t cached = w->cur->len / cache_block_size(w->m->c) *
-				cache_block_size(w->m->c);
-
-		cache_blocks(w, w->size - w->cur->len, &cached, true);
+	if (w->cur)
 		part_close(w);
-	}
 	send_full(w);
 	if (w->full || w->commit_sent)
 		return; /* part_done sends the rest, then commits */
@@ -626,6 +641,8 @@ static void part_done(void *arg, int err)
 	struct replies rs = {0};
 	bool hungry;
 
+	if (!err)
+		cache_part(w, b); /* before the commit's done, which renames its blocks */
 	pthread_mutex_lock(&w->lock);
 	w->inflight--;
 	if (err && !w->err)
