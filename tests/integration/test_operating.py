@@ -463,32 +463,46 @@ def closed_by_server(s):
 @pytest.mark.watchdog(300)
 def test_endpoint_under_load(mount, corpus64k):
     """64 scrapers at once, 10 scrapes each, with 200 idle connections held open beside them:
-    every scrape answered, the 99th percentile under 50 ms; the idle connections are closed by
-    the server after its timeout; past the connection limit, connections are not taken.
+    every scrape answered, and the 99th percentile under 50 ms, or under twice what the same
+    scrapes took without the idle connections just before (a baseline of the same run: this
+    VM's 2 cores are shared with other jobs, and the suite's other stages run beside it); the
+    idle connections are closed by the server after its timeout; past the connection limit,
+    connections are not taken.
 
-    The bound is on the median of 3 rounds' p99: this VM's 2 cores are shared with other
-    jobs, and one round in several has lost the CPU for a moment (once a p99 of 147 ms, where
-    the rounds around it measured 22-33 ms). Each round's figures are printed; no scrape of
-    any round may take half a second."""
+    Three rounds, each a baseline then the same scrapes with the idle connections; the bound
+    is on the rounds' medians (one round in several has lost the CPU for a moment: once a p99
+    of 147 ms, where the rounds around it measured 22-33 ms). Each round's figures are
+    printed; no scrape of any round may take half a second."""
     port = harness.free_port()
     m = mount(corpus64k.url, OPTS + [f"metrics={port}"])
     read_all(m, old_objects(corpus64k, 3))
-    idle = idle_connections(port, 200)
+    idle = []
     try:
-        p99s, worst = [], 0.0
+        p99s, base99s, worst = [], [], 0.0
         for rnd in range(3):
-            res = curl_scrapes(port, 64, 10)
-            assert len(res) == 640 and all(c == 200 for c, _ in res), res[:5]
-            t = sorted(s for _, s in res)
-            p99s.append(t[int(len(t) * 0.99) - 1])
-            worst = max(worst, t[-1])
-            print(f"\nround {rnd + 1}: 64 scrapers x 10 scrapes, 200 idle connections: p50 "
-                  f"{t[len(t) // 2] * 1000:.1f} ms, p99 {p99s[-1] * 1000:.1f} ms, max "
-                  f"{t[-1] * 1000:.1f} ms")
+            for held in (False, True):
+                if held:
+                    idle = idle_connections(port, 200)
+                res = curl_scrapes(port, 64, 10)
+                assert len(res) == 640 and all(c == 200 for c, _ in res), res[:5]
+                t = sorted(s for _, s in res)
+                (p99s if held else base99s).append(t[int(len(t) * 0.99) - 1])
+                worst = max(worst, t[-1])
+                print(f"\nround {rnd + 1}: 64 scrapers x 10 scrapes, "
+                      f"{'200' if held else 'no'} idle connections: p50 "
+                      f"{t[len(t) // 2] * 1000:.1f} ms, p99 {t[int(len(t) * 0.99) - 1] * 1000:.1f}"
+                      f" ms, max {t[-1] * 1000:.1f} ms")
+            if rnd < 2:  # the last round's are kept for the timeout checks below
+                for s in idle:
+                    s.close()
+                idle = []
         # a sanitizer's slowdown (TSan: p99 66-172 ms here) is not the endpoint's cost: the
         # figures are printed, the bounds are for a plain build
         if not harness.sanitizer():
-            assert sorted(p99s)[1] < 0.050, [f"{p * 1000:.1f} ms" for p in p99s]
+            bound = max(0.050, 2 * sorted(base99s)[1])
+            assert sorted(p99s)[1] < bound, (
+                f"p99 with 200 idle connections {[f'{p * 1000:.1f} ms' for p in p99s]}, "
+                f"without {[f'{p * 1000:.1f} ms' for p in base99s]}: over {bound * 1000:.1f} ms")
             assert worst < 0.5, f"a scrape took {worst * 1000:.0f} ms"
         # the idle ones held through the load: closed by the server in the end
         harness.wait_until(lambda: all(closed_by_server(s) for s in idle), IDLE_S + 10,
