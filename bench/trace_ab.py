@@ -110,7 +110,7 @@ def main():
             f.write(os.urandom(SIZE))
         log = open(os.path.join(work, "tierfs.log"), "w")
         for r in range(ROUNDS):
-            tfile = os.path.join(work, f"t{r}.trace")
+            tfile = os.path.join(os.environ.get("TRACE_DIR", work), f"t{r}.trace")
             base = ["hot_size=512M", "hot_ttl=100000000"]
             m = {"off": os.path.join(work, f"off{r}"), "on": os.path.join(work, f"on{r}")}
             traced = {"on": [f"trace={tfile}"] if not AA else [], "off": []}

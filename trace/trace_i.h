@@ -20,6 +20,12 @@ struct trace_objrec {
 	int64_t mtime; /* seconds since the epoch */
 };
 
+/* What the writer's thread does every flush_ms: the ring into the buffer, and the buffer to the
+ * file once half full or held through a second's drains (trace_writer_flush writes it all).
+ * @return 0 or the trace's -errno. For tests: the thread calls it. */
+struct trace_writer;
+int trace_writer_drain(struct trace_writer *w);
+
 /* Write @h as TRACE_HDR_LEN bytes at @buf. */
 void trace_put_hdr(uint8_t *buf, const struct trace_hdr *h);
 /* Read a header. @return 0; -EBADMSG (not a trace), -EPROTO (a trace of another version). */
