@@ -9,6 +9,7 @@ and utimensat, the way a POSIX test suite (pjdfstest) asks them.
 """
 
 import errno
+import mmap
 import os
 import subprocess
 import sys
@@ -427,6 +428,47 @@ def test_truncate_and_times(st):
     finally:
         os.close(fd)
     assert st.get("w") == b"w"
+
+
+def test_what_cannot_grow_a_file_in_place_says_so(st, tmp_path):
+    """Ways to size or fill a file other than writing it in order: ftruncate to a larger size
+    of a file being written is EPERM; fallocate is EOPNOTSUPP (util-linux `fallocate` says
+    'Operation not supported'; glibc's posix_fallocate would then write zeros in place, which
+    is refused too); copy_file_range into the mount is EXDEV, so cp and Java fall back to
+    read and write; a writable shared mapping needs the size the file cannot grow to. None of
+    them leaves a byte of its own in the store: the object is what was written in order."""
+    fd = os.open(st.path("g"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        assert errno_of(lambda: os.ftruncate(fd, 8192)) == "EPERM"
+        with pytest.raises(ValueError):  # mmap of 8 KiB of a file of 0 bytes
+            mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        os.write(fd, b"grown by write")
+    finally:
+        os.close(fd)
+    assert st.get("g") == b"grown by write"
+    p = subprocess.run(["fallocate", "-l", "1M", st.path("f")], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode != 0 and "Operation not supported" in p.stderr, p
+    assert st.get("f") == b""  # its open(O_CREAT) made it, empty, as POSIX says
+    fd = os.open(st.path("p"), os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        assert errno_of(lambda: os.posix_fallocate(fd, 0, 1 << 20)) in ("EINVAL", "EBADF",
+                                                                           "EOPNOTSUPP")
+        os.write(fd, b"after")
+    finally:
+        os.close(fd)
+    assert st.get("p") == b"after"
+    src = tmp_path / "src"
+    src.write_bytes(os.urandom(3 << 20))
+    si = os.open(src, os.O_RDONLY)
+    so = os.open(st.path("c"), os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        assert errno_of(lambda: os.copy_file_range(si, so, 3 << 20)) == "EXDEV"
+    finally:
+        os.close(si)
+        os.close(so)
+    sh(f"cp {src} {st.path('cp')}")
+    assert st.get("cp") == src.read_bytes()
 
 
 def test_what_cp_install_and_sed_set_changes_nothing_and_succeeds(st, tmp_path):
