@@ -472,8 +472,8 @@ int trace_writer_open(const struct trace_wcfg *cfg, struct trace_writer **ret)
 	pthread_mutex_init(&w->drain_lock, NULL);
 	pthread_mutex_init(&w->lock, NULL);
 	{
-		pthread_condattr_t
-		    ca; /* the drainer's naps: a wall clock stepped back is no delay */
+		/* the drainer's naps: a wall clock stepped back is no delay */
+		pthread_condattr_t ca;
 
 		pthread_condattr_init(&ca);
 		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
