@@ -788,16 +788,14 @@ void ns_fill_stat(struct ns *ns, const struct node *n, struct stat *st)
 		/* a prefix has no time of its own: show when the mount started, or when a name in
 		 * it was last made or removed through the mount (POSIX's parent times) */
 		st->st_mode = S_IFDIR | mode;
-		st->st_nlink = n->unlinked ? 0 : 2; /* removed: what fstat of an open one says */
+		st->st_nlink = 2;
 		st->st_mtim = st->st_ctim = st->st_atim = ns->started;
 		if (n->dir && ns_ts_after(n->dir->changed, ns->started))
 			st->st_mtim = st->st_ctim = n->dir->changed;
 		return;
 	}
 	st->st_mode = S_IFREG | mode;
-	/* an inode the name no longer leads to (removed, or replaced by a new version that
-	 * open files of the old one do not see) has no link, as POSIX's fstat after unlink */
-	st->st_nlink = n->unlinked ? 0 : 1;
+	st->st_nlink = 1;
 	st->st_size = (off_t)size;
 	st->st_blocks = (blkcnt_t)((size + 511) / 512);
 	if (mtime != INT64_MIN) {
