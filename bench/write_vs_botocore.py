@@ -6,9 +6,10 @@ here on 127.0.0.1 and stopped at the end, also on failure. Run as root after scr
 
     STORE=rgw RUNS=6 MIB=128 python3 bench/write_vs_botocore.py [build/tierfs]
 
-After untimed writes that fill the mount's hot tier once, each round writes MIB MiB of random bytes once each way, in an order swapped every round:
-tierfs (1 MiB write()s to a new file, timed from open to close's return: close answers the
-upload) and botocore (8 MiB parts, 4 in flight: tierfs's part_size and write_parts
+After untimed writes that fill the mount's hot tier once, each round writes MIB MiB of
+random bytes once each way, in an order swapped every round: tierfs (1 MiB write()s to a new
+file, timed from open to close's return: close answers the upload) and botocore
+(tierbench's multipart_upload: 8 MiB parts, 4 in flight, tierfs's part_size and write_parts
 defaults), each object checked whole by a HEAD, then deleted. Prints every figure, the
 medians and their ratio, and "met" or "missed"; exits 1 if a write failed or came out short.
 """
@@ -19,26 +20,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import harness  # noqa: E402
 import rgw as rgwlib  # noqa: E402
+from tierbench.common import cpu_seconds, multipart_upload  # noqa: E402
 
 STORE = os.environ.get("STORE", "rgw")
 RUNS = int(os.environ.get("RUNS", 6))
 SIZE = int(os.environ.get("MIB", 128)) << 20
-PART, INFLIGHT, TARGET = 8 << 20, 4, 0.9
+TARGET = 0.9
 TIERFS = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                          os.path.join(HERE, "..", "build", "tierfs"))
-
-
-def cpu_seconds(pid):
-    """User + system CPU seconds of process @pid and its threads so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tierfs_write(mp, key, data):
@@ -55,16 +50,7 @@ def tierfs_write(mp, key, data):
 
 def botocore_write(c, key, data):
     t0 = time.monotonic()
-    uid = c.create_multipart_upload(Bucket="bkt", Key=key)["UploadId"]
-
-    def one(i):
-        return c.upload_part(Bucket="bkt", Key=key, UploadId=uid, PartNumber=i + 1,
-                             Body=bytes(data[i * PART:(i + 1) * PART]))["ETag"]
-
-    with ThreadPoolExecutor(INFLIGHT) as ex:
-        etags = list(ex.map(one, range((len(data) + PART - 1) // PART)))
-    c.complete_multipart_upload(Bucket="bkt", Key=key, UploadId=uid, MultipartUpload={
-        "Parts": [{"ETag": e, "PartNumber": i + 1} for i, e in enumerate(etags)]})
+    multipart_upload(c, "bkt", key, data)  # 8 MiB parts, 4 in flight: tierfs's defaults
     return time.monotonic() - t0
 
 

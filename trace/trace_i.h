@@ -23,7 +23,6 @@ struct trace_objrec {
 /* What the writer's thread does every flush_ms: the ring into the buffer, and the buffer to the
  * file once half full or held through a second's drains (trace_writer_flush writes it all).
  * @return 0 or the trace's -errno. For tests: the thread calls it. */
-struct trace_writer;
 int trace_writer_drain(struct trace_writer *w);
 
 /* Write @h as TRACE_HDR_LEN bytes at @buf. */

@@ -339,11 +339,12 @@ static int encode(struct trace_writer *w, const struct trace_read *r)
 
 /*
  * Drain the ring into the buffer; write the buffer out if @all, or once it is half full, or
- * once it has been held through a second's drains. A write(2) per drain (20 a second) cost
- * 4 KiB random reads of a cached object about 13% of their rate here (bench/trace_ab.py),
- * though tierfs's own CPU samples showed no trace function above 0.5%: the cost is the
- * kernel's, per write. Fewer, larger writes leave a live trace up to about a second (or half
- * a MiB) behind, and a mount that dies loses that much more of its trace's tail.
+ * once it has been held through a second's drains. With a write(2) per drain (20 a second),
+ * 4 KiB random reads of a cached object ran at 0.87x-0.96x of an untraced mount's rate
+ * (bench/trace_ab.py), and the experiments pointed at the writes, not the push: the kernel's
+ * work, none of it in tierfs's samples (docs/performance.md). Fewer, larger writes leave a
+ * live trace up to about a second (or half a MiB) behind, and a mount that dies loses that
+ * much more of its trace's tail.
  */
 static int drain(struct trace_writer *w, bool all)
 {

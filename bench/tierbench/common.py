@@ -487,6 +487,24 @@ class Tierfs(Mount):
         return out
 
 
+def multipart_upload(c, bucket, key, data, part=8 * MiB, inflight=4):
+    """botocore client @c uploads @data (bytes-like) as @bucket/@key in one multipart upload of
+    @part parts, @inflight of them in flight (tierfs's part_size and write_parts defaults):
+    what a store's own ceiling for tierfs's writes is measured with."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    uid = c.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+
+    def one(i):
+        return c.upload_part(Bucket=bucket, Key=key, UploadId=uid, PartNumber=i + 1,
+                             Body=bytes(data[i * part:(i + 1) * part]))["ETag"]
+
+    with ThreadPoolExecutor(inflight) as ex:
+        etags = list(ex.map(one, range((len(data) + part - 1) // part)))
+    c.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=uid, MultipartUpload={
+        "Parts": [{"ETag": e, "PartNumber": i + 1} for i, e in enumerate(etags)]})
+
+
 def parse_size(s):
     m = re.fullmatch(r"(\d+)([KMGT]?)", str(s))
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30,

@@ -133,7 +133,6 @@ class WriteScenario:
         """s3rver's own ceiling for what tierfs sends it: botocore (in this process) uploads
         self.wdata as @key through the same proxy, a multipart upload of @part parts with
         @inflight in flight (tierfs's part_size and write_parts defaults). @return MB/s."""
-        from concurrent.futures import ThreadPoolExecutor
         import botocore.session
         from botocore.config import Config
 
@@ -143,19 +142,9 @@ class WriteScenario:
                 aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
                 config=Config(s3={"addressing_style": "path"}, proxies={},
                               max_pool_connections=16))
-        c, d, size = self.wclient_proxy, self.wdata, len(self.wdata)
+        size = len(self.wdata)
         t0 = time.monotonic()
-        uid = c.create_multipart_upload(Bucket=self.wbucket, Key=key)["UploadId"]
-
-        def one(i):
-            body = bytes(d[i * part:(i + 1) * part])
-            return c.upload_part(Bucket=self.wbucket, Key=key, UploadId=uid, PartNumber=i + 1,
-                                 Body=body)["ETag"]
-
-        with ThreadPoolExecutor(inflight) as ex:
-            etags = list(ex.map(one, range((size + part - 1) // part)))
-        c.complete_multipart_upload(Bucket=self.wbucket, Key=key, UploadId=uid, MultipartUpload={
-            "Parts": [{"ETag": e, "PartNumber": i + 1} for i, e in enumerate(etags)]})
+        multipart_upload(self.wclient_proxy, self.wbucket, key, self.wdata, part, inflight)
         t = time.monotonic() - t0
         got = self.store_size(key)
         self.wclient.delete_object(Bucket=self.wbucket, Key=key)

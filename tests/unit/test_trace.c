@@ -305,7 +305,7 @@ static void test_ring_full(void **state)
 }
 
 /* The writer's thread writes its buffer once half full or held through a second's drains, not
- * at every drain (a write(2) per drain cost random reads 13%); trace_writer_flush writes all;
+ * at every drain (docs/performance.md, the trace's cost); trace_writer_flush writes all;
  * the records are counted when drained, written or not. */
 static void test_drain_batches(void **state)
 {
