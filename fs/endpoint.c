@@ -24,7 +24,10 @@
  *   ENDPOINT_CONNS       connections at once; more are accepted and closed at once;
  *   ENDPOINT_IDLE_S      a connection idle (or trickling) this long is closed, so idle and
  *                        slow clients give their place back;
- *   ENDPOINT_CONN_MEM    bytes of a connection's request buffer (a request longer is refused).
+ *   ENDPOINT_CONN_MEM    bytes of a connection's request buffer (a request longer is refused);
+ *   ENDPOINT_BACKLOG     the listen queue, as long as the limit: a burst of connections that
+ *                        comes while the thread is busy or descheduled waits there, where a
+ *                        SYN dropped by a full queue would be sent again only a second later.
  * A scrape costs a snapshot and a few hundred formatted lines; scrapes are answered one after
  * the other by the one thread, which keeps the endpoint's cost to one core at most however
  * many scrapers come, and a scrape waits only for the scrapes before it.
@@ -49,7 +52,7 @@
 #define ENDPOINT_CONNS	  512
 #define ENDPOINT_IDLE_S	  5
 #define ENDPOINT_CONN_MEM (16u << 10)
-#define ENDPOINT_BACKLOG  128
+#define ENDPOINT_BACKLOG  ENDPOINT_CONNS
 #define ENDPOINT_PATH	  "/metrics"
 #define CONTENT_TYPE	  "text/plain; version=0.0.4; charset=utf-8"
 
