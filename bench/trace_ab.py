@@ -15,7 +15,9 @@ random passes of each (preader rand --direct, PASS_SECONDS each, the order swapp
 pass), each pass valid only if the mount's stats show it served every byte and fetched none
 (the bench's served_check). A round's ratio is the median of its passes' traced / untraced
 IOPS; the result is the median of the rounds' ratios, so each pair's bias counts once, in
-either direction. Prints every pass, each round's ratio, the median and "met" or "missed".
+either direction. Prints every pass, each round's ratio, the median and "met" or "missed",
+and beside it the ratio of tierfs's own CPU time a read (user + system, from /proc), which
+the other jobs on a shared machine disturb less than they disturb IOPS.
 The mounts, the preader binary and the bench's bookkeeping are bench/tierbench's.
 """
 import os
@@ -29,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from tierbench import common  # noqa: E402
-from tierbench.common import Tierfs, preader, served_check  # noqa: E402
+from tierbench.common import Tierfs, cpu_seconds, preader, served_check  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", 8))
 PASSES = int(os.environ.get("PASSES", 3))
@@ -40,22 +42,24 @@ TARGET = 0.97
 
 
 def one_pass(m, seed):
-    """IOPS of one random pass, or None if tierfs did not serve it all from memory."""
-    s0 = m.stats()
+    """(IOPS, tierfs's CPU microseconds a read) of one random pass, or None if tierfs did not
+    serve it all from memory."""
+    s0, c0 = m.stats(), cpu_seconds(m.proc.pid)
     r = preader(["rand", "--direct", "--duration", PASS_SECONDS, "--seed", seed,
                  m.path("obj")])
+    c1 = cpu_seconds(m.proc.pid)
     why = served_check(s0, m.stats(), r["ops"] * 4096)
-    if why:
-        print(f"  {m.name}: pass not valid: {why}")
+    if why or not r["ops"]:
+        print(f"  {m.name}: pass not valid: {why or 'no reads'}")
         return None
-    return r["iops"]
+    return r["iops"], (c1 - c0) * 1e6 / r["ops"]
 
 
 def main():
     common.TIERFS = Path(sys.argv[1] if len(sys.argv) > 1 else
                          HERE.parent / "build" / "tierfs").resolve()
     work = Path(tempfile.mkdtemp(prefix="trace-ab-", dir="/var/tmp"))
-    live, ratios = [], []
+    live, ratios, cpus = [], [], []
     try:
         common.PREADER = work / "preader"
         subprocess.run(["cc", "-O2", "-pthread", "-o", str(common.PREADER),
@@ -77,13 +81,15 @@ def main():
                 for k in (["off", "on"] if (r + i) % 2 == 0 else ["on", "off"]):
                     os.sync()
                     res[k].append(one_pass(m[k], r * 100 + i + 1))
-            pr = [a / b for a, b in zip(res["on"], res["off"]) if a and b]
-            rr = statistics.median(pr) if pr else None
-            print(f"round {r + 1}: on {[round(x or 0) for x in res['on']]} off "
-                  f"{[round(x or 0) for x in res['off']]} IOPS: "
-                  + (f"{rr:.3f}x" if rr else "no valid pair"), flush=True)
+            pairs = [(a, b) for a, b in zip(res["on"], res["off"]) if a and b]
+            rr = statistics.median(a[0] / b[0] for a, b in pairs) if pairs else None
+            cr = statistics.median(a[1] / b[1] for a, b in pairs) if pairs else None
+            print(f"round {r + 1}: on {[round(x[0]) if x else 0 for x in res['on']]} off "
+                  f"{[round(x[0]) if x else 0 for x in res['off']]} IOPS: "
+                  + (f"{rr:.3f}x; CPU a read {cr:.3f}x" if rr else "no valid pair"), flush=True)
             if rr:
                 ratios.append(rr)
+                cpus.append(cr)
             for x in m.values():
                 x.stop()
                 live.remove(x)
@@ -95,6 +101,8 @@ def main():
               + f"traced / untraced, 4 KiB O_DIRECT random, {len(ratios)} rounds: median "
               f"{med:.3f}x (rounds {min(ratios):.3f}-{max(ratios):.3f}x); target >= "
               f"{TARGET}x: " + ("met" if med >= TARGET else "missed"))
+        print(f"tierfs's CPU a read, traced / untraced: median {statistics.median(cpus):.3f}x "
+              f"(rounds {min(cpus):.3f}-{max(cpus):.3f}x)")
     finally:
         for x in live:
             x.stop()
