@@ -35,9 +35,10 @@ struct io_req *s3_new_req(struct s3 *s, const char *key, const char *query);
 
 /*
  * Append SigV4 headers for @r (its method, URL and headers final) to @list: x-amz-date,
- * x-amz-content-sha256 = @payload_hash (hex SHA-256 of the body), the session token, and the
- * Authorization that signs them, host, and @extra (headers @r already carries that must be
- * signed too, lower-case names). Nothing when anonymous. @return 0 or -errno.
+ * x-amz-content-sha256 = @payload_hash (hex SHA-256 of the body, or UNSIGNED-PAYLOAD), the
+ * session token, and the Authorization that signs them, host, and @extra (headers @r already
+ * carries that must be signed too, lower-case names). Nothing when anonymous.
+ * @return 0 or -errno.
  */
 int s3_sign(struct s3 *s, struct io_req *r, struct curl_slist **list, const char *payload_hash,
 	    const struct kv *extra, size_t nextra);

@@ -30,11 +30,15 @@
  * reported under that computed ETag, so nothing cached from our bytes is ever served for
  * someone else's object: a read of another version gets 412 to If-Match, never our bytes.
  *
- * Bytes are checked end to end. Each part's SHA-256 is signed into the request
- * (x-amz-content-sha256, never UNSIGNED-PAYLOAD) and its MD5 sent as Content-MD5, both
- * computed by the caller's thread when it hands the part over, so S3 refuses bytes damaged on
- * the way (BadDigest, XAmzContentSHA256Mismatch: tried again, as a corrupt answer is). The
- * ETag S3 answers for a part or a PutObject is the MD5 of what it stored unless the bucket
+ * Bytes are checked end to end by their MD5. Every body (a part, a PutObject, Complete's
+ * document) goes with its MD5 as Content-MD5, a signed header, computed by the caller's thread
+ * when it hands the part over, so S3 refuses bytes damaged or changed on the way (BadDigest:
+ * tried again, as a corrupt answer is); the header being signed, nobody on the way can change
+ * the bytes and their MD5 together. The payload's SHA-256 would check the same bytes a second
+ * time, so it is not computed: x-amz-content-sha256 is UNSIGNED-PAYLOAD (as the AWS SDKs send
+ * over TLS, with a checksum of their own); it cost the mount and the store each about 0.7 CPU
+ * seconds a GiB written (docs/performance.md).
+ * The ETag S3 answers for a part or a PutObject is the MD5 of what it stored unless the bucket
  * encrypts with KMS (x-amz-server-side-encryption: aws:kms); a 32-hex-digit ETag that differs
  * from what we sent is -EIO and the part goes again. Every request goes through io.c's
  * retries and backoff, its body handed to curl whole again by each attempt.
@@ -109,8 +113,7 @@ struct s3op {
 	struct s3 *s;
 	struct s3up *su;	/* NULL for OP_DELETE */
 	struct bk_part *p;	/* OP_PART; OP_PUT and OP_CONFIRM: the held part, or NULL */
-	char sha256[65];	/* of the body */
-	char md5_b64[25];	/* Content-MD5; "" for none */
+	char md5_b64[25];	/* Content-MD5 of the body; "" for none (no body) */
 	char want_etag[64];	/* the ETag our bytes make, quotes included; "" unknown */
 	char *body;		/* owned: the Complete document */
 	enum op_kind was;	/* OP_CONFIRM: OP_PUT or OP_COMPLETE */
@@ -150,34 +153,12 @@ void s3_multipart_etag(const unsigned char (*md5s)[16], uint32_t n, char *ret, s
 	snprintf(ret, retlen, "\"%s-%u\"", h, n);
 }
 
-/* SHA-256 (hex) and MD5 of @len bytes at @data, in one pass. @return 0 or -ENOMEM. */
-static int digests(const void *data, size_t len, char sha_hex[65], unsigned char md5[16])
+/* The MD5 of @len bytes at @data. @return 0 or -ENOMEM. */
+static int md5_of(const void *data, size_t len, unsigned char md5[16])
 {
-	EVP_MD_CTX *a = EVP_MD_CTX_new(), *b = EVP_MD_CTX_new();
-	unsigned char sha[32];
-	unsigned int n1 = 0, n2 = 0;
-	int e = -ENOMEM;
+	unsigned int n = 0;
 
-	if (!a || !b || !EVP_DigestInit_ex(a, EVP_sha256(), NULL) ||
-	    !EVP_DigestInit_ex(b, EVP_md5(), NULL))
-		goto out;
-	for (size_t off = 0; off < len;) { /* the same 64 KiB through both while it is cached */
-		size_t k = len - off < 65536 ? len - off : 65536;
-
-		if (!EVP_DigestUpdate(a, (const char *)data + off, k) ||
-		    !EVP_DigestUpdate(b, (const char *)data + off, k))
-			goto out;
-		off += k;
-	}
-	if (!EVP_DigestFinal_ex(a, sha, &n1) || !EVP_DigestFinal_ex(b, md5, &n2) || n1 != 32 ||
-	    n2 != 16)
-		goto out;
-	hex(sha, 32, sha_hex);
-	e = 0;
-out:
-	EVP_MD_CTX_free(a);
-	EVP_MD_CTX_free(b);
-	return e;
+	return EVP_Digest(data, len, md5, &n, EVP_md5(), NULL) && n == 16 ? 0 : -ENOMEM;
 }
 
 static void md5_b64(const unsigned char md5[16], char ret[25])
@@ -211,7 +192,6 @@ static struct s3op *op_new(enum op_kind kind, struct backend *b, struct s3up *su
 		op->b = b;
 		op->s = b->priv;
 		op->su = su;
-		memcpy(op->sha256, EMPTY_SHA256, sizeof(op->sha256));
 	}
 	return op;
 }
@@ -224,13 +204,16 @@ static void op_free(struct s3op *op)
 	}
 }
 
-/* The signer of requests with a body: its SHA-256, and Content-MD5 signed too. */
+/* The signer: a body is protected by its Content-MD5, signed, so its payload is
+ * UNSIGNED-PAYLOAD; a request without one signs the empty body's SHA-256. */
 static int sign_op(struct io_req *r, struct curl_slist **list, void *arg)
 {
 	struct s3op *op = arg;
 	struct kv md5 = {"content-md5", op->md5_b64};
 
-	return s3_sign(op->s, r, list, op->sha256, &md5, op->md5_b64[0] ? 1 : 0);
+	if (!op->md5_b64[0])
+		return s3_sign(op->s, r, list, EMPTY_SHA256, NULL, 0);
+	return s3_sign(op->s, r, list, "UNSIGNED-PAYLOAD", &md5, 1);
 }
 
 /* An S3 error code in @r's body that says the bytes were damaged or late on the way. */
@@ -348,7 +331,6 @@ static int send_part(struct s3up *su, struct bk_part *p, const char *id)
 		return -ENOMEM;
 	}
 	op->p = p;
-	memcpy(op->sha256, p->sha256, sizeof(op->sha256));
 	md5_b64(p->md5, op->md5_b64);
 	op->want_etag[0] = '"';
 	hex(p->md5, 16, op->want_etag + 1);
@@ -433,7 +415,7 @@ int s3_upload_part(struct bk_upload *u, struct bk_part *p, int step)
 {
 	struct s3up *su = u->priv;
 	char *id = NULL;
-	int e = digests(p->data, p->len, p->sha256, p->md5);
+	int e = md5_of(p->data, p->len, p->md5);
 
 	if (e < 0)
 		return e;
@@ -581,12 +563,10 @@ static void send_put(struct s3up *su, struct bk_part *p)
 	if (!op)
 		goto fail;
 	op->p = p;
-	if (p) {
-		memcpy(op->sha256, p->sha256, sizeof(op->sha256));
+	if (p)
 		memcpy(md5, p->md5, 16);
-	} else if ((e = digests("", 0, op->sha256, md5)) < 0) {
+	else if ((e = md5_of("", 0, md5)) < 0)
 		goto fail;
-	}
 	md5_b64(md5, op->md5_b64);
 	op->want_etag[0] = '"';
 	hex(md5, 16, op->want_etag + 1);
@@ -617,7 +597,7 @@ static void send_complete(struct s3up *su)
 	op->body = s3xml_complete_body((const char *const *)su->etags, u->plan.nparts, &len);
 	struct kv q[] = {{"uploadId", su->upload_id}};
 	query = sigv4_canonical_query(q, 1);
-	if (!op->body || !query || (e = digests(op->body, len, op->sha256, md5)) < 0)
+	if (!op->body || !query || (e = md5_of(op->body, len, md5)) < 0)
 		goto fail;
 	md5_b64(md5, op->md5_b64);
 	s3_multipart_etag((const unsigned char(*)[16])su->md5s, u->plan.nparts, op->want_etag,

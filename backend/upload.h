@@ -102,8 +102,7 @@ struct bk_part {
 	void *arg;
 	struct bk_part *next; /* the scheme's list link */
 	/* s3: filled by the scheme on the caller's thread */
-	char sha256[65];       /* hex SHA-256 of the bytes: x-amz-content-sha256 */
-	unsigned char md5[16]; /* their MD5: Content-MD5, and the ETag S3 should answer */
+	unsigned char md5[16]; /* of the bytes: Content-MD5, and the ETag S3 should answer */
 };
 
 /* Part @p ended with @err: counted, the plan told, its done called, @p freed. I/O thread;

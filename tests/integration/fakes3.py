@@ -16,6 +16,8 @@ checked here (s3rver checks none): the canonical request is rebuilt from what ar
 x-amz-content-sha256 it signs must be the SHA-256 of the body that arrived, and Content-MD5,
 when sent, its MD5. A request that fails a check gets S3's error for it (403
 SignatureDoesNotMatch, 400 XAmzContentSHA256Mismatch, 400 BadDigest) and is recorded with it.
+Stricter than S3, which takes any body as UNSIGNED-PAYLOAD: here that payload needs a signed
+Content-MD5 (tierfs's rule: no body without a check of its bytes), else 400 UnprotectedBody.
 Like S3, parts but the last must be 5 MiB or more at Complete, a multipart object's ETag is
 the MD5 of its parts' MD5s with "-N", and "If-None-Match: *" on PutObject or Complete is
 answered 412 when the key exists.
@@ -186,8 +188,11 @@ class FakeS3:
             return 403, "SignatureDoesNotMatch"
         date, signed, sig = m.group(2), m.group(4).split(";"), m.group(5)
         payload = h.get("x-amz-content-sha256", "")
-        if payload != hashlib.sha256(body).hexdigest():
-            return 400, "XAmzContentSHA256Mismatch"  # and never UNSIGNED-PAYLOAD here
+        if payload == "UNSIGNED-PAYLOAD":
+            if "content-md5" not in h or "content-md5" not in signed:
+                return 400, "UnprotectedBody"
+        elif payload != hashlib.sha256(body).hexdigest():
+            return 400, "XAmzContentSHA256Mismatch"
         if "content-md5" in h and \
                 h["content-md5"] != base64.b64encode(hashlib.md5(body).digest()).decode():
             return 400, "BadDigest"

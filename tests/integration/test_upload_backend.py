@@ -85,13 +85,22 @@ def fdrive(fake, *cmds, retries=3, timeout=10):
 
 
 def assert_all_signed(fake):
+    """Every request's signature checked out, and every body went as UNSIGNED-PAYLOAD with its
+    Content-MD5 signed (the fake refuses one without), no body as the empty body's SHA-256."""
     bad = [(r.op, r.status) for r in fake.records if not r.signed]
     assert not bad, f"requests whose SigV4 or payload hash did not check: {bad}"
+    empty = hashlib.sha256(b"").hexdigest()
+    for r in fake.records:
+        want = "UNSIGNED-PAYLOAD" if r.op in ("put", "part", "complete") else empty
+        assert r.headers.get("x-amz-content-sha256") == want, (r.op, r.headers)
+        if want != empty:
+            assert "content-md5" in r.headers["authorization"].split("SignedHeaders=")[1]
 
 
 def test_small_object_is_one_putobject(fake):
     """An object of one part (smaller than, or exactly, part_size) is ONE signed PutObject with
-    the body's real SHA-256 and Content-MD5: no multipart upload in the store."""
+    the body's Content-MD5, signed (its payload UNSIGNED-PAYLOAD: the MD5 checks the bytes):
+    no multipart upload in the store."""
     out = fdrive(fake, "put small.bin 100K s1", f"put exact.bin {PART} s2 part={PART}",
                  "stats")
     (_, ok1, kv1), (_, ok2, kv2) = puts(out)
