@@ -99,6 +99,8 @@ struct fh {
 	bool moving;              /* a helper is asking the store for the new version; lock */
 	uint64_t serves0;         /* obj->serves when obj became this file's; lock */
 	struct cache_stream s;
+	uint32_t trace_stream;    /* the trace's hash of this handle (fs/trace.c), made at its first
+				   * traced read; atomic, 0 until then */
 	bool lagging;             /* opened as lagging */
 	bool drop_behind;         /* lagging without lagging_page_cache: pages dropped behind */
 	uint64_t seen_lo, seen_hi; /* drop_behind: range read and not yet dropped; m->inval_lock */
@@ -230,8 +232,8 @@ int fs_trace_start(struct mount *m);
 /* Record the read of [@off, @off + @len) of @o through handle @fh that came at @t0
  * (fs_now_ns; @first: the handle's first) and is answered now (@err: its error). Only
  * inside the cache's reply callback, and only with m->trace set. */
-void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64_t off,
-		   size_t len, uint64_t t0, bool first, int err);
+void fs_trace_read(struct mount *m, struct fobj *o, struct fh *fh, uint64_t off, size_t len,
+		   uint64_t t0, bool first, int err);
 /* Reads recorded and dropped so far (0, 0 without trace=). */
 void fs_trace_stats(struct mount *m, uint64_t *ret_records, uint64_t *ret_dropped);
 /* Write the rest and close (after every reply). Nothing without trace=. */

@@ -404,6 +404,8 @@ struct fobj *ns_fobj_new(struct ns *ns, const struct node *n, const struct bk_me
 	o->refs = 1;
 	o->backend = ns->cfg.backend;
 	o->serves = 0;
+	o->trace_obj = 0;
+	o->trace_ver = 0;
 	o->size = m->size;
 	o->mtime = m->mtime;
 	o->mtime_ns = m->mtime_ns;

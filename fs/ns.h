@@ -31,6 +31,9 @@ struct fobj {
 	int64_t mtime;
 	uint32_t mtime_ns;        /* bk_meta's fraction of mtime */
 	const char *etag;         /* as the store sent it, "" if none; in the same allocation */
+	uint64_t trace_obj;       /* the trace's salted hash of path (fs/trace.c), made at this
+				   * version's first traced read; atomic, 0 until then */
+	uint32_t trace_ver;       /* of id, the same way; atomic, stored before trace_obj */
 	char path[];              /* relative path in the store, then the ETag's bytes */
 };
 

@@ -17,8 +17,12 @@
  * random per trace, or the first 16 bytes of trace_salt=FILE, so that the traces of a
  * fleet's mounts name one object alike and a replay of them shares it in the fleet's tier.
  *
- * Cost on the reader's path: two clock readings, three SipHashes of a few dozen bytes and a
- * push into a lock-free ring, only on a mount with trace= (the others test one pointer).
+ * Cost on the reader's path: a clock reading and a push into a lock-free ring, only on a
+ * mount with trace= (the others test one pointer). The hashes are made once: of the key and
+ * version at a version's first traced read (kept in its fobj), of the handle at the handle's
+ * (kept in its fh), and the tier's code is looked up by name once per tier; each is one value
+ * for as long as it is kept, so threads that race to make it store the same one. Made at
+ * every read, they were most of the trace's cost (docs/performance.md).
  *
  * Locking: none of its own; the writer's ring takes pushes from any thread. Workload: one
  * call per read answered.
@@ -34,10 +38,14 @@
 #include "fs_i.h"
 #include "trace.h"
 
+#define CODE_AT_MAX 16
+
 struct fs_trace {
 	struct trace_writer *w;
 	uint8_t salt[TRACE_SALT_LEN]; /* constant: the writer's */
 	uint64_t start_mono;	      /* CLOCK_MONOTONIC at the start; t_ns counts from it */
+	uint8_t code_at[CODE_AT_MAX]; /* trace tier code + 1 of cache_served.at, 0 not yet known;
+				       * atomic (each is one value for the mount's life) */
 };
 
 static uint64_t wall_ns(void)
@@ -108,17 +116,49 @@ int fs_trace_start(struct mount *m)
 	return r;
 }
 
-void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64_t off, size_t len,
+/* The trace's code of the tier that served @sv. */
+static uint8_t tier_code(struct fs_trace *t, const struct cache_served *sv)
+{
+	uint8_t c;
+
+	if (!sv)
+		return TRACE_NONE;
+	if (sv->at >= CODE_AT_MAX)
+		return trace_tier_code(sv->from);
+	c = __atomic_load_n(&t->code_at[sv->at], __ATOMIC_RELAXED);
+	if (c)
+		return (uint8_t)(c - 1);
+	c = trace_tier_code(sv->from);
+	__atomic_store_n(&t->code_at[sv->at], (uint8_t)(c + 1), __ATOMIC_RELAXED);
+	return c;
+}
+
+void fs_trace_read(struct mount *m, struct fobj *o, struct fh *fh, uint64_t off, size_t len,
 		   uint64_t t0, bool first, int err)
 {
 	struct fs_trace *t = m->trace;
 	const struct cache_served *sv = cache_reply_served();
 	uint64_t now = fs_now_ns(), lat = (now - t0) / 1000;
+	uint64_t obj = __atomic_load_n(&o->trace_obj, __ATOMIC_ACQUIRE);
+	uint32_t ver, stream = __atomic_load_n(&fh->trace_stream, __ATOMIC_RELAXED);
+
+	if (obj) {
+		ver = __atomic_load_n(&o->trace_ver, __ATOMIC_RELAXED);
+	} else {
+		obj = trace_hash(t->salt, o->path, strlen(o->path));
+		ver = (uint32_t)trace_hash(t->salt, &o->id, sizeof(o->id));
+		__atomic_store_n(&o->trace_ver, ver, __ATOMIC_RELAXED);
+		__atomic_store_n(&o->trace_obj, obj, __ATOMIC_RELEASE);
+	}
+	if (!stream) {
+		stream = (uint32_t)trace_hash(t->salt, &fh, sizeof(fh));
+		__atomic_store_n(&fh->trace_stream, stream, __ATOMIC_RELAXED);
+	}
 	struct trace_read r = {
 	    .t_ns = t0 - t->start_mono,
-	    .obj = trace_hash(t->salt, o->path, strlen(o->path)),
-	    .ver = (uint32_t)trace_hash(t->salt, &o->id, sizeof(o->id)),
-	    .stream = (uint32_t)trace_hash(t->salt, &fh, sizeof(fh)),
+	    .obj = obj,
+	    .ver = ver,
+	    .stream = stream,
 	    .off = off,
 	    .len = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len,
 	    .lat_us = lat > TRACE_LAT_MAX ? TRACE_LAT_MAX : (uint32_t)lat,
@@ -127,7 +167,7 @@ void fs_trace_read(struct mount *m, const struct fobj *o, const void *fh, uint64
 	    .fetched = !sv			     ? 0
 		       : sv->fetched > TRACE_LAT_MAX ? TRACE_LAT_MAX
 						     : (uint32_t)sv->fetched,
-	    .tier = sv ? trace_tier_code(sv->from) : TRACE_NONE,
+	    .tier = tier_code(t, sv),
 	    .flags = (err ? TRACE_F_ERROR : 0) | (first ? TRACE_F_OPEN : 0),
 	};
 
