@@ -100,9 +100,11 @@ def main():
             pairs = [(a, b) for a, b in zip(res["on"], res["off"]) if a and b]
             rr = statistics.median(a[0] / b[0] for a, b in pairs) if pairs else None
             cr = statistics.median(a[1] / b[1] for a, b in pairs) if pairs else None
+            threads = {k: len(os.listdir(f"/proc/{x.proc.pid}/task")) for k, x in m.items()}
             print(f"round {r + 1}: on {[round(x[0]) if x else 0 for x in res['on']]} off "
                   f"{[round(x[0]) if x else 0 for x in res['off']]} IOPS: "
-                  + (f"{rr:.3f}x; CPU a read {cr:.3f}x" if rr else "no valid pair"), flush=True)
+                  + (f"{rr:.3f}x; CPU a read {cr:.3f}x" if rr else "no valid pair")
+                  + f"; threads on {threads['on']}, off {threads['off']}", flush=True)
             if rr:
                 ratios.append(rr)
                 cpus.append(cr)
