@@ -229,10 +229,15 @@ struct fs_trace;
 int fs_trace_open(struct mount *m);
 /* Start its writer's thread (after daemonizing). Nothing without trace=. @return 0 or -errno. */
 int fs_trace_start(struct mount *m);
-/* Record the read of [@off, @off + @len) of @o through handle @fh that came at @t0
- * (fs_now_ns; @first: the handle's first) and is answered now (@err: its error). Only
- * inside the cache's reply callback, and only with m->trace set. */
-void fs_trace_read(struct mount *m, struct fobj *o, struct fh *fh, uint64_t off, size_t len,
+/* The trace's name of handle @fh, made at its first call and kept in it. Only while @fh is
+ * sure to be open (before the read's reply: the kernel may release it after), and only with
+ * m->trace set. */
+uint32_t fs_trace_stream(struct mount *m, struct fh *fh);
+/* Record the read of [@off, @off + @len) of @o through the handle named @stream
+ * (fs_trace_stream) that came at @t0 (fs_now_ns; @first: the handle's first) and is
+ * answered now (@err: its error). Only inside the cache's reply callback, and only with
+ * m->trace set. */
+void fs_trace_read(struct mount *m, struct fobj *o, uint32_t stream, uint64_t off, size_t len,
 		   uint64_t t0, bool first, int err);
 /* Reads recorded and dropped so far (0, 0 without trace=). */
 void fs_trace_stats(struct mount *m, uint64_t *ret_records, uint64_t *ret_dropped);

@@ -406,6 +406,8 @@ struct read_req {
 	uint64_t ticket;          /* the cache's name for the read, for cancelling it */
 	uint64_t start_ns;        /* when it came (fs_metrics_read, fs_trace_read) */
 	bool first;               /* the first read through its handle (trace= only) */
+	uint32_t stream;          /* the trace's name of the handle (trace= only): fh may be
+				   * released once the reply is out, and the trace comes after */
 };
 
 /* Run @fn(@arg) on a detached thread of its own, counted in m->invals so that the mount's end
@@ -659,7 +661,8 @@ static void reply_read_logged(void *arg, const struct cache_iov *iov, int n, int
 	reply_read(rr->req, iov, n, err);
 	/* after the answer, off the reader's wait; still inside the cache's reply */
 	if (rr->m->trace)
-		fs_trace_read(rr->m, rr->o, rr->fh, rr->off, rr->size, rr->start_ns, rr->first, err);
+		fs_trace_read(rr->m, rr->o, rr->stream, rr->off, rr->size, rr->start_ns, rr->first,
+			      err);
 	fobj_put(rr->o);
 	free(rr);
 }
@@ -807,6 +810,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rr->size = size;
 	rr->start_ns = fs_now_ns();
 	rr->first = m->trace && __atomic_load_n(&fh->s.next_off, __ATOMIC_RELAXED) == 0;
+	rr->stream = m->trace ? fs_trace_stream(m, fh) : 0;
 	pthread_mutex_lock(&fh->lock);
 	rr->o = fh->obj; /* a move may change it: take the version under the lock */
 	fobj_get(rr->o);

@@ -19,10 +19,11 @@
  *
  * Cost on the reader's path: a clock reading and a push into a lock-free ring, only on a
  * mount with trace= (the others test one pointer). The hashes are made once: of the key and
- * version at a version's first traced read (kept in its fobj), of the handle at the handle's
- * (kept in its fh), and the tier's code is looked up by name once per tier; each is one value
- * for as long as it is kept, so threads that race to make it store the same one. Made at
- * every read, they were most of the trace's cost (docs/performance.md).
+ * version at a version's first traced read (kept in its fobj, which the read holds), of the
+ * handle at the handle's (kept in its fh, and taken when the read comes: once the reply is
+ * out, the kernel may release the handle), and the tier's code is looked up by name once per
+ * tier. Each is one value for as long as it is kept, so threads that race to make it store
+ * the same one. Made at every read, they were most of the trace's cost (docs/performance.md).
  *
  * Locking: none of its own; the writer's ring takes pushes from any thread. Workload: one
  * call per read answered.
@@ -133,14 +134,25 @@ static uint8_t tier_code(struct fs_trace *t, const struct cache_served *sv)
 	return c;
 }
 
-void fs_trace_read(struct mount *m, struct fobj *o, struct fh *fh, uint64_t off, size_t len,
+uint32_t fs_trace_stream(struct mount *m, struct fh *fh)
+{
+	uint32_t stream = __atomic_load_n(&fh->trace_stream, __ATOMIC_RELAXED);
+
+	if (!stream) {
+		stream = (uint32_t)trace_hash(m->trace->salt, &fh, sizeof(fh));
+		__atomic_store_n(&fh->trace_stream, stream, __ATOMIC_RELAXED);
+	}
+	return stream;
+}
+
+void fs_trace_read(struct mount *m, struct fobj *o, uint32_t stream, uint64_t off, size_t len,
 		   uint64_t t0, bool first, int err)
 {
 	struct fs_trace *t = m->trace;
 	const struct cache_served *sv = cache_reply_served();
 	uint64_t now = fs_now_ns(), lat = (now - t0) / 1000;
 	uint64_t obj = __atomic_load_n(&o->trace_obj, __ATOMIC_ACQUIRE);
-	uint32_t ver, stream = __atomic_load_n(&fh->trace_stream, __ATOMIC_RELAXED);
+	uint32_t ver;
 
 	if (obj) {
 		ver = __atomic_load_n(&o->trace_ver, __ATOMIC_RELAXED);
@@ -149,10 +161,6 @@ void fs_trace_read(struct mount *m, struct fobj *o, struct fh *fh, uint64_t off,
 		ver = (uint32_t)trace_hash(t->salt, &o->id, sizeof(o->id));
 		__atomic_store_n(&o->trace_ver, ver, __ATOMIC_RELAXED);
 		__atomic_store_n(&o->trace_obj, obj, __ATOMIC_RELEASE);
-	}
-	if (!stream) {
-		stream = (uint32_t)trace_hash(t->salt, &fh, sizeof(fh));
-		__atomic_store_n(&fh->trace_stream, stream, __ATOMIC_RELAXED);
 	}
 	struct trace_read r = {
 	    .t_ns = t0 - t->start_mono,

@@ -188,7 +188,9 @@ def test_mounts_share_blocks_by_slot(store, cluster, mount, tmp_path):
     wait_puts(a, 16)
     held = cluster.block_keys()
     assert len(held) == 16, sorted(held)
-    assert len(set(m.port for m in held.values())) == 3, "the blocks are not spread by slot"
+    # spread: 16 keys of independent slots on one master of 3 would be chance 3^-15; on two
+    # or fewer it is 0.5%, which one CI run met, so two is the bound (each where its slot says)
+    assert len(set(m.port for m in held.values())) >= 2, "the blocks are not spread by slot"
     for k, m in held.items():  # each on its slot's master, where Redis itself puts it
         assert cluster.master_of(slot(m, k)) is m
     gets, hits, _ = shared_read(store, b, rels)
