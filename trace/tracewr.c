@@ -341,8 +341,9 @@ static int encode(struct trace_writer *w, const struct trace_read *r)
  * Drain the ring into the buffer; write the buffer out if @all, or once it is half full, or
  * once it has been held through a second's drains. With a write(2) per drain (20 a second),
  * 4 KiB random reads of a cached object ran at 0.87x-0.96x of an untraced mount's rate
- * (bench/trace_ab.py), and the experiments pointed at the writes, not the push: the kernel's
- * work, none of it in tierfs's samples (docs/performance.md). Fewer, larger writes leave a
+ * (bench/trace_ab.py), and the first experiments pointed at the writes; a later profile with
+ * the mounts pinned found most of the trace's own cost in per-read hashes instead (fs/trace.c
+ * now makes them once; docs/performance.md). Fewer, larger writes leave a
  * live trace up to about a second (or half a MiB) behind, and a mount that dies loses that
  * much more of its trace's tail.
  */

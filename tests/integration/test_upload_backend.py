@@ -8,6 +8,7 @@ directory).
 Object bytes are SHAKE256(seed) cut to the size, on both sides. Parts are 5 MiB (S3's
 smallest) so that multipart objects stay small."""
 
+import base64
 import fcntl
 import hashlib
 import os
@@ -425,6 +426,51 @@ def test_small_and_multipart(store):
     if store.kind == "rgw":  # s3rver names a multipart object by one MD5
         assert kv2["etag"].endswith('-3"'), kv2
     assert stats_of(out)["upload_retries"] == 0, out
+
+
+def test_the_store_refuses_a_body_that_is_not_its_content_md5(store):
+    """tierfs sends a body as UNSIGNED-PAYLOAD with its Content-MD5 signed, so the store's check
+    of that MD5 is what refuses bytes damaged on the way (docs/semantics.md). Pinned on each
+    store: on RGW, a PutObject and an UploadPart whose Content-MD5 is another body's get 400
+    BadDigest and store nothing; the same requests with their own MD5 are taken (the twin).
+    s3rver checks no Content-MD5 (nor a signature): it takes the PutObject, and its ETag is the
+    MD5 of what it stored, which is how tierfs's ETag check catches damage there."""
+    from botocore.exceptions import ClientError
+
+    c = store.client()
+    body, other = os.urandom(1000), os.urandom(1000)
+
+    def md5(b):
+        return base64.b64encode(hashlib.md5(b).digest()).decode()
+
+    def code(fn):
+        try:
+            fn()
+        except ClientError as e:
+            return e.response["Error"]["Code"]
+        return None
+
+    if store.kind == "s3rver":
+        r = c.put_object(Bucket="upload", Key="bd.bin", Body=body, ContentMD5=md5(other))
+        assert r["ETag"] == f'"{hashlib.md5(body).hexdigest()}"'
+        c.delete_object(Bucket="upload", Key="bd.bin")
+        return
+    assert code(lambda: c.put_object(Bucket="upload", Key="bd.bin", Body=body,
+                                     ContentMD5=md5(other))) == "BadDigest"
+    assert code(lambda: c.head_object(Bucket="upload", Key="bd.bin")) in ("404", "NoSuchKey")
+    uid = c.create_multipart_upload(Bucket="upload", Key="bdm.bin")["UploadId"]
+    try:
+        assert code(lambda: c.upload_part(Bucket="upload", Key="bdm.bin", UploadId=uid,
+                                          PartNumber=1, Body=body,
+                                          ContentMD5=md5(other))) == "BadDigest"
+        assert not c.list_parts(Bucket="upload", Key="bdm.bin", UploadId=uid).get("Parts")
+        c.upload_part(Bucket="upload", Key="bdm.bin", UploadId=uid, PartNumber=1, Body=body,
+                      ContentMD5=md5(body))
+    finally:
+        c.abort_multipart_upload(Bucket="upload", Key="bdm.bin", UploadId=uid)
+    c.put_object(Bucket="upload", Key="bd.bin", Body=body, ContentMD5=md5(body))
+    assert c.get_object(Bucket="upload", Key="bd.bin")["Body"].read() == body
+    c.delete_object(Bucket="upload", Key="bd.bin")
 
 
 def test_s3rver_ignores_if_none_match_and_refuses_abort(s3rver):
